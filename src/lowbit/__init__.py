@@ -1,0 +1,27 @@
+"""lowbit: a post-training quantization compiler for neural networks.
+
+    graph = lowbit.load("model.onnx")
+    outputs = lowbit.run(graph, {"input": x})
+"""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+from lowbit.api import compile, load, run, save  # noqa: E402
+from lowbit.errors import LowbitError  # noqa: E402
+from lowbit.ir import Graph, Node, QuantParams, TensorType, Value  # noqa: E402
+
+__all__ = [
+    "Graph",
+    "LowbitError",
+    "Node",
+    "QuantParams",
+    "TensorType",
+    "Value",
+    "__version__",
+    "compile",
+    "load",
+    "run",
+    "save",
+]

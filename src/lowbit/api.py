@@ -1,0 +1,40 @@
+"""The public Python API. Every CLI verb calls these functions."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+import numpy as np
+
+from lowbit import backends
+from lowbit.frontends import onnx_export, onnx_import
+from lowbit.ir.graph import Graph
+from lowbit.passes import canonicalize
+
+
+def load(path: str | os.PathLike, *, optimize: bool = True) -> Graph:
+    """Import an ONNX model as a typed Graph.
+
+    With `optimize`, the import pipeline runs (constant folding of shape sub-graphs, dead code).
+    Unsupported or malformed models raise `lowbit.LowbitError` naming the node and the reason.
+    """
+    graph = onnx_import.load(path)
+    return canonicalize(graph) if optimize else graph
+
+
+def save(graph: Graph, path: str | os.PathLike, format: str = "onnx") -> None:
+    """Export `graph` to an ONNX file, written atomically (temporary name, then rename)."""
+    onnx_export.save(graph, path, format=format)
+
+
+def compile(graph: Graph, backend: str = "reference") -> backends.Executable:
+    """Compile `graph` for `backend`; call the result with {input name: array}."""
+    return backends.compile(graph, backend)
+
+
+def run(
+    graph: Graph, inputs: Mapping[str, np.ndarray], backend: str = "reference"
+) -> dict[str, np.ndarray]:
+    """Run `graph` on `inputs` ({input name: array}); returns {output name: array}."""
+    return backends.compile(graph, backend)(inputs)

@@ -1,0 +1,24 @@
+"""Backends: each compiles a Graph into an executable `(inputs) -> outputs`.
+
+`reference` is the numpy interpreter that defines what every op computes, exactly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from lowbit.errors import LowbitError
+from lowbit.ir.graph import Graph
+
+Executable = Callable[[dict], dict]
+
+BACKENDS = ("reference",)
+
+
+def compile(graph: Graph, backend: str = "reference") -> Executable:
+    """Compile `graph` for `backend`; the result maps {input name: array} to {output: array}."""
+    if backend == "reference":
+        from lowbit.backends.reference import Interpreter
+
+        return Interpreter(graph)
+    raise LowbitError(f"unknown backend '{backend}'; available: {', '.join(BACKENDS)}")

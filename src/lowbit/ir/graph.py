@@ -1,0 +1,245 @@
+"""The one graph type that flows through every stage of lowbit.
+
+A `Graph` is a list of `Node`s in topological order. Nodes read and write `Value`s; each value
+has exactly one producer (a node, or nothing for a graph input). Weights are `Constant` nodes
+whose `value` attribute holds a read-only numpy array, so passes see constants as ordinary nodes.
+Omitted optional inputs are `None` in `Node.inputs`.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
+
+import numpy as np
+
+from lowbit.ir import dtypes
+from lowbit.ir.types import TensorType
+
+CONSTANT = "Constant"
+
+
+class Value:
+    """A tensor-valued edge: a name, a type and the node that produces it."""
+
+    __slots__ = ("name", "producer", "type")
+
+    def __init__(self, name: str, type: TensorType | None = None) -> None:
+        self.name = name
+        self.type = type
+        self.producer: Node | None = None
+
+    @property
+    def is_constant(self) -> bool:
+        return self.producer is not None and self.producer.op_type == CONSTANT
+
+    @property
+    def const_value(self) -> np.ndarray | None:
+        """The array of a Constant-produced value, else None."""
+        if self.is_constant:
+            assert self.producer is not None
+            return self.producer.attrs["value"]
+        return None
+
+    def __repr__(self) -> str:
+        return f"%{self.name}: {self.type}"
+
+
+class Node:
+    """One operation: op type, attributes, input values and output values."""
+
+    __slots__ = ("attrs", "domain", "inputs", "name", "op_type", "outputs")
+
+    def __init__(
+        self,
+        op_type: str,
+        inputs: Sequence[Value | None],
+        outputs: Sequence[Value],
+        attrs: dict[str, Any] | None = None,
+        name: str = "",
+        domain: str = "",
+    ) -> None:
+        self.op_type = op_type
+        self.name = name
+        self.domain = domain
+        self.inputs: list[Value | None] = list(inputs)
+        self.outputs: list[Value] = list(outputs)
+        self.attrs: dict[str, Any] = dict(attrs or {})
+        for out in self.outputs:
+            out.producer = self
+
+    @property
+    def output(self) -> Value:
+        """The single output of a one-output node."""
+        if len(self.outputs) != 1:
+            raise ValueError(f"node '{self.name}' ({self.op_type}) has {len(self.outputs)} outputs")
+        return self.outputs[0]
+
+    def input_or_none(self, index: int) -> Value | None:
+        return self.inputs[index] if index < len(self.inputs) else None
+
+    def describe(self) -> str:
+        """`'name' (OpType)`: how error messages refer to a node."""
+        return f"node '{self.name}' ({self.op_type})"
+
+    def __repr__(self) -> str:
+        ins = ", ".join("%" + v.name if v else "_" for v in self.inputs)
+        outs = ", ".join("%" + v.name for v in self.outputs)
+        return f"{outs} = {self.op_type}({ins})  # {self.name}"
+
+
+class Graph:
+    """Inputs, outputs and nodes in topological order, with the ONNX opset they follow."""
+
+    def __init__(self, name: str = "graph", opset: int = 21) -> None:
+        self.name = name
+        self.opset = opset
+        self.inputs: list[Value] = []
+        self.outputs: list[Value] = []
+        self.nodes: list[Node] = []
+        self.metadata: dict[str, str] = {}
+        self._names: set[str] = set()
+        self._counter = itertools.count()
+
+    # -- naming ---------------------------------------------------------------------------------
+    def unique_name(self, hint: str) -> str:
+        """A name not used by any value or node of this graph, derived from `hint`."""
+        hint = hint or "v"
+        if hint not in self._names:
+            self._names.add(hint)
+            return hint
+        while True:
+            name = f"{hint}_{next(self._counter)}"
+            if name not in self._names:
+                self._names.add(name)
+                return name
+
+    def reserve_name(self, name: str) -> None:
+        self._names.add(name)
+
+    # -- construction ---------------------------------------------------------------------------
+    def add_input(self, name: str, type: TensorType) -> Value:
+        value = Value(self.unique_name(name), type)
+        self.inputs.append(value)
+        return value
+
+    def make_node(
+        self,
+        op_type: str,
+        inputs: Sequence[Value | None],
+        attrs: dict[str, Any] | None = None,
+        *,
+        num_outputs: int = 1,
+        name: str | None = None,
+        output_names: Sequence[str] | None = None,
+        output_types: Sequence[TensorType | None] | None = None,
+        domain: str = "",
+        before: Node | None = None,
+    ) -> Node:
+        """Create a node with fresh output values and insert it (at the end, or before `before`).
+
+        Output types are left None unless given; `lowbit.ops.infer_node` fills them in.
+        """
+        node_name = self.unique_name(name or op_type)
+        names = output_names or [f"{node_name}_out{i}" if num_outputs > 1 else f"{node_name}_out"
+                                 for i in range(num_outputs)]
+        types = list(output_types) if output_types is not None else [None] * len(names)
+        outputs = [Value(self.unique_name(n), t) for n, t in zip(names, types, strict=True)]
+        node = Node(op_type, inputs, outputs, attrs, node_name, domain)
+        if before is None:
+            self.nodes.append(node)
+        else:
+            self.nodes.insert(self.nodes.index(before), node)
+        return node
+
+    def add_constant(
+        self, array: np.ndarray, name: str = "const", before: Node | None = None
+    ) -> Value:
+        """Add a Constant node holding a read-only copy of `array`; return its value."""
+        array = np.array(array, copy=True)
+        array.setflags(write=False)
+        type = TensorType(dtypes.from_numpy(array.dtype), tuple(array.shape))
+        node = self.make_node(
+            CONSTANT, [], {"value": array}, name=name, output_names=[name],
+            output_types=[type], before=before,
+        )  # fmt: skip
+        return node.output
+
+    # -- queries --------------------------------------------------------------------------------
+    def values(self) -> Iterator[Value]:
+        """Every value: graph inputs, then node outputs in order."""
+        yield from self.inputs
+        for node in self.nodes:
+            yield from node.outputs
+
+    def value_map(self) -> dict[str, Value]:
+        return {v.name: v for v in self.values()}
+
+    def node_map(self) -> dict[str, Node]:
+        return {n.name: n for n in self.nodes}
+
+    def users(self) -> dict[Value, list[tuple[Node, int]]]:
+        """For each value, the (node, input index) pairs that read it."""
+        uses: dict[Value, list[tuple[Node, int]]] = {v: [] for v in self.values()}
+        for node in self.nodes:
+            for i, v in enumerate(node.inputs):
+                if v is not None:
+                    uses.setdefault(v, []).append((node, i))
+        return uses
+
+    def constants(self) -> Iterator[Node]:
+        return (n for n in self.nodes if n.op_type == CONSTANT)
+
+    def op_histogram(self) -> dict[str, int]:
+        hist: dict[str, int] = {}
+        for n in self.nodes:
+            hist[n.op_type] = hist.get(n.op_type, 0) + 1
+        return dict(sorted(hist.items(), key=lambda kv: (-kv[1], kv[0])))
+
+    def parameter_count(self) -> tuple[int, int]:
+        """(number of elements, bytes) held in Constant nodes."""
+        count = nbytes = 0
+        for n in self.constants():
+            a = n.attrs["value"]
+            count += int(a.size)
+            nbytes += int(a.nbytes)
+        return count, nbytes
+
+    # -- editing --------------------------------------------------------------------------------
+    def replace_all_uses(self, old: Value, new: Value) -> None:
+        """Make every reader of `old` (nodes and graph outputs) read `new` instead."""
+        for node in self.nodes:
+            node.inputs = [new if v is old else v for v in node.inputs]
+        self.outputs = [new if v is old else v for v in self.outputs]
+
+    def remove_nodes(self, dead: Iterable[Node]) -> None:
+        dead_ids = {id(n) for n in dead}
+        self.nodes = [n for n in self.nodes if id(n) not in dead_ids]
+
+    def copy(self) -> Graph:
+        """A structural copy: new Value and Node objects, shared read-only constant arrays."""
+        g = Graph(self.name, self.opset)
+        g.metadata = dict(self.metadata)
+        g._names = set(self._names)
+        mapping: dict[Value, Value] = {}
+        for v in self.inputs:
+            nv = Value(v.name, v.type)
+            mapping[v] = nv
+            g.inputs.append(nv)
+        for n in self.nodes:
+            outs = [Value(v.name, v.type) for v in n.outputs]
+            for v, nv in zip(n.outputs, outs, strict=True):
+                mapping[v] = nv
+            ins = [mapping[v] if v is not None else None for v in n.inputs]
+            g.nodes.append(Node(n.op_type, ins, outs, dict(n.attrs), n.name, n.domain))
+        g.outputs = [mapping[v] for v in self.outputs]
+        return g
+
+    def __str__(self) -> str:
+        from lowbit.ir.printer import format_graph
+
+        return format_graph(self)
+
+    def __repr__(self) -> str:
+        return f"<Graph {self.name}: {len(self.nodes)} nodes, opset {self.opset}>"

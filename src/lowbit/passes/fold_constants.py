@@ -1,0 +1,94 @@
+"""Constant folding, including shape sub-graphs over statically known shapes."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from lowbit.backends.reference.kernels import get_kernel
+from lowbit.ir import dtypes
+from lowbit.ir.graph import CONSTANT, Graph, Node, Value
+from lowbit.ir.types import TensorType
+from lowbit.ops import infer_node, merge_types
+from lowbit.passes.dead_code import eliminate_dead_code
+
+NO_FOLD = frozenset({
+    # Quantize/Dequantize of constants stay until the late fold, so passes and backends can
+    # still see (and re-quantize from) the float payload.
+    "QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear",
+    # Nondeterministic ops.
+    "RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial",
+    "Bernoulli",
+})
+MAX_FOLDED_ELEMENTS = 1 << 24
+"""Results bigger than this stay computed at run time (an Expand must not bloat the model)."""
+
+
+def _static_shape(v: Value | None) -> tuple[int, ...] | None:
+    if v is None or v.type is None or not v.type.is_static:
+        return None
+    return tuple(v.type.shape)  # type: ignore[arg-type]
+
+
+def _shape_of(node: Node) -> np.ndarray | None:
+    """Shape and Size of a value whose shape is static are constants."""
+    shape = _static_shape(node.inputs[0])
+    if shape is None:
+        return None
+    if node.op_type == "Size":
+        return np.array(int(np.prod(shape, dtype=np.int64)), dtype=np.int64)
+    rank = len(shape)
+    start = node.attrs.get("start", 0)
+    end = node.attrs.get("end", rank)
+    start = max(0, min(rank, start + rank if start < 0 else start))
+    end = max(0, min(rank, end + rank if end < 0 else end))
+    return np.array(shape[start:end], dtype=np.int64)
+
+
+def fold_constants(graph: Graph) -> Graph:
+    """Replace every node whose inputs are all constants (or whose result depends only on a
+    static shape) by a Constant node holding its result, then drop what became dead.
+
+    Guarantees: graph outputs compute the same values; Quantize/Dequantize of constants and
+    random ops are kept; no folded constant exceeds MAX_FOLDED_ELEMENTS elements.
+    """
+    new_nodes: list[Node] = []
+    for node in graph.nodes:
+        result = _try_fold(node)
+        if result is None:
+            new_nodes.append(node)
+            if node.op_type != CONSTANT:
+                # Refine types as we go, so later Shape nodes see newly static shapes.
+                for value, t in zip(node.outputs, infer_node(node), strict=False):
+                    value.type = merge_types(value.type, t)
+            continue
+        for value, array in zip(node.outputs, result, strict=True):
+            array = np.array(array, copy=True)
+            array.setflags(write=False)
+            value.type = TensorType(dtypes.from_numpy(array.dtype), tuple(array.shape))
+            new_nodes.append(Node(CONSTANT, [], [value], {"value": array},
+                                  name=graph.unique_name(f"{node.name}_folded")))
+    graph.nodes = new_nodes
+    return eliminate_dead_code(graph)
+
+
+def _try_fold(node: Node) -> list[np.ndarray] | None:
+    if node.op_type == CONSTANT or node.op_type in NO_FOLD or node.domain:
+        return None
+    if node.op_type in ("Shape", "Size"):
+        shape = _shape_of(node)
+        return None if shape is None else [shape]
+    if not all(v is None or v.is_constant for v in node.inputs):
+        return None
+    if any(v.type is not None and v.type.is_quantized for v in node.outputs):
+        return None
+    kernel = get_kernel(node.op_type, node.domain)
+    if kernel is None:
+        return None
+    for v in node.outputs:
+        if v.type is not None and v.type.numel is not None and v.type.numel > MAX_FOLDED_ELEMENTS:
+            return None
+    args = [v.const_value if v is not None else None for v in node.inputs]
+    results = [np.asarray(r) for r in kernel(node, args)]
+    if any(r.size > MAX_FOLDED_ELEMENTS for r in results):
+        return None
+    return results[: len(node.outputs)]

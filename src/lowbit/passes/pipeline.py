@@ -1,0 +1,37 @@
+"""Running passes: a flat list of Graph -> Graph functions, verified after each in debug mode.
+
+When verification fails after a pass, the error names that pass and the ones that ran before
+it, so a broken invariant points at its cause.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+
+from lowbit.errors import VerifyError
+from lowbit.ir.graph import Graph
+from lowbit.ir.verifier import verify
+
+Pass = Callable[[Graph], Graph]
+
+
+def verify_enabled() -> bool:
+    """Verification after each pass is on in tests and with `--debug` (LOWBIT_VERIFY=1)."""
+    return os.environ.get("LOWBIT_VERIFY", "") not in ("", "0")
+
+
+def run_passes(graph: Graph, passes: Sequence[Pass], verify_each: bool | None = None) -> Graph:
+    """Apply `passes` in order; with verification on, check the IR after each one."""
+    check = verify_enabled() if verify_each is None else verify_each
+    done: list[str] = []
+    for p in passes:
+        graph = p(graph)
+        name = getattr(p, "__name__", repr(p))
+        done.append(name)
+        if check:
+            try:
+                verify(graph)
+            except VerifyError as exc:
+                raise VerifyError(f"after pass {name} (ran: {', '.join(done)}): {exc}") from exc
+    return graph

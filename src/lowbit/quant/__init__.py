@@ -1,0 +1,1 @@
+"""Quantization: observers, profiles, calibration, schemes, configs, quantizers."""

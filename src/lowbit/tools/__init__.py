@@ -1,0 +1,1 @@
+"""Tools for seeing inside models: dump, compare, report."""
