@@ -12,6 +12,8 @@ import warnings
 from pathlib import Path
 
 import numpy as np
+import onnx
+from onnx import numpy_helper
 
 from lowbit.api import compile
 from lowbit.frontends.onnx_import import import_model
@@ -56,17 +58,24 @@ def refusals() -> dict[str, str]:
     return out
 
 
+def as_array(x) -> np.ndarray:
+    """A data-set entry as an array: some cases (Cast's) store TensorProtos, not arrays."""
+    if isinstance(x, onnx.TensorProto):
+        return numpy_helper.to_array(x)
+    return np.asarray(x)
+
+
 def run_case(case) -> list[tuple[str, np.ndarray, np.ndarray]]:
     """Import and run every data set of `case`; return (output name, got, expected) triples."""
     graph = canonicalize(import_model(case.model, source=case.name))
     exe = compile(graph)
     results = []
     for inputs, expected in case.data_sets:
-        feed = {v.name: np.asarray(x) for v, x in zip(graph.inputs, inputs, strict=False)}
+        feed = {v.name: as_array(x) for v, x in zip(graph.inputs, inputs, strict=False)}
         # Inputs that import folded away (none normally) would be missing from graph.inputs.
         got = exe(feed)
         for out, exp in zip(graph.outputs, expected, strict=True):
-            results.append((out.name, got[out.name], np.asarray(exp)))
+            results.append((out.name, got[out.name], as_array(exp)))
     return results
 
 
@@ -81,6 +90,6 @@ def assert_case_matches(case) -> None:
                                        rtol=case.rtol, atol=case.atol,
                                        err_msg=f"{case.name} output {name}")
         else:  # float8, float4, bfloat16 and other ml_dtypes: compare bit patterns
-            np.testing.assert_array_equal(got.view(np.uint8) if got.dtype.itemsize == 1 else got,
-                                          exp.view(np.uint8) if exp.dtype.itemsize == 1 else exp,
+            bits = np.dtype(f"u{exp.dtype.itemsize}")
+            np.testing.assert_array_equal(got.view(bits), exp.view(bits),
                                           err_msg=f"{case.name} output {name}")
