@@ -1,11 +1,14 @@
 """Cast and CastLike: convert every element to another dtype.
 
-Rules (ONNX Cast-25 on numeric types):
-- float -> float: round to nearest even; out of range gives +-inf, except float8 targets: with
-  saturate=1 (the default) out-of-range values and infinities clamp to the largest finite value,
-  with saturate=0 they become NaN (or inf for float8e5m2). float4e2m1 always clamps.
-- float -> integer: truncate toward zero; out of range is undefined in ONNX (lowbit gives
-  numpy's result: int4/int2 wrap around).
+Rules (ONNX Cast-25 on numeric types; the ONNX reference implementation agrees bit for bit):
+- float -> float: round to nearest even; out of range gives +-inf, except for float8 targets:
+  with saturate=1 (the default) out-of-range values and infinities clamp to the largest finite
+  value; with saturate=0 a value whose rounding exceeds it becomes NaN (inf for float8e5m2),
+  as the ONNX table says (ONNX Runtime 1.32 differs there: 448 for e4m3fn, NaN for e5m2).
+  float4e2m1 has no inf or NaN: it always clamps, and NaN becomes -0.
+- float -> integer: truncate toward zero. Out of range is undefined in ONNX; lowbit gives
+  numpy's result, and int4/uint4/int2/uint2 wrap around (ONNX Runtime rounds half away from
+  zero for 4-bit targets instead of truncating).
 - integer -> integer: keep the low bits (two's complement wrap-around).
 - anything -> bool: nonzero (NaN included) is true. bool -> number: 1 or 0.
 String tensors are not supported (lowbit has none); neither are float8e8m0 and float6 types.

@@ -16,7 +16,8 @@ def normalize_axis(node: Node, axis: int, rank: int) -> int:
 
 def broadcast_dim(a: Dim, b: Dim) -> Dim:
     """Numpy broadcasting of two dims. Unknown (None) and symbolic dims are assumed to be
-    compatible; a static dim other than 1 wins over them."""
+    compatible; a static dim other than 1 wins over them. A symbol against an unknown dim gives
+    unknown: either could be 1 at run time."""
     if a == 1:
         return b
     if b == 1:
@@ -29,10 +30,6 @@ def broadcast_dim(a: Dim, b: Dim) -> Dim:
         return a
     if isinstance(b, int):
         return b
-    if a is None:
-        return b
-    if b is None:
-        return a
     return a if a == b else None
 
 

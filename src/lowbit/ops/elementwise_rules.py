@@ -70,7 +70,7 @@ def broadcast(node: Node, types: Sequence[TensorType]) -> tuple[Dim, ...] | None
         return broadcast_shapes(*(t.shape for t in types))
     except ValueError as exc:
         shapes = " and ".join(_shape_text(t.shape) for t in types)
-        raise fail(node, f"input shapes {shapes} do not broadcast: {exc}") from None
+        raise fail(node, f"input shapes {shapes} do not broadcast ({exc})") from None
 
 
 def broadcast_to(node: Node, shape: tuple[Dim, ...] | None, other: TensorType, what: str
@@ -98,4 +98,5 @@ def broadcast_to(node: Node, shape: tuple[Dim, ...] | None, other: TensorType, w
 def _shape_text(shape: tuple[Dim, ...] | None) -> str:
     if shape is None:
         return "(unknown rank)"
-    return "(" + ", ".join("?" if d is None else str(d) for d in shape) + ")"
+    dims = ", ".join("?" if d is None else str(d) for d in shape)
+    return f"({dims},)" if len(shape) == 1 else f"({dims})"

@@ -107,8 +107,8 @@ def _int_power(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     negative = y64 < 0
     if np.any(negative & (np.broadcast_to(x64, np.broadcast_shapes(x64.shape, y64.shape)) == 0)):
         raise KernelError("0 raised to a negative integer power")
-    z = np.power(x64, np.where(negative, 0, y64))
-    # 1 / x**n truncates to 0 unless |x| = 1, where it equals x**n itself.
+    # 1 / x**n truncates to 0 unless |x| = 1, where it is x**n, which only needs n's parity.
+    z = np.power(x64, np.where(negative, y64 & 1, y64))
     return np.where(negative & (np.abs(x64) != 1), 0, z)
 
 
