@@ -81,8 +81,9 @@ def run_case(case) -> list[tuple[str, np.ndarray, np.ndarray]]:
 
 def assert_case_matches(case) -> None:
     for name, got, exp in run_case(case):
-        assert got.shape == exp.shape, f"{case.name} output {name}: shape {got.shape} != {exp.shape}"
-        assert got.dtype == exp.dtype, f"{case.name} output {name}: dtype {got.dtype} != {exp.dtype}"
+        where = f"{case.name} output {name}"
+        assert got.shape == exp.shape, f"{where}: shape {got.shape} != {exp.shape}"
+        assert got.dtype == exp.dtype, f"{where}: dtype {got.dtype} != {exp.dtype}"
         if exp.dtype.kind in "biu" or exp.dtype == np.bool_:
             np.testing.assert_array_equal(got, exp, err_msg=f"{case.name} output {name}")
         elif exp.dtype.kind == "f" and exp.dtype.itemsize >= 2:

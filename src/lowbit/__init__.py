@@ -8,9 +8,9 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-from lowbit.api import compile, load, run, save  # noqa: E402
-from lowbit.errors import LowbitError  # noqa: E402
-from lowbit.ir import Graph, Node, QuantParams, TensorType, Value  # noqa: E402
+from lowbit.api import compile, load, run, save
+from lowbit.errors import LowbitError
+from lowbit.ir import Graph, Node, QuantParams, TensorType, Value
 
 __all__ = [
     "Graph",

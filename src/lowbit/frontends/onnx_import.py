@@ -240,6 +240,10 @@ def import_model(model: onnx.ModelProto, source: str = "model") -> Graph:
     """Build a typed Graph from an ONNX model (external data already loaded)."""
     opset = model_opset(model, source)
     check_ops_supported(model, opset, source)
+    # Structural problems (dangling inputs, cycles) are reported before opset conversion,
+    # whose own messages would be less clear.
+    known = {vi.name for vi in model.graph.input} | {t.name for t in model.graph.initializer}
+    _ordered_nodes(model.graph, source, dict.fromkeys(known))
     model = _convert_opset(model, opset, source)
     opset = max(opset, CANONICAL_OPSET)
     g = model.graph
@@ -273,7 +277,8 @@ def import_model(model: onnx.ModelProto, source: str = "model") -> Graph:
     for tensor in g.initializer:
         array = tensor_to_array(tensor, f"{source}: initializer '{tensor.name}'")
         value = Value(tensor.name, TensorType(dtypes.from_numpy(array.dtype), array.shape))
-        node = Node(CONSTANT, [], [value], {"value": array}, name=graph.unique_name(tensor.name))
+        node = Node(CONSTANT, [], [value], {"value": array},
+                    name=graph.unique_node_name(tensor.name))
         graph.reserve_name(tensor.name)
         define(value, "initializer")
         constants.append(node)
@@ -281,8 +286,7 @@ def import_model(model: onnx.ModelProto, source: str = "model") -> Graph:
     pending = _ordered_nodes(g, source, env)
     nodes: list[Node] = []
     for i, proto in pending:
-        name = proto.name or f"{proto.op_type}_{i}"
-        name = graph.unique_name(name)
+        name = graph.unique_node_name(proto.name or f"{proto.op_type}_{i}")
         where = f"{source}: node '{name}' ({proto.op_type})"
         inputs: list[Value | None] = []
         for input_name in proto.input:
@@ -317,7 +321,7 @@ def import_model(model: onnx.ModelProto, source: str = "model") -> Graph:
     return graph
 
 
-def _ordered_nodes(g: onnx.GraphProto, source: str, known: dict[str, Value]):
+def _ordered_nodes(g: onnx.GraphProto, source: str, known: dict):
     """Nodes in a topological order; refuse dangling inputs and cycles by name."""
     available = set(known)
     produced_by: dict[str, int] = {}

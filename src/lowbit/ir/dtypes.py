@@ -60,7 +60,9 @@ FLOAT32 = _dt("float32", "f32", T.FLOAT, np.float32, 32, True, True)
 FLOAT64 = _dt("float64", "f64", T.DOUBLE, np.float64, 64, True, True)
 FLOAT16 = _dt("float16", "f16", T.FLOAT16, np.float16, 16, True, True)
 BFLOAT16 = _dt("bfloat16", "bf16", T.BFLOAT16, ml_dtypes.bfloat16, 16, True, True)
-FLOAT8E4M3FN = _dt("float8e4m3fn", "f8e4m3fn", T.FLOAT8E4M3FN, ml_dtypes.float8_e4m3fn, 8, True, True)
+FLOAT8E4M3FN = _dt(
+    "float8e4m3fn", "f8e4m3fn", T.FLOAT8E4M3FN, ml_dtypes.float8_e4m3fn, 8, True, True
+)
 FLOAT8E4M3FNUZ = _dt(
     "float8e4m3fnuz", "f8e4m3fnuz", T.FLOAT8E4M3FNUZ, ml_dtypes.float8_e4m3fnuz, 8, True, True
 )

@@ -100,23 +100,31 @@ class Graph:
         self.nodes: list[Node] = []
         self.metadata: dict[str, str] = {}
         self._names: set[str] = set()
+        self._node_names: set[str] = set()
         self._counter = itertools.count()
 
     # -- naming ---------------------------------------------------------------------------------
     def unique_name(self, hint: str) -> str:
-        """A name not used by any value or node of this graph, derived from `hint`."""
-        hint = hint or "v"
-        if hint not in self._names:
-            self._names.add(hint)
-            return hint
-        while True:
+        """A value name not used in this graph, derived from `hint`."""
+        return self._unique(hint or "v", self._names)
+
+    def unique_node_name(self, hint: str) -> str:
+        """A node name not used in this graph, derived from `hint` (nodes and values have
+        separate namespaces, as in ONNX)."""
+        return self._unique(hint or "node", self._node_names)
+
+    def _unique(self, hint: str, taken: set[str]) -> str:
+        name = hint
+        while name in taken:
             name = f"{hint}_{next(self._counter)}"
-            if name not in self._names:
-                self._names.add(name)
-                return name
+        taken.add(name)
+        return name
 
     def reserve_name(self, name: str) -> None:
         self._names.add(name)
+
+    def reserve_node_name(self, name: str) -> None:
+        self._node_names.add(name)
 
     # -- construction ---------------------------------------------------------------------------
     def add_input(self, name: str, type: TensorType) -> Value:
@@ -141,7 +149,7 @@ class Graph:
 
         Output types are left None unless given; `lowbit.ops.infer_node` fills them in.
         """
-        node_name = self.unique_name(name or op_type)
+        node_name = self.unique_node_name(name or op_type)
         names = output_names or [f"{node_name}_out{i}" if num_outputs > 1 else f"{node_name}_out"
                                  for i in range(num_outputs)]
         types = list(output_types) if output_types is not None else [None] * len(names)
@@ -222,6 +230,7 @@ class Graph:
         g = Graph(self.name, self.opset)
         g.metadata = dict(self.metadata)
         g._names = set(self._names)
+        g._node_names = set(self._node_names)
         mapping: dict[Value, Value] = {}
         for v in self.inputs:
             nv = Value(v.name, v.type)

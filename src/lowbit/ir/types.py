@@ -12,13 +12,12 @@ its operand types are, never because a dedicated quantized op variant exists.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Union
 
 import numpy as np
 
 from lowbit.ir.dtypes import DType
 
-Dim = Union[int, str, None]
+Dim = int | str | None
 """A dimension: an int when static, a str when symbolic (`"batch"`), None when unknown."""
 
 
@@ -43,9 +42,8 @@ class QuantParams:
     def __init__(self, scale, zero_point=0, axis: int | None = None) -> None:
         s = np.asarray(scale, dtype=np.float32)
         z = np.asarray(zero_point)
-        if z.dtype.kind == "f":
-            if not np.all(np.isfinite(z)) or np.any(z != np.round(z)):
-                raise ValueError(f"zero point must be integral, got {zero_point!r}")
+        if z.dtype.kind == "f" and (not np.all(np.isfinite(z)) or np.any(z != np.round(z))):
+            raise ValueError(f"zero point must be integral, got {zero_point!r}")
         z = z.astype(np.int64)
         if axis is None:
             if s.ndim != 0 or z.ndim != 0:

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+from lowbit.ir import dtypes
 from lowbit.ir.graph import Node
 from lowbit.ir.types import TensorType
 from lowbit.ops.registry import Attr, OpDef, fail, register
-from lowbit.ir import dtypes
 
 
 @register

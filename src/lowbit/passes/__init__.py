@@ -8,12 +8,21 @@ from __future__ import annotations
 
 from lowbit.ir.graph import Graph
 from lowbit.passes.dead_code import eliminate_dead_code
+from lowbit.passes.fold_batchnorm import fold_batch_norm
 from lowbit.passes.fold_constants import fold_constants
+from lowbit.passes.fuse_activation import fuse_activations
 from lowbit.passes.pipeline import Pass, run_passes
 
 IMPORT_PIPELINE: list[Pass] = [
     fold_constants,  # shape sub-graphs over static shapes and weight transforms become constants
     eliminate_dead_code,  # drop what folding and unused outputs left behind
+]
+
+OPTIMIZE_PIPELINE: list[Pass] = [
+    fold_constants,  # shape sub-graphs and weight transforms become constants
+    fold_batch_norm,  # BN after Conv/Gemm disappears into the weights (exact up to rounding)
+    fuse_activations,  # Relu/Clip become output clamps, which quantization turns into ranges
+    eliminate_dead_code,  # drop what the rewrites left behind
 ]
 
 
@@ -22,11 +31,20 @@ def canonicalize(graph: Graph) -> Graph:
     return run_passes(graph, IMPORT_PIPELINE)
 
 
+def optimize(graph: Graph) -> Graph:
+    """The passes run before quantization: folding and fusion."""
+    return run_passes(graph, OPTIMIZE_PIPELINE)
+
+
 __all__ = [
     "IMPORT_PIPELINE",
+    "OPTIMIZE_PIPELINE",
     "Pass",
     "canonicalize",
     "eliminate_dead_code",
+    "fold_batch_norm",
     "fold_constants",
+    "fuse_activations",
+    "optimize",
     "run_passes",
 ]

@@ -66,7 +66,7 @@ def fold_constants(graph: Graph) -> Graph:
             array.setflags(write=False)
             value.type = TensorType(dtypes.from_numpy(array.dtype), tuple(array.shape))
             new_nodes.append(Node(CONSTANT, [], [value], {"value": array},
-                                  name=graph.unique_name(f"{node.name}_folded")))
+                                  name=graph.unique_node_name(f"{node.name}_folded")))
     graph.nodes = new_nodes
     return eliminate_dead_code(graph)
 
