@@ -11,11 +11,13 @@ __version__ = "0.1.0"
 from lowbit.api import compile, load, run, save
 from lowbit.errors import LowbitError
 from lowbit.ir import Graph, Node, QuantParams, TensorType, Value
+from lowbit.quant.config import QuantConfig
 
 __all__ = [
     "Graph",
     "LowbitError",
     "Node",
+    "QuantConfig",
     "QuantParams",
     "TensorType",
     "Value",

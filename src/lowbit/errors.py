@@ -30,3 +30,7 @@ class VerifyError(LowbitError):
 
 class KernelError(LowbitError):
     """A kernel failed while executing a node."""
+
+
+class ConfigError(LowbitError):
+    """A quantization config (YAML file or Python object) is invalid or does not fit the model."""

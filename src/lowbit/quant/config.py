@@ -1,0 +1,415 @@
+r"""QuantConfig: how each node is quantized, as a global default plus ordered override rules.
+
+A rule matches nodes by exactly one of: `name` (exact node name), `regex` (a Python regular
+expression that must match the *whole* node name) or `op_type` (exact ONNX op type), and sets
+any subset of the settings. `settings_for(node)` starts from the default and applies every
+matching rule in order, field by field, so later rules win. In YAML::
+
+    default:                      # every key optional; omitted ones keep lowbit's defaults
+      precision: int8             # int8 | uint8 | int16 | fp16 | float (keep the node in float)
+      per_channel: true           # weights: one scale per output channel
+      calibration: percentile     # minmax | percentile | entropy | mse
+      percentile: 99.99           # used by calibration: percentile
+      scheme: asymmetric          # asymmetric | symmetric | symmetric_uint8 | power_of_2
+      weight_precision: int8      # int8 | int16
+      weight_scheme: symmetric    # symmetric | asymmetric | power_of_2
+    rules:
+      - name: conv1               # the first conv stays in float
+        precision: float
+      - regex: 'blocks\.3\..*'  # a whole block in int16
+        precision: int16
+      - op_type: Softmax
+        calibration: minmax
+
+`QuantConfig.from_yaml(path)` reads it; `check(graph)` raises for rules that name a node the
+graph lacks and returns warnings for rules that match nothing. Every mistake is a `ConfigError`
+naming the file, the rule (`rules[2]`, counted from 0) and the valid choices.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import os
+import re
+import tempfile
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from lowbit.errors import ConfigError
+from lowbit.ir import dtypes
+from lowbit.ir.dtypes import DType
+from lowbit.ir.graph import Graph, Node
+
+PRECISIONS: tuple[str, ...] = ("int8", "uint8", "int16", "fp16", "float")
+"""Activation precisions: the integer ones quantize the node; fp16 and float keep it in floats."""
+INTEGER_PRECISIONS: tuple[str, ...] = ("int8", "uint8", "int16")
+WEIGHT_PRECISIONS: tuple[str, ...] = ("int8", "int16")
+CALIBRATION_METHODS: tuple[str, ...] = ("minmax", "percentile", "entropy", "mse")
+SCHEMES: tuple[str, ...] = ("asymmetric", "symmetric", "symmetric_uint8", "power_of_2")
+"""asymmetric: any zero point; symmetric: zero point 0 (128 for uint8); symmetric_uint8: like
+symmetric, but a tensor that is never negative uses the whole unsigned range; power_of_2:
+symmetric with a power-of-two scale."""
+WEIGHT_SCHEMES: tuple[str, ...] = ("symmetric", "asymmetric", "power_of_2")
+
+# Defaults: what `lowbit.quantize(graph, profile)` does with no config. They are meant to be the
+# best general choice and will be tuned on the real models of the accuracy tests.
+DEFAULT_PRECISION = "int8"
+DEFAULT_PER_CHANNEL = True
+DEFAULT_CALIBRATION = "minmax"
+DEFAULT_PERCENTILE = 99.99
+DEFAULT_SCHEME = "asymmetric"
+DEFAULT_WEIGHT_PRECISION = "int8"
+DEFAULT_WEIGHT_SCHEME = "symmetric"
+
+MATCHERS: tuple[str, ...] = ("name", "regex", "op_type")
+_CHOICES: dict[str, tuple[str, ...]] = {
+    "precision": PRECISIONS,
+    "calibration": CALIBRATION_METHODS,
+    "scheme": SCHEMES,
+    "weight_precision": WEIGHT_PRECISIONS,
+    "weight_scheme": WEIGHT_SCHEMES,
+}
+_DTYPES: dict[str, DType] = {
+    "int8": dtypes.INT8, "uint8": dtypes.UINT8, "int16": dtypes.INT16,
+    "fp16": dtypes.FLOAT16, "float": dtypes.FLOAT32,
+}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class NodeSettings:
+    """The resolved quantization settings of one node (or the config's global default).
+
+    `matched_rules` lists the indices of the rules that applied, in order (empty for the
+    default); it is for reports and does not take part in equality.
+    """
+
+    precision: str = DEFAULT_PRECISION
+    per_channel: bool = DEFAULT_PER_CHANNEL
+    calibration: str = DEFAULT_CALIBRATION
+    percentile: float = DEFAULT_PERCENTILE
+    scheme: str = DEFAULT_SCHEME
+    weight_precision: str = DEFAULT_WEIGHT_PRECISION
+    weight_scheme: str = DEFAULT_WEIGHT_SCHEME
+    matched_rules: tuple[int, ...] = field(default=(), compare=False)
+
+    def __post_init__(self) -> None:
+        for key in SETTING_KEYS:
+            object.__setattr__(self, key, _check_setting(key, getattr(self, key)))
+        object.__setattr__(self, "matched_rules", tuple(self.matched_rules))
+
+    @property
+    def quantized(self) -> bool:
+        """Whether the node computes in integers (False for fp16 and float)."""
+        return self.precision in INTEGER_PRECISIONS
+
+    @property
+    def dtype(self) -> DType:
+        """The element type of the node's activations."""
+        return _DTYPES[self.precision]
+
+    @property
+    def weight_dtype(self) -> DType:
+        return _DTYPES[self.weight_precision]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {key: getattr(self, key) for key in SETTING_KEYS}
+
+
+SETTING_KEYS: tuple[str, ...] = tuple(
+    f.name for f in dataclasses.fields(NodeSettings) if f.name != "matched_rules"
+)
+
+
+@dataclass(frozen=True, repr=False)
+class Rule:
+    """Match nodes by exactly one of `name`, `regex` (whole-name match) or `op_type`, and set the
+    settings given (None leaves a setting to the default and earlier rules).
+
+        Rule(name="conv1", precision="float")
+        Rule(regex=r"blocks\\.3\\..*", precision="int16")
+        Rule(op_type="Softmax", calibration="minmax")
+    """
+
+    name: str | None = None
+    regex: str | None = None
+    op_type: str | None = None
+    precision: str | None = None
+    per_channel: bool | None = None
+    calibration: str | None = None
+    percentile: float | None = None
+    scheme: str | None = None
+    weight_precision: str | None = None
+    weight_scheme: str | None = None
+    _pattern: re.Pattern | None = field(default=None, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        given = [key for key in MATCHERS if getattr(self, key) is not None]
+        if len(given) != 1:
+            which = ", ".join(given) if given else "none"
+            raise ConfigError(
+                f"a rule needs exactly one of {', '.join(MATCHERS)} to match nodes; got {which}"
+            )
+        key = given[0]
+        value = getattr(self, key)
+        if not isinstance(value, str) or not value:
+            raise ConfigError(f"{key} must be a non-empty string, got {value!r} (quote it in YAML)")
+        if key == "regex":
+            try:
+                object.__setattr__(self, "_pattern", re.compile(value))
+            except re.error as e:
+                raise ConfigError(f"regex {value!r} does not compile: {e}") from None
+        if not self.overrides():
+            raise ConfigError(
+                f"rule {self.matcher()} sets nothing; "
+                f"give at least one of {', '.join(SETTING_KEYS)}"
+            )
+        for setting, setting_value in self.overrides().items():
+            object.__setattr__(self, setting, _check_setting(setting, setting_value))
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{k}={v!r}" for k, v in self.to_dict().items())
+        return f"Rule({fields})"
+
+    def matcher(self) -> str:
+        """How the rule selects nodes, as written: `name 'conv1'`, `regex '...'`."""
+        key = next(k for k in MATCHERS if getattr(self, k) is not None)
+        return f"{key} {getattr(self, key)!r}"
+
+    def matches(self, node: Node) -> bool:
+        if self.name is not None:
+            return node.name == self.name
+        if self._pattern is not None:
+            return self._pattern.fullmatch(node.name) is not None
+        return node.op_type == self.op_type
+
+    def overrides(self) -> dict[str, Any]:
+        """The settings this rule sets."""
+        return {k: getattr(self, k) for k in SETTING_KEYS if getattr(self, k) is not None}
+
+    def to_dict(self) -> dict[str, Any]:
+        key = next(k for k in MATCHERS if getattr(self, k) is not None)
+        return {key: getattr(self, key), **self.overrides()}
+
+
+@dataclass(frozen=True)
+class QuantConfig:
+    """A global default plus an ordered list of rules; later rules override earlier ones field
+    by field. `source` names the file in messages. See the module docstring for the YAML form."""
+
+    default: NodeSettings = field(default_factory=NodeSettings)
+    rules: tuple[Rule, ...] = ()
+    source: str = field(default="<config>", compare=False)
+
+    def __post_init__(self) -> None:
+        rules = tuple(self.rules)
+        for i, rule in enumerate(rules):
+            if not isinstance(rule, Rule):
+                raise ConfigError(
+                    f"{self.source}: rules[{i}] is a {type(rule).__name__}, not a Rule"
+                )
+        if not isinstance(self.default, NodeSettings):
+            raise ConfigError(f"{self.source}: default must be NodeSettings")
+        object.__setattr__(self, "rules", rules)
+
+    # -- resolution ---------------------------------------------------------------------------
+    def settings_for(self, node: Node) -> NodeSettings:
+        """The default with every rule that matches `node` applied in order."""
+        merged = self.default.to_dict()
+        applied = []
+        for i, rule in enumerate(self.rules):
+            if rule.matches(node):
+                merged.update(rule.overrides())
+                applied.append(i)
+        return NodeSettings(**merged, matched_rules=tuple(applied))
+
+    def check(self, graph: Graph) -> list[str]:
+        """Check the rules against `graph`: ConfigError for a rule naming a node that does not
+        exist (with close matches); one warning per rule that matches no node."""
+        names = [node.name for node in graph.nodes]
+        known = set(names)
+        warnings = []
+        for i, rule in enumerate(self.rules):
+            where = f"{self.source}: rules[{i}]"
+            if rule.name is not None and rule.name not in known:
+                raise ConfigError(
+                    f"{where}: graph '{graph.name}' has no node named {rule.name!r}"
+                    f"{_suggest(rule.name, names)}"
+                )
+            if not any(rule.matches(node) for node in graph.nodes):
+                warnings.append(f"{where}: {rule.matcher()} matches no node{_hint(rule, graph)}")
+        return warnings
+
+    def with_default(self, **changes: Any) -> QuantConfig:
+        """A copy with some default settings changed (as CLI flags do)."""
+        _check_keys(changes, SETTING_KEYS, self.source)
+        return dataclasses.replace(self, default=dataclasses.replace(self.default, **changes))
+
+    # -- dict and YAML ------------------------------------------------------------------------
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None, source: str = "<config>") -> QuantConfig:
+        """Build a config from the parsed YAML structure `{default: {...}, rules: [...]}`."""
+        if data is None:
+            data = {}
+        if not isinstance(data, Mapping):
+            raise ConfigError(
+                f"{source}: a config is a mapping with 'default' and 'rules', "
+                f"got a {type(data).__name__}"
+            )
+        _check_keys(data, ("default", "rules"), source)
+        default_data = data.get("default") or {}
+        if not isinstance(default_data, Mapping):
+            raise ConfigError(f"{source}: default must be a mapping of settings")
+        _check_keys(default_data, SETTING_KEYS, f"{source}: default")
+        try:
+            default = NodeSettings(**default_data)
+        except ConfigError as e:
+            raise ConfigError(f"{source}: default: {e}") from None
+        rules_data = data.get("rules") or []
+        if not isinstance(rules_data, list):
+            raise ConfigError(f"{source}: rules must be a list, got a {type(rules_data).__name__}")
+        rules = []
+        for i, item in enumerate(rules_data):
+            where = f"{source}: rules[{i}]"
+            if not isinstance(item, Mapping):
+                raise ConfigError(f"{where}: a rule is a mapping, got {item!r}")
+            _check_keys(item, MATCHERS + SETTING_KEYS, where)
+            try:
+                rules.append(Rule(**item))
+            except ConfigError as e:
+                raise ConfigError(f"{where}: {e}") from None
+        return cls(default, tuple(rules), source)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"default": self.default.to_dict(), "rules": [r.to_dict() for r in self.rules]}
+
+    @classmethod
+    def from_yaml(cls, path: str | os.PathLike) -> QuantConfig:
+        """Read a YAML config; ConfigError (naming the file) if it is missing or malformed."""
+        source = os.fspath(path)
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise ConfigError(f"config file {source} not found") from None
+        except (OSError, UnicodeDecodeError) as e:
+            raise ConfigError(f"cannot read config file {source}: {e}") from None
+        return cls.from_yaml_text(text, source)
+
+    @classmethod
+    def from_yaml_text(cls, text: str, source: str = "<config>") -> QuantConfig:
+        try:
+            data = yaml.load(text, Loader=_StrictLoader)
+        except yaml.YAMLError as e:
+            raise ConfigError(f"{source}: malformed YAML: {_yaml_problem(e)}") from None
+        return cls.from_dict(data, source)
+
+    def to_yaml(self, path: str | os.PathLike | None = None) -> str:
+        """The config as YAML text; also written (atomically) to `path` when given."""
+        text = yaml.safe_dump(self.to_dict(), sort_keys=False, default_flow_style=False)
+        if path is not None:
+            target = Path(path)
+            fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
+            try:
+                with os.fdopen(fd, "w", encoding="utf-8") as f:
+                    f.write(text)
+                os.replace(tmp, target)
+            except BaseException:
+                Path(tmp).unlink(missing_ok=True)
+                raise
+        return text
+
+
+# -- validation helpers ---------------------------------------------------------------------------
+
+
+def _check_setting(key: str, value: Any) -> Any:
+    if key in _CHOICES:
+        choices = _CHOICES[key]
+        if not isinstance(value, str) or value not in choices:
+            raise ConfigError(
+                f"unknown {key} {value!r}{_suggest(str(value), choices, listing=False)}; "
+                f"valid: {', '.join(choices)}"
+            )
+        return value
+    if key == "per_channel":
+        if not isinstance(value, bool):
+            raise ConfigError(f"per_channel must be true or false, got {value!r}")
+        return value
+    if key == "percentile":
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 100:
+            raise ConfigError(f"percentile must be a number in (0, 100], got {value!r}")
+        return float(value)
+    raise ConfigError(f"unknown setting {key!r}")
+
+
+def _check_keys(data: Mapping[str, Any], valid: tuple[str, ...], where: str) -> None:
+    for key in data:
+        if key not in valid:
+            raise ConfigError(
+                f"{where}: unknown key {key!r}{_suggest(str(key), valid, listing=False)}; "
+                f"valid keys: {', '.join(valid)}"
+            )
+
+
+def _suggest(word: str, candidates: Iterable[str], listing: bool = True) -> str:
+    """` (did you mean 'a' or 'b'?)` from close matches; else (if `listing`) a few candidates."""
+    candidates = list(candidates)
+    close = difflib.get_close_matches(word, candidates, n=5, cutoff=0.6)
+    if close:
+        return f" (did you mean {' or '.join(repr(c) for c in close)}?)"
+    if listing and candidates:
+        shown = ", ".join(repr(c) for c in candidates[:8])
+        more = f" and {len(candidates) - 8} more" if len(candidates) > 8 else ""
+        return f"; its nodes are {shown}{more}"
+    return ""
+
+
+def _hint(rule: Rule, graph: Graph) -> str:
+    if rule.op_type is not None:
+        op_types = sorted({node.op_type for node in graph.nodes})
+        return _suggest(rule.op_type, op_types, listing=False) or (
+            f" (op types in the graph: {', '.join(op_types)})"
+        )
+    if rule.regex is not None:
+        return " (the regex must match the whole node name)"
+    return ""
+
+
+def _yaml_problem(error: yaml.YAMLError) -> str:
+    mark = getattr(error, "problem_mark", None)
+    problem = getattr(error, "problem", None) or str(error)
+    context = getattr(error, "context", None)
+    text = f"{context}, {problem}" if context else problem
+    if mark is not None:
+        return f"line {mark.line + 1}, column {mark.column + 1}: {text}"
+    return text
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """A SafeLoader (no arbitrary objects) that refuses duplicate keys instead of keeping the last
+    one silently."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            try:
+                duplicate = key in seen
+            except TypeError:  # unhashable: SafeLoader reports it below
+                continue
+            if duplicate:
+                raise yaml.constructor.ConstructorError(
+                    "while constructing a mapping", node.start_mark,
+                    f"found duplicate key {key!r}", key_node.start_mark,
+                )  # fmt: skip
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+_StrictLoader.add_constructor(
+    yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _StrictLoader.construct_mapping
+)
