@@ -62,7 +62,8 @@ def percentile(stats: StatsObserver, percentile: float = DEFAULT_PERCENTILE,
     data range). Per tail (default): `(100 - percentile) / 2` percent are cut from each tail, so
     `lo` and `hi` are the `(100 - percentile) / 2` and `(100 + percentile) / 2` percentiles of x.
     Percentiles are read from the histogram's cumulative counts, interpolating linearly inside a
-    bin (values assumed uniform within it). `percentile=100` gives min-max.
+    bin (values assumed uniform within it; exact zeros, counted apart, at 0). `percentile=100`
+    gives min-max.
     """
     lo, hi = _require_data(stats)
     if not 0.0 < percentile <= 100.0 or math.isnan(percentile):
@@ -72,21 +73,26 @@ def percentile(stats: StatsObserver, percentile: float = DEFAULT_PERCENTILE,
     hist = stats.histogram
     assert hist is not None
     if symmetric:
-        t = _quantile(hist.fold(), percentile / 100.0)
+        t = _quantile(hist.fold(), percentile / 100.0, stats.zeros)
         return _clamp(stats, -t, t)
     cut = (100.0 - percentile) / 200.0
-    return _clamp(stats, _quantile(hist, cut), _quantile(hist, 1.0 - cut))
+    return _clamp(stats, _quantile(hist, cut, stats.zeros),
+                  _quantile(hist, 1.0 - cut, stats.zeros))
 
 
-def _quantile(hist: Histogram, q: float) -> float:
-    """The value below which a fraction q of the histogram's mass lies (linear in each bin)."""
+def _quantile(hist: Histogram, q: float, zeros: int = 0) -> float:
+    """The value below which a fraction q of the histogram's mass lies: linear inside each bin,
+    except that the `zeros` exact zeros of bin [0, w) sit at 0."""
     cum = np.cumsum(hist.counts, dtype=np.float64)
     target = q * cum[-1]
-    i = int(np.searchsorted(cum, target, side="left"))
-    i = min(i, hist.bins - 1)
+    i = min(int(np.searchsorted(cum, target, side="left")), hist.bins - 1)
     before = cum[i - 1] if i else 0.0
     inside = float(hist.counts[i])
-    frac = (target - before) / inside if inside else 1.0
+    if hist.offset + i == 0 and zeros:
+        if target <= before + zeros:
+            return 0.0
+        before, inside = before + zeros, inside - zeros
+    frac = (target - before) / inside if inside > 0 else 1.0
     return float((hist.offset + i + min(max(frac, 0.0), 1.0)) * hist.width)
 
 
