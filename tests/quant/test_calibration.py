@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lowbit.errors import InputError
+from lowbit.ir import dtypes
 from lowbit.quant import calibration as cal
 from lowbit.quant.observers import StatsObserver
 
@@ -208,3 +209,30 @@ def test_calibration_is_fast_enough_for_a_model():
         cal.entropy(stats, steps=steps, symmetric=symmetric)
         cal.mse(stats, steps=steps, symmetric=symmetric)
     assert time.perf_counter() - start < 5.0
+
+
+def test_activation_params_chain_scheme_method_and_params():
+    rng = np.random.default_rng(9)
+    relu = observed(np.maximum(rng.normal(size=100_000), 0.0))
+    dtype, p = cal.activation_params(relu, scheme="symmetric_uint8", method="minmax")
+    assert dtype == dtypes.UINT8 and int(p.zero_point) == 0
+    assert float(p.scale) == pytest.approx(relu.max / 255, rel=1e-6)
+    dtype, p = cal.activation_params(relu, dtype=dtypes.INT16, scheme="symmetric")
+    assert dtype == dtypes.INT16 and float(p.scale) == pytest.approx(relu.max / 32767, rel=1e-6)
+    signed = observed(rng.normal(size=100_000))
+    dtype, p = cal.activation_params(signed, scheme="asymmetric", method="percentile",
+                                     percentile=99.0)
+    assert dtype == dtypes.INT8 and float(p.scale) < (signed.max - signed.min) / 255 / 1.3
+
+
+def test_weight_params_per_channel_with_a_zero_channel():
+    w = np.zeros((3, 2, 2, 2), np.float32)
+    w[0] = 0.5
+    w[2, 0] = -2.0
+    p = cal.weight_params(w, axis=0)
+    assert p.axis == 0 and list(p.zero_point) == [0, 0, 0]
+    np.testing.assert_allclose(p.scale, [0.5 / 127, 0.5 / 127, 2.0 / 127], rtol=1e-6)
+    per_tensor = cal.weight_params(w)
+    assert per_tensor.per_tensor and float(per_tensor.scale) == pytest.approx(2.0 / 127)
+    with pytest.raises(InputError, match="NaN"):
+        cal.weight_params(np.float32([1.0, np.nan]))

@@ -12,6 +12,7 @@ integer grid take two parameters that a scheme derives (`lowbit.quant.schemes.ca
   otherwise (255 for 8 bits). The step size is therefore `t / steps` or `(hi - lo) / steps`.
 
 In asymmetric mode the searched range always contains 0, as the final quantized range must.
+`activation_params` and `weight_params` chain scheme, method and scheme into QuantParams.
 Histogram-based methods work on the observer's exact power-of-two histogram, merged (exactly) down
 to at most `MAX_SEARCH_BINS` bins over the searched interval; candidate ends are bin edges.
 """
@@ -24,6 +25,10 @@ from collections.abc import Callable
 import numpy as np
 
 from lowbit.errors import InputError
+from lowbit.ir import dtypes
+from lowbit.ir.dtypes import DType
+from lowbit.ir.types import QuantParams
+from lowbit.quant import schemes
 from lowbit.quant.observers import Histogram, StatsObserver
 
 MAX_SEARCH_BINS = 4096
@@ -316,3 +321,34 @@ def calibrate(stats: StatsObserver, method: str = "minmax", *, steps: int = 255,
         return METHODS[method](stats, steps=steps, symmetric=symmetric)
     raise InputError(f"unknown calibration method '{method}'; choose one of "
                      f"{', '.join(METHODS)}")
+
+
+def activation_params(stats: StatsObserver, *, dtype: DType = dtypes.INT8,
+                      scheme: str = "asymmetric", method: str = "minmax",
+                      reduce_range: bool = False,
+                      percentile: float = DEFAULT_PERCENTILE) -> tuple[DType, QuantParams]:
+    """Storage dtype and per-tensor QuantParams of one profiled value: the scheme picks the
+    storage type and the calibration grid, the method the range, the scheme the parameters."""
+    lo, _ = _require_data(stats)
+    nonnegative = lo >= 0.0
+    storage = schemes.storage_dtype(scheme, dtype, nonnegative)
+    symmetric, steps = schemes.calibration_grid(scheme, storage, nonnegative, reduce_range)
+    lo, hi = calibrate(stats, method, steps=steps, symmetric=symmetric, percentile=percentile)
+    return storage, schemes.quant_params(lo, hi, storage, scheme, reduce_range=reduce_range)
+
+
+def weight_params(weight: np.ndarray, *, dtype: DType = dtypes.INT8, scheme: str = "symmetric",
+                  axis: int | None = None, reduce_range: bool = False) -> QuantParams:
+    """QuantParams of a constant weight from its min-max range: per tensor (`axis` None) or per
+    channel along `axis` (e.g. 0 for Conv output channels)."""
+    w = np.asarray(weight, dtype=np.float64)
+    if not np.all(np.isfinite(w)):
+        raise InputError("weight contains NaN or infinite values; fix the model")
+    if w.size == 0:
+        raise InputError("weight is empty; nothing to quantize")
+    if axis is None:
+        return schemes.quant_params(w.min(), w.max(), dtype, scheme, reduce_range=reduce_range)
+    ax = axis % w.ndim
+    others = tuple(i for i in range(w.ndim) if i != ax)
+    return schemes.quant_params(w.min(axis=others), w.max(axis=others), dtype, scheme, axis=ax,
+                                reduce_range=reduce_range)
