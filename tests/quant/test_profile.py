@@ -85,8 +85,8 @@ def test_save_load_round_trip(tmp_path: Path):
     text = path.read_text()
     assert text.startswith("format: lowbit-profile") and "graph_hash: sha256:" in text
     q = Profile.load(path, g)
-    assert (q.graph_hash, q.batches, q.samples, list(q)) == (
-        p.graph_hash, p.batches, p.samples, list(p))
+    assert (q.graph_hash, q.batches, q.samples, list(q), q.constants) == (
+        p.graph_hash, p.batches, p.samples, list(p), {"w"})
     for name in p:
         a, b = p[name], q[name]
         assert (a.count, a.zeros, a.nan, a.posinf, a.neginf, a.min, a.max) == (
@@ -201,3 +201,18 @@ def test_ten_times_more_batches_raise_peak_memory_by_less_than_20_percent():
     peak_memory(2)  # warm up lazy imports and caches
     few, many = peak_memory(8), peak_memory(80)
     assert many < 1.2 * few, (few, many)
+
+
+def test_merging_profiles_equals_profiling_all_batches():
+    g = small_graph()
+    data = list(batches(6, scale=2.0))
+    first = profile(g, data[:2], progress=False)
+    first.merge(profile(g, data[2:], progress=False))
+    whole = profile(g, data, progress=False)
+    assert (first.batches, first.samples) == (whole.batches, whole.samples)
+    assert first.constants == whole.constants == {"w"}
+    for name in ("x", "y", "w"):
+        np.testing.assert_array_equal(first[name].histogram.counts, whole[name].histogram.counts)
+        assert first[name].count == whole[name].count
+    with pytest.raises(InputError, match="different graphs"):
+        first.merge(profile(small_graph(weight_offset=1.0), data[:1], progress=False))

@@ -25,6 +25,7 @@ A `Profile` is saved as one YAML file (`Profile.save`, written to a temporary na
         histogram: {bins: 8192, exponent: -11, offset: -6349, counts: <b64>}
         channels: [{axis: 0, min: <b64>, max: <b64>}]
 
+Constant weights (observed once, not per batch) also carry `constant: true`.
 Arrays (`<b64>`) are base64 of zlib-compressed little-endian bytes: int64 for histogram counts
 (bin `offset + i` covers [(offset + i) * 2**exponent, (offset + i + 1) * 2**exponent)), float64
 for channel ranges. Everything else is plain YAML. A profile is keyed by the graph hash: loading
@@ -60,11 +61,13 @@ class Profile:
     counts."""
 
     def __init__(self, graph_hash: str, stats: dict[str, StatsObserver] | None = None,
-                 batches: int = 0, samples: int = 0) -> None:
+                 batches: int = 0, samples: int = 0, constants: set[str] | None = None) -> None:
         self.graph_hash = graph_hash
         self.stats: dict[str, StatsObserver] = dict(stats or {})
         self.batches = batches
         self.samples = samples
+        self.constants: set[str] = set(constants or ())
+        """Names of values that are Constant weights (observed once, not per batch)."""
 
     def __getitem__(self, name: str) -> StatsObserver:
         try:
@@ -95,6 +98,21 @@ class Profile:
                 f"this graph {actual[:19]}...); profile this model again "
                 f"(lowbit.profile or `lowbit profile`) with the same import options")
 
+    def merge(self, other: Profile) -> None:
+        """Add the statistics of another profile of the same graph (more calibration data)."""
+        if other.graph_hash != self.graph_hash:
+            raise InputError("cannot merge profiles taken on different graphs "
+                             f"({self.graph_hash[:19]}... and {other.graph_hash[:19]}...)")
+        for name, stats in other.stats.items():
+            if name in self.constants:
+                continue
+            if name in self.stats:
+                self.stats[name].merge(stats)
+            else:
+                self.stats[name] = stats
+        self.batches += other.batches
+        self.samples += other.samples
+
     # -- persistence ----------------------------------------------------------------------------
     def save(self, path: str | os.PathLike) -> None:
         """Write the profile as YAML (see the module docstring), atomically."""
@@ -104,7 +122,8 @@ class Profile:
             "graph_hash": self.graph_hash,
             "batches": self.batches,
             "samples": self.samples,
-            "values": {name: _stats_to_yaml(s) for name, s in self.stats.items()},
+            "values": {name: _stats_to_yaml(s, name in self.constants)
+                       for name, s in self.stats.items()},
         }
         text = yaml.dump(doc, Dumper=_Dumper, sort_keys=False, default_flow_style=False,
                          width=1 << 30)
@@ -130,10 +149,12 @@ class Profile:
             raise InputError(f"{path} is a version {doc.get('version')} profile; this lowbit "
                              f"reads version {VERSION}: profile the model again")
         try:
+            values = doc["values"] or {}
             stats = {str(name): _stats_from_yaml(str(name), entry)
-                     for name, entry in (doc["values"] or {}).items()}
+                     for name, entry in values.items()}
+            constants = {str(name) for name, entry in values.items() if entry.get("constant")}
             profile = cls(str(doc["graph_hash"]), stats, int(doc["batches"]),
-                          int(doc["samples"]))
+                          int(doc["samples"]), constants)
         except (KeyError, TypeError, ValueError, AttributeError, zlib.error) as exc:
             raise InputError(f"{path} is a damaged lowbit profile ({type(exc).__name__}: "
                              f"{exc})") from None
@@ -259,6 +280,7 @@ def profile(graph: Graph, batches: Iterable[Mapping[str, np.ndarray]], *, progre
                 obs = StatsObserver(node.output.name, bins, tuple(range(array.ndim)))
                 obs.observe(array)
                 result.stats[node.output.name] = obs
+                result.constants.add(node.output.name)
     return result
 
 
@@ -317,8 +339,9 @@ def _number(x: float | None) -> float | None:
     return None if x is None else float(x)
 
 
-def _stats_to_yaml(s: StatsObserver) -> dict[str, Any]:
-    entry: dict[str, Any] = {
+def _stats_to_yaml(s: StatsObserver, constant: bool) -> dict[str, Any]:
+    entry: dict[str, Any] = {"constant": True} if constant else {}
+    entry |= {
         "count": s.count, "zeros": s.zeros, "nan": s.nan, "posinf": s.posinf,
         "neginf": s.neginf, "min": _number(s.min), "max": _number(s.max),
     }
