@@ -236,3 +236,31 @@ def test_weight_params_per_channel_with_a_zero_channel():
     assert per_tensor.per_tensor and float(per_tensor.scale) == pytest.approx(2.0 / 127)
     with pytest.raises(InputError, match="NaN"):
         cal.weight_params(np.float32([1.0, np.nan]))
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.floats(-1e3, 1e3, allow_nan=False, width=32), min_size=1, max_size=300),
+    st.sampled_from(METHODS),
+    st.sampled_from([(True, 127), (False, 255), (True, 255), (False, 15), (True, 32767)]),
+)
+def test_any_data_gives_an_ordered_range_inside_the_data(values, method, grid):
+    symmetric, steps = grid
+    stats = observed(np.array(values))
+    lo, hi = cal.calibrate(stats, method, steps=steps, symmetric=symmetric)
+    assert stats.min <= lo <= hi <= stats.max
+    if symmetric and stats.min < 0 < stats.max:
+        assert lo == -hi or lo == stats.min or hi == stats.max
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.floats(0.5, 1e3), st.floats(1e-6, 1e-1), st.booleans(), st.integers(1, 255),
+       st.sampled_from(["entropy", "mse", "percentile"]), st.integers(0, 2**32 - 1))
+def test_tight_cluster_far_from_zero_keeps_an_ordered_range(center, spread, negative, steps,
+                                                             method, seed):
+    rng = np.random.default_rng(seed)
+    data = center + spread * rng.standard_normal(2000)
+    stats = observed(-data if negative else data)
+    for symmetric in (True, False):
+        lo, hi = cal.calibrate(stats, method, steps=steps, symmetric=symmetric)
+        assert stats.min <= lo <= hi <= stats.max

@@ -181,7 +181,7 @@ def test_fold_is_the_histogram_of_magnitudes():
     data = (rng.normal(size=20000) * 2 - 0.5).astype(np.float32)
     obs = StatsObserver("x")
     obs.observe(data)
-    folded = obs.histogram.fold()
+    folded = obs.histogram.fold().covering(0, 0)
     assert folded.offset == 0 and folded.total == data.size
     # |x| of a negative x exactly on an edge k*w lands in the bin below (x was in [k w, (k+1) w))
     mag = np.abs(data.astype(np.float64)) / folded.width
@@ -205,3 +205,11 @@ def test_integer_and_half_inputs_are_accepted():
     obs.observe(np.int8([-3, 4]))
     obs.observe(np.float16([0.5]))
     assert (obs.min, obs.max, obs.count) == (-3.0, 4.0, 3)
+
+
+def test_fold_of_one_signed_data_far_from_zero_stays_small():
+    obs = StatsObserver("x")
+    obs.observe(-(67.0 + 1e-5 * np.random.default_rng(6).standard_normal(1000)))
+    folded = obs.histogram.fold()
+    assert folded.bins == obs.histogram.bins and folded.offset > 0
+    np.testing.assert_array_equal(folded.counts, obs.histogram.counts[::-1])

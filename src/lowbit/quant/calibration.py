@@ -193,16 +193,25 @@ class _KL:
         return np.maximum(plogp - cross.sum(axis=1), 0.0)
 
 
-def _coordinate_descent(cost: Callable[[np.ndarray, np.ndarray], np.ndarray], n: int,
-                        zero: int, min_width: int) -> tuple[int, int]:
-    """Minimise cost(a, b) over windows [a, b) with a <= zero <= b and b - a >= min_width,
-    moving one end at a time (each move an exhaustive 1-D search) from the full window until
-    neither end moves."""
+def _occupied(counts: np.ndarray) -> tuple[int, int]:
+    """First and last non-empty bin. Windows must overlap them: a window [a, b) with
+    b <= first or a > last would hold no value, and its range would miss the data entirely."""
+    nz = np.flatnonzero(counts)
+    return int(nz[0]), int(nz[-1])
+
+
+def _coordinate_descent(cost: Callable[[np.ndarray, np.ndarray], np.ndarray],
+                        counts: np.ndarray, zero: int, min_width: int) -> tuple[int, int]:
+    """Minimise cost(a, b) over windows [a, b) with a <= zero <= b, b - a >= min_width and
+    some data inside, moving one end at a time (each move an exhaustive 1-D search) from the
+    full window until neither end moves."""
+    n = counts.size
+    first, last = _occupied(counts)
     a, b = 0, n
     for _ in range(32):
-        hi = np.arange(max(zero, a + min_width), n + 1)
+        hi = np.arange(max(zero, a + min_width, first + 1), n + 1)
         b_new = int(hi[np.argmin(cost(np.full(hi.size, a), hi))])
-        lo = np.arange(0, min(zero, b_new - min_width) + 1)
+        lo = np.arange(0, min(zero, b_new - min_width, last) + 1)
         a_new = int(lo[np.argmin(cost(lo, np.full(lo.size, b_new)))])
         if (a_new, b_new) == (a, b):
             break
@@ -234,11 +243,13 @@ def entropy(stats: StatsObserver, steps: int = 255, symmetric: bool = False) -> 
         return lo, hi
     kl = _KL(hist.counts, levels)
     if symmetric:
-        b = np.arange(levels, hist.bins + 1)
+        b = np.arange(max(levels, _occupied(hist.counts)[0] + 1), hist.bins + 1)
+        if b.size == 0:
+            return lo, hi
         best = int(b[np.argmin(kl(np.zeros(b.size, np.int64), b))])
         t = _edge(hist, best)
         return _clamp(stats, -t, t)
-    a, b = _coordinate_descent(kl, hist.bins, zero, levels)
+    a, b = _coordinate_descent(kl, hist.counts, zero, levels)
     return _clamp(stats, _edge(hist, a), _edge(hist, b))
 
 
@@ -287,14 +298,16 @@ def mse(stats: StatsObserver, steps: int = 255, symmetric: bool = False) -> Rang
         return lo, hi
     err = _SquaredError(hist.counts, steps, symmetric)
     n = hist.bins
+    first, last = _occupied(hist.counts)
     if symmetric:
-        b = np.arange(1, n + 1)
+        b = np.arange(first + 1, n + 1)
         t = _edge(hist, int(b[np.argmin(err(np.zeros(b.size, np.int64), b))]))
         return _clamp(stats, -t, t)
-    his = np.arange(zero, n + 1)
+    his = np.arange(max(zero, first + 1), n + 1)
+    a_max = min(zero, last)
     best, best_ab = math.inf, (0, n)
-    for start in range(0, zero + 1, 64):
-        a = np.arange(start, min(start + 64, zero + 1))[:, None]
+    for start in range(0, a_max + 1, 64):
+        a = np.arange(start, min(start + 64, a_max + 1))[:, None]
         e = np.where(his[None, :] > a, err(a, his[None, :]), np.inf)
         i, j = np.unravel_index(int(np.argmin(e)), e.shape)
         if e[i, j] < best:

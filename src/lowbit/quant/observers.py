@@ -116,16 +116,20 @@ class Histogram:
         return Histogram(counts, first, self.exponent + shift)
 
     def fold(self) -> Histogram:
-        """The histogram of |x|, on the same grid (exact: 0 is a bin edge; bin k < 0 holds values
-        in [k w, (k+1) w), whose magnitudes lie in bin -k-1, up to values exactly on an edge)."""
-        h = self.covering(0, 0)
-        neg = h.counts[:-h.offset] if h.offset < 0 else np.zeros(0, np.int64)
-        pos = h.counts[-h.offset:] if h.offset < 0 else h.counts
-        n = max(neg.size, pos.size)
-        counts = np.zeros(n, np.int64)
+        """The histogram of |x|, on the same grid, trimmed (exact: 0 is a bin edge; bin k < 0
+        holds values in [k w, (k+1) w), whose magnitudes lie in bin -k-1, up to values exactly
+        on an edge)."""
+        last = self.offset + self.bins - 1
+        if self.offset >= 0:
+            return self.trimmed()
+        if last < 0:
+            return Histogram(self.counts[::-1], -last - 1, self.exponent).trimmed()
+        neg = self.counts[:-self.offset][::-1]
+        pos = self.counts[-self.offset:]
+        counts = np.zeros(max(neg.size, pos.size), np.int64)
         counts[:pos.size] += pos
-        counts[:neg.size] += neg[::-1]
-        return Histogram(counts, 0, self.exponent).trimmed().covering(0, 0)
+        counts[:neg.size] += neg
+        return Histogram(counts, 0, self.exponent).trimmed()
 
     def bin_of(self, x: float) -> int:
         """Index k of the bin holding the real value `x`."""
