@@ -2,21 +2,24 @@
 
     graph = lowbit.load("model.onnx")
     outputs = lowbit.run(graph, {"input": x})
+    stats = lowbit.profile(graph, [{"input": x} for x in calibration_data])
 """
 
 from __future__ import annotations
 
 __version__ = "0.1.0"
 
-from lowbit.api import compile, load, run, save
+from lowbit.api import compile, load, profile, run, save
 from lowbit.errors import LowbitError
 from lowbit.ir import Graph, Node, QuantParams, TensorType, Value
 from lowbit.quant.config import QuantConfig
+from lowbit.quant.profile import Profile
 
 __all__ = [
     "Graph",
     "LowbitError",
     "Node",
+    "Profile",
     "QuantConfig",
     "QuantParams",
     "TensorType",
@@ -24,6 +27,7 @@ __all__ = [
     "__version__",
     "compile",
     "load",
+    "profile",
     "run",
     "save",
 ]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 import numpy as np
 
@@ -11,6 +11,8 @@ from lowbit import backends
 from lowbit.frontends import onnx_export, onnx_import
 from lowbit.ir.graph import Graph
 from lowbit.passes import canonicalize
+from lowbit.quant import profile as _profile
+from lowbit.quant.profile import Profile
 
 
 def load(path: str | os.PathLike, *, optimize: bool = True) -> Graph:
@@ -38,3 +40,18 @@ def run(
 ) -> dict[str, np.ndarray]:
     """Run `graph` on `inputs` ({input name: array}); returns {output name: array}."""
     return backends.compile(graph, backend)(inputs)
+
+
+def profile(
+    graph: Graph,
+    batches: Iterable[Mapping[str, np.ndarray]],
+    *,
+    progress: bool = True,
+    channel_axis: int | None = None,
+) -> Profile:
+    """Run `graph` on calibration batches ({input name: array} each) and return the per-value
+    statistics (ranges, histograms) that quantization calibrates from. `Profile.save(path)` and
+    `Profile.load(path, graph)` keep it in a file keyed by the graph's hash. Bad batches (NaN/Inf,
+    wrong shape or dtype, an empty set) raise `lowbit.errors.InputError` naming batch and input.
+    """
+    return _profile.profile(graph, batches, progress=progress, channel_axis=channel_axis)

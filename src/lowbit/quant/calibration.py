@@ -1,0 +1,367 @@
+"""Clipping ranges from observed statistics: min-max, percentile, entropy (KL) and MSE.
+
+Every method takes a value's `StatsObserver` and returns the real range `(lo, hi)` to quantize,
+always inside the observed finite range `[min, max]` (so the sign of the data stays visible to
+the scheme, which then makes the range symmetric or makes it contain 0). Methods that model the
+integer grid take two parameters that a scheme derives (`lowbit.quant.schemes.calibration_grid`):
+
+- `symmetric`: the grid is symmetric around 0 and only a threshold t is searched; the range is
+  `[-t, t]` intersected with the data range.
+- `steps`: the number of quantization steps (integer levels minus one) that cover `[0, t]` when
+  symmetric (127 for int8, 255 for a non-negative tensor in uint8), or the whole `[lo, hi]`
+  otherwise (255 for 8 bits). The step size is therefore `t / steps` or `(hi - lo) / steps`.
+
+In asymmetric mode the searched range always contains 0, as the final quantized range must.
+`activation_params` and `weight_params` chain scheme, method and scheme into QuantParams.
+Histogram-based methods work on the observer's exact power-of-two histogram, merged (exactly) down
+to at most `MAX_SEARCH_BINS` bins over the searched interval; candidate ends are bin edges.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import numpy as np
+
+from lowbit.errors import InputError
+from lowbit.ir import dtypes
+from lowbit.ir.dtypes import DType
+from lowbit.ir.types import QuantParams
+from lowbit.quant import schemes
+from lowbit.quant.observers import Histogram, StatsObserver
+
+MAX_SEARCH_BINS = 4096
+"""Bins over the searched interval ([0, max|x|] when symmetric, [min(lo,0), max(hi,0)]
+otherwise). At least 2048 whenever the data span that interval (see observers)."""
+
+DEFAULT_PERCENTILE = 99.99
+
+Range = tuple[float, float]
+
+
+def _require_data(stats: StatsObserver) -> tuple[float, float]:
+    if stats.min is None or stats.max is None:
+        what = f"'{stats.name}'" if stats.name else "this value"
+        extra = f" ({stats.nonfinite} non-finite values only)" if stats.nonfinite else ""
+        raise InputError(f"{what} has no finite calibration values{extra}; it cannot be "
+                         f"calibrated; check the calibration data or keep the node in float")
+    return stats.min, stats.max
+
+
+def _clamp(stats: StatsObserver, lo: float, hi: float) -> Range:
+    assert stats.min is not None and stats.max is not None
+    return max(lo, stats.min), min(hi, stats.max)
+
+
+def minmax(stats: StatsObserver) -> Range:
+    """The observed finite range `(min, max)`: nothing is clipped."""
+    return _require_data(stats)
+
+
+def percentile(stats: StatsObserver, percentile: float = DEFAULT_PERCENTILE,
+               symmetric: bool = False) -> Range:
+    """Clip the `100 - percentile` percent most extreme values.
+
+    Symmetric: t is the `percentile`-th percentile of |x| and the range is `[-t, t]` (within the
+    data range). Per tail (default): `(100 - percentile) / 2` percent are cut from each tail, so
+    `lo` and `hi` are the `(100 - percentile) / 2` and `(100 + percentile) / 2` percentiles of x.
+    Percentiles are read from the histogram's cumulative counts, interpolating linearly inside a
+    bin (values assumed uniform within it; exact zeros, counted apart, at 0). `percentile=100`
+    gives min-max.
+    """
+    lo, hi = _require_data(stats)
+    if not 0.0 < percentile <= 100.0 or math.isnan(percentile):
+        raise InputError(f"percentile must be in (0, 100], got {percentile}")
+    if lo == hi or percentile == 100.0:
+        return lo, hi
+    hist = stats.histogram
+    assert hist is not None
+    if symmetric:
+        t = _quantile(hist.fold(), percentile / 100.0, stats.zeros)
+        return _clamp(stats, -t, t)
+    cut = (100.0 - percentile) / 200.0
+    return _clamp(stats, _quantile(hist, cut, stats.zeros),
+                  _quantile(hist, 1.0 - cut, stats.zeros))
+
+
+def _quantile(hist: Histogram, q: float, zeros: int = 0) -> float:
+    """The value below which a fraction q of the histogram's mass lies: linear inside each bin,
+    except that the `zeros` exact zeros of bin [0, w) sit at 0."""
+    cum = np.cumsum(hist.counts, dtype=np.float64)
+    target = q * cum[-1]
+    i = min(int(np.searchsorted(cum, target, side="left")), hist.bins - 1)
+    before = cum[i - 1] if i else 0.0
+    inside = float(hist.counts[i])
+    if hist.offset + i == 0 and zeros:
+        if target <= before + zeros:
+            return 0.0
+        before, inside = before + zeros, inside - zeros
+    frac = (target - before) / inside if inside > 0 else 1.0
+    return float((hist.offset + i + min(max(frac, 0.0), 1.0)) * hist.width)
+
+
+# -- searches over windows of a histogram ---------------------------------------------------------
+def _search_histogram(stats: StatsObserver, symmetric: bool) -> tuple[Histogram, int]:
+    """The histogram searched and the edge index of 0 in it.
+
+    Symmetric: the histogram of |x| on [0, ...) (zero edge index 0). Otherwise the histogram
+    padded so that 0 is one of its edges. Both merged down to at most MAX_SEARCH_BINS bins.
+    Exact zeros are left out: every candidate grid represents 0 exactly, so they cost nothing
+    in any candidate, while left in they would swamp the bin [0, w) (a ReLU output is often
+    half zeros) and decide the search instead of the distribution of the other values.
+    """
+    hist = stats.histogram
+    assert hist is not None
+    if stats.zeros:
+        counts = hist.covering(0, 0).counts.copy()
+        counts[-min(hist.offset, 0)] -= stats.zeros
+        hist = Histogram(counts, min(hist.offset, 0), hist.exponent)
+    if symmetric:
+        hist = hist.fold()
+    last = hist.offset + hist.bins - 1
+    span = max(last, -1) - min(hist.offset, 0) + 1
+    if span > MAX_SEARCH_BINS:
+        hist = hist.coarsened(math.ceil(math.log2(span / MAX_SEARCH_BINS)))
+        last = hist.offset + hist.bins - 1
+    hist = hist.covering(min(hist.offset, 0), max(last, -1))
+    return hist, -hist.offset
+
+
+def _edge(hist: Histogram, index: int) -> float:
+    return math.ldexp(float(hist.offset + index), hist.exponent)
+
+
+def _xlogx(x: np.ndarray) -> np.ndarray:
+    out = np.zeros_like(x)
+    pos = x > 0
+    out[pos] = x[pos] * np.log(x[pos])
+    return out
+
+
+class _KL:
+    """KL(P || Q) of TensorRT-style entropy calibration for many windows [a, b) of one histogram.
+
+    For a window of bins [a, b): P is the histogram with the mass left of a added to bin a and
+    the mass right of b added to bin b-1 (clipped values land on the range ends). Q quantizes
+    the window into `levels` groups of consecutive bins (group j is bins a + floor(j*(b-a)/levels)
+    up to the next group's start) and spreads each group's in-window count evenly over the bins of
+    the group where P is non-zero. Both are normalised to sum 1; KL = sum P log(P/Q) over P > 0.
+    Where Q is 0 but P is not (clipped mass landing in a group that holds no in-window value),
+    Q is taken as eps = 0.01 / N (N the number of values): a finite penalty of about
+    p * log(100 p N) for clipped mass p, so clipping a handful of outliers is cheap and clipping
+    real mass is not. Evaluated from prefix sums in O(levels) per window, so every candidate
+    window is scored, not a sample of them.
+    """
+
+    CHUNK = 512
+
+    def __init__(self, counts: np.ndarray, levels: int) -> None:
+        total = float(counts.sum())
+        self.c = counts.astype(np.float64) / total
+        self.log_eps = math.log(0.01 / total)
+        self.levels = levels
+        self.cum = np.concatenate(([0.0], np.cumsum(self.c)))
+        self.nonzero = np.concatenate(([0], np.cumsum(self.c > 0)))
+        self.xlogx = np.concatenate(([0.0], np.cumsum(_xlogx(self.c))))
+
+    def __call__(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        out = np.empty(a.size)
+        for s in range(0, a.size, self.CHUNK):
+            out[s:s + self.CHUNK] = self._chunk(a[s:s + self.CHUNK], b[s:s + self.CHUNK])
+        return out
+
+    def _chunk(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        c, cum, levels = self.c, self.cum, self.levels
+        left = cum[a]
+        right = cum[-1] - cum[b]
+        inside = cum[b] - cum[a]
+        ca, cb = c[a], c[b - 1]
+        edges = a[:, None] + (np.arange(levels + 1)[None, :] * (b - a)[:, None]) // levels
+        group = cum[edges[:, 1:]] - cum[edges[:, :-1]]
+        support = (self.nonzero[edges[:, 1:]] - self.nonzero[edges[:, :-1]]).astype(np.float64)
+        support[:, 0] += (ca == 0) & (left > 0)
+        support[:, -1] += (cb == 0) & (right > 0)
+        mass = group.copy()
+        mass[:, 0] += left
+        mass[:, -1] += right
+        plogp = (self.xlogx[b] - self.xlogx[a] - _xlogx(ca) - _xlogx(cb)
+                 + _xlogx(ca + left) + _xlogx(cb + right))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            logq = np.where(group > 0, np.log(group / (support * inside[:, None])), self.log_eps)
+        cross = np.where(mass > 0, mass * logq, 0.0)
+        return np.maximum(plogp - cross.sum(axis=1), 0.0)
+
+
+def _occupied(counts: np.ndarray) -> tuple[int, int]:
+    """First and last non-empty bin. Windows must overlap them: a window [a, b) with
+    b <= first or a > last would hold no value, and its range would miss the data entirely."""
+    nz = np.flatnonzero(counts)
+    return int(nz[0]), int(nz[-1])
+
+
+def _coordinate_descent(cost: Callable[[np.ndarray, np.ndarray], np.ndarray],
+                        counts: np.ndarray, zero: int, min_width: int) -> tuple[int, int]:
+    """Minimise cost(a, b) over windows [a, b) with a <= zero <= b, b - a >= min_width and
+    some data inside, moving one end at a time (each move an exhaustive 1-D search) from the
+    full window until neither end moves."""
+    n = counts.size
+    first, last = _occupied(counts)
+    a, b = 0, n
+    for _ in range(32):
+        hi = np.arange(max(zero, a + min_width, first + 1), n + 1)
+        b_new = int(hi[np.argmin(cost(np.full(hi.size, a), hi))])
+        lo = np.arange(0, min(zero, b_new - min_width, last) + 1)
+        a_new = int(lo[np.argmin(cost(lo, np.full(lo.size, b_new)))])
+        if (a_new, b_new) == (a, b):
+            break
+        a, b = a_new, b_new
+    return a, b
+
+
+def entropy(stats: StatsObserver, steps: int = 255, symmetric: bool = False) -> Range:
+    """The range whose quantization loses the least information, by KL divergence (the TensorRT
+    entropy calibration, generalised to asymmetric ranges).
+
+    The grid has `steps + 1` levels over the searched window (`[0, t]` when symmetric: 128 for
+    int8, 256 for uint8 on a non-negative tensor; `[lo, hi]` otherwise). Each candidate window
+    of bins [a, b) is scored by `_KL` and the minimum wins (ties: the first candidate). Symmetric:
+    exhaustive search of t over bin edges of the |x| histogram. Asymmetric: the window contains 0;
+    for one-signed data only the far end moves (an exhaustive 1-D search, the unsigned case),
+    otherwise the two ends are searched alternately (coordinate descent) from the full range.
+    Windows narrower than `steps + 1` bins are not candidates, so with more levels than bins
+    (int16) the full range is returned: the histogram cannot tell the candidates apart.
+    """
+    lo, hi = _require_data(stats)
+    if steps < 1:
+        raise InputError(f"steps must be at least 1, got {steps}")
+    if lo == hi:
+        return lo, hi
+    hist, zero = _search_histogram(stats, symmetric)
+    levels = steps + 1
+    if hist.bins < levels or not hist.counts.any():
+        return lo, hi
+    kl = _KL(hist.counts, levels)
+    if symmetric:
+        b = np.arange(max(levels, _occupied(hist.counts)[0] + 1), hist.bins + 1)
+        if b.size == 0:
+            return lo, hi
+        best = int(b[np.argmin(kl(np.zeros(b.size, np.int64), b))])
+        t = _edge(hist, best)
+        return _clamp(stats, -t, t)
+    a, b = _coordinate_descent(kl, hist.counts, zero, levels)
+    return _clamp(stats, _edge(hist, a), _edge(hist, b))
+
+
+class _SquaredError:
+    """Expected squared quantization error of windows [a, b) of a histogram, in bin units.
+
+    Values are taken uniform within each bin. Values outside the window are clipped to its ends
+    and contribute their exact mean squared distance to the end; values inside contribute the
+    rounding noise of a uniform grid, step^2 / 12 each, with step = (b - a) / steps
+    (or b / steps when symmetric, where the histogram is of |x| and a = 0).
+    """
+
+    def __init__(self, counts: np.ndarray, steps: int, symmetric: bool) -> None:
+        c = counts.astype(np.float64)
+        mid = np.arange(c.size) + 0.5
+        self.steps, self.symmetric = steps, symmetric
+        self.m0 = np.concatenate(([0.0], np.cumsum(c)))
+        self.m1 = np.concatenate(([0.0], np.cumsum(c * mid)))
+        self.m2 = np.concatenate(([0.0], np.cumsum(c * (mid * mid + 1.0 / 12.0))))
+
+    def __call__(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        m0, m1, m2 = self.m0, self.m1, self.m2
+        af, bf = a.astype(np.float64), b.astype(np.float64)
+        below = m2[a] - 2 * af * m1[a] + af * af * m0[a]
+        above = ((m2[-1] - m2[b]) - 2 * bf * (m1[-1] - m1[b]) + bf * bf * (m0[-1] - m0[b]))
+        step = (bf if self.symmetric else bf - af) / self.steps
+        return below + above + (m0[b] - m0[a]) * step * step / 12.0
+
+
+def mse(stats: StatsObserver, steps: int = 255, symmetric: bool = False) -> Range:
+    """The range minimising the expected squared error between x and its quantized value.
+
+    The error of a candidate range is `_SquaredError` over the histogram (clipping exact per
+    bin, rounding modelled as step^2/12 inside the range). Candidate ends are bin edges.
+    Symmetric: exhaustive search of t over the |x| histogram, step t / steps. Asymmetric: the
+    range contains 0 and every pair of ends (lo <= 0 <= hi, at least one bin apart) is scored,
+    step (hi - lo) / steps: a global, exhaustive search.
+    """
+    lo, hi = _require_data(stats)
+    if steps < 1:
+        raise InputError(f"steps must be at least 1, got {steps}")
+    if lo == hi:
+        return lo, hi
+    hist, zero = _search_histogram(stats, symmetric)
+    if not hist.counts.any():
+        return lo, hi
+    err = _SquaredError(hist.counts, steps, symmetric)
+    n = hist.bins
+    first, last = _occupied(hist.counts)
+    if symmetric:
+        b = np.arange(first + 1, n + 1)
+        t = _edge(hist, int(b[np.argmin(err(np.zeros(b.size, np.int64), b))]))
+        return _clamp(stats, -t, t)
+    his = np.arange(max(zero, first + 1), n + 1)
+    a_max = min(zero, last)
+    best, best_ab = math.inf, (0, n)
+    for start in range(0, a_max + 1, 64):
+        a = np.arange(start, min(start + 64, a_max + 1))[:, None]
+        e = np.where(his[None, :] > a, err(a, his[None, :]), np.inf)
+        i, j = np.unravel_index(int(np.argmin(e)), e.shape)
+        if e[i, j] < best:
+            best, best_ab = float(e[i, j]), (int(a[i, 0]), int(his[j]))
+    return _clamp(stats, _edge(hist, best_ab[0]), _edge(hist, best_ab[1]))
+
+
+METHODS: dict[str, Callable[..., Range]] = {
+    "minmax": minmax,
+    "percentile": percentile,
+    "entropy": entropy,
+    "mse": mse,
+}
+
+
+def calibrate(stats: StatsObserver, method: str = "minmax", *, steps: int = 255,
+              symmetric: bool = False, percentile: float = DEFAULT_PERCENTILE) -> Range:
+    """The clipping range of one value by `method` (one of METHODS); see each method."""
+    if method == "minmax":
+        return minmax(stats)
+    if method == "percentile":
+        return METHODS["percentile"](stats, percentile=percentile, symmetric=symmetric)
+    if method in METHODS:
+        return METHODS[method](stats, steps=steps, symmetric=symmetric)
+    raise InputError(f"unknown calibration method '{method}'; choose one of "
+                     f"{', '.join(METHODS)}")
+
+
+def activation_params(stats: StatsObserver, *, dtype: DType = dtypes.INT8,
+                      scheme: str = "asymmetric", method: str = "minmax",
+                      reduce_range: bool = False,
+                      percentile: float = DEFAULT_PERCENTILE) -> tuple[DType, QuantParams]:
+    """Storage dtype and per-tensor QuantParams of one profiled value: the scheme picks the
+    storage type and the calibration grid, the method the range, the scheme the parameters."""
+    lo, _ = _require_data(stats)
+    nonnegative = lo >= 0.0
+    storage = schemes.storage_dtype(scheme, dtype, nonnegative)
+    symmetric, steps = schemes.calibration_grid(scheme, storage, nonnegative, reduce_range)
+    lo, hi = calibrate(stats, method, steps=steps, symmetric=symmetric, percentile=percentile)
+    return storage, schemes.quant_params(lo, hi, storage, scheme, reduce_range=reduce_range)
+
+
+def weight_params(weight: np.ndarray, *, dtype: DType = dtypes.INT8, scheme: str = "symmetric",
+                  axis: int | None = None, reduce_range: bool = False) -> QuantParams:
+    """QuantParams of a constant weight from its min-max range: per tensor (`axis` None) or per
+    channel along `axis` (e.g. 0 for Conv output channels)."""
+    w = np.asarray(weight, dtype=np.float64)
+    if not np.all(np.isfinite(w)):
+        raise InputError("weight contains NaN or infinite values; fix the model")
+    if w.size == 0:
+        raise InputError("weight is empty; nothing to quantize")
+    if axis is None:
+        return schemes.quant_params(w.min(), w.max(), dtype, scheme, reduce_range=reduce_range)
+    ax = axis % w.ndim
+    others = tuple(i for i in range(w.ndim) if i != ax)
+    return schemes.quant_params(w.min(axis=others), w.max(axis=others), dtype, scheme, axis=ax,
+                                reduce_range=reduce_range)

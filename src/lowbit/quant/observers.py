@@ -1,0 +1,356 @@
+"""Streaming statistics of one tensor value: range, non-finite counts, histogram, channel ranges.
+
+`StatsObserver.observe(array)` is called once per calibration batch; its memory does not grow
+with the number of batches. The histogram lives on an absolute grid of power-of-two bin widths:
+
+    bin k covers [k * 2**exponent, (k + 1) * 2**exponent)
+
+and holds at most `bins` (default 8192) counters. When data falls outside the current window the
+exponent grows by the smallest amount that makes the whole observed range fit, and old bins merge
+into new ones by integer index arithmetic (`k >> d`): every new bin is exactly the union of
+2**d old bins, so no count is ever split, interpolated or re-sampled, and the result equals
+(bin for bin) a histogram of all the data computed at once with the final exponent.
+
+Because the exponent is the smallest that fits, the observed range always spans more than
+`bins / 2 - 1` bins (at least 4095 with the default), and since 0 is always a bin edge the
+histogram of |x| (`Histogram.fold`) is exact too, with at least 2047 bins over [0, max|x|] for
+any tensor. Two histograms on the grid merge exactly as well (`StatsObserver.merge`).
+
+Bins are never narrower than max|x| * 2**-40 nor 2**-126 (the resolution floor, which only a
+range that narrow relative to its magnitude reaches, e.g. a constant tensor): the bin index of
+every value then stays below 2**41 in magnitude and is computed exactly in float32 arithmetic
+(a power-of-two scaling and a floor).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+DEFAULT_BINS = 8192
+"""Histogram capacity. Twice the promised resolution, because widening doubles bin widths."""
+
+_MAX_INDEX_BITS = 40
+_MIN_EXPONENT = -126
+_CHUNK = 1 << 20
+"""Elements binned per step, bounding the temporary index arrays (8 MiB) of large tensors."""
+
+
+@dataclass(frozen=True, eq=False)
+class Histogram:
+    """Counts of values in the bins `offset .. offset + len(counts) - 1` of width `2**exponent`.
+
+    Bin k covers `[k * width, (k + 1) * width)`. `counts` is int64 and read-only.
+    """
+
+    counts: np.ndarray
+    offset: int
+    exponent: int
+
+    def __post_init__(self) -> None:
+        counts = np.array(self.counts, dtype=np.int64, copy=True).reshape(-1)
+        counts.setflags(write=False)
+        object.__setattr__(self, "counts", counts)
+        object.__setattr__(self, "offset", int(self.offset))
+        object.__setattr__(self, "exponent", int(self.exponent))
+
+    @property
+    def width(self) -> float:
+        return math.ldexp(1.0, self.exponent)
+
+    @property
+    def bins(self) -> int:
+        return int(self.counts.size)
+
+    @property
+    def start(self) -> float:
+        """Left edge of the first bin."""
+        return math.ldexp(float(self.offset), self.exponent)
+
+    @property
+    def stop(self) -> float:
+        """Right edge of the last bin."""
+        return math.ldexp(float(self.offset + self.bins), self.exponent)
+
+    @property
+    def edges(self) -> np.ndarray:
+        """The `bins + 1` bin edges (float64, exact)."""
+        return np.ldexp(np.arange(self.offset, self.offset + self.bins + 1, dtype=np.float64),
+                        self.exponent)
+
+    @property
+    def total(self) -> int:
+        return int(self.counts.sum())
+
+    def trimmed(self) -> Histogram:
+        """The same histogram without empty bins at either end."""
+        nz = np.flatnonzero(self.counts)
+        if nz.size == 0:
+            return Histogram(np.zeros(0, np.int64), self.offset, self.exponent)
+        return Histogram(self.counts[nz[0]:nz[-1] + 1], self.offset + int(nz[0]), self.exponent)
+
+    def covering(self, lo_bin: int, hi_bin: int) -> Histogram:
+        """The same counts padded with empty bins so that bins `lo_bin .. hi_bin` are included."""
+        lo = min(lo_bin, self.offset)
+        hi = max(hi_bin, self.offset + self.bins - 1)
+        counts = np.zeros(hi - lo + 1, np.int64)
+        counts[self.offset - lo:self.offset - lo + self.bins] = self.counts
+        return Histogram(counts, lo, self.exponent)
+
+    def coarsened(self, shift: int) -> Histogram:
+        """Merge aligned groups of `2**shift` bins: bin k goes to bin `k >> shift` (exact)."""
+        if shift < 0:
+            raise ValueError(f"cannot refine a histogram (shift {shift})")
+        if shift == 0 or self.bins == 0:
+            return self if shift == 0 else Histogram(self.counts, self.offset >> shift,
+                                                     self.exponent + shift)
+        # Indices stay below 2**62 in magnitude, so a shift of 62 already maps them to 0 or -1.
+        new = (np.arange(self.bins, dtype=np.int64) + self.offset) >> min(shift, 62)
+        starts = np.concatenate(([0], np.flatnonzero(np.diff(new)) + 1))
+        sums = np.add.reduceat(self.counts, starts)
+        first = int(new[0])
+        counts = np.zeros(int(new[-1]) - first + 1, np.int64)
+        counts[new[starts] - first] = sums
+        return Histogram(counts, first, self.exponent + shift)
+
+    def fold(self) -> Histogram:
+        """The histogram of |x|, on the same grid, trimmed (exact: 0 is a bin edge; bin k < 0
+        holds values in [k w, (k+1) w), whose magnitudes lie in bin -k-1, up to values exactly
+        on an edge)."""
+        last = self.offset + self.bins - 1
+        if self.offset >= 0:
+            return self.trimmed()
+        if last < 0:
+            return Histogram(self.counts[::-1], -last - 1, self.exponent).trimmed()
+        neg = self.counts[:-self.offset][::-1]
+        pos = self.counts[-self.offset:]
+        counts = np.zeros(max(neg.size, pos.size), np.int64)
+        counts[:pos.size] += pos
+        counts[:neg.size] += neg
+        return Histogram(counts, 0, self.exponent).trimmed()
+
+    def bin_of(self, x: float) -> int:
+        """Index k of the bin holding the real value `x`."""
+        return math.floor(math.ldexp(x, -self.exponent))
+
+
+def _index_exponent_floor(maxabs: float) -> int:
+    if maxabs == 0.0:
+        return _MIN_EXPONENT
+    return max(math.frexp(maxabs)[1] - _MAX_INDEX_BITS, _MIN_EXPONENT)
+
+
+def fit_exponent(lo: float, hi: float, bins: int, at_least: int | None = None) -> int:
+    """The smallest exponent e (not below `at_least` nor the resolution floor) such that
+    bins `floor(lo / 2**e) .. floor(hi / 2**e)` number at most `bins`."""
+    floor_e = _index_exponent_floor(max(abs(lo), abs(hi)))
+    if at_least is not None:
+        floor_e = max(floor_e, at_least)
+    if hi <= lo:
+        return floor_e
+    e = max(math.ceil(math.log2((hi - lo) / (bins - 1))) - 1, floor_e)
+    while math.floor(math.ldexp(hi, -e)) - math.floor(math.ldexp(lo, -e)) + 1 > bins:
+        e += 1
+    return e
+
+
+@dataclass
+class ChannelRange:
+    """Per-channel minimum and maximum along one axis (NaN where a channel had no finite
+    value)."""
+
+    axis: int
+    min: np.ndarray
+    max: np.ndarray
+
+
+@dataclass
+class StatsObserver:
+    """Streaming statistics of one value over many arrays.
+
+    `count` is the number of finite elements seen, `zeros` how many of them are exactly 0 (they
+    quantize without error under every scheme, which calibration takes into account); `nan`,
+    `posinf`, `neginf` count the non-finite ones (they take no part in the range or histogram).
+    `min`/`max` are the finite extremes (None before any finite value). `channel_axes` asks for
+    per-channel ranges along those axes.
+    """
+
+    name: str = ""
+    bins: int = DEFAULT_BINS
+    channel_axes: tuple[int, ...] = ()
+    count: int = 0
+    zeros: int = 0
+    nan: int = 0
+    posinf: int = 0
+    neginf: int = 0
+    min: float | None = None
+    max: float | None = None
+    channels: dict[int, ChannelRange] = field(default_factory=dict)
+    _counts: np.ndarray | None = field(default=None, repr=False)
+    _offset: int = field(default=0, repr=False)
+    _exponent: int | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.bins < 16:
+            raise ValueError(f"a histogram needs at least 16 bins, got {self.bins}")
+
+    # -- queries --------------------------------------------------------------------------------
+    @property
+    def nonfinite(self) -> int:
+        return self.nan + self.posinf + self.neginf
+
+    @property
+    def histogram(self) -> Histogram | None:
+        """The histogram trimmed to its occupied bins; None when no finite value was seen."""
+        if self._counts is None:
+            return None
+        assert self._exponent is not None
+        return Histogram(self._counts, self._offset, self._exponent).trimmed()
+
+    def channel_range(self, axis: int) -> ChannelRange:
+        try:
+            return self.channels[axis]
+        except KeyError:
+            raise KeyError(f"no per-channel range along axis {axis} for '{self.name}'; "
+                           f"observed axes: {sorted(self.channels)}") from None
+
+    # -- updates --------------------------------------------------------------------------------
+    def observe(self, array: np.ndarray) -> None:
+        """Add every element of `array` to the statistics."""
+        x = np.asarray(array)
+        if x.dtype not in (np.float32, np.float64):
+            x = x.astype(np.float64 if x.dtype.itemsize > 4 else np.float32)
+        if x.size == 0:
+            return
+        self._observe_channels(x)
+        flat = x.reshape(-1)
+        lo, hi = float(flat.min()), float(flat.max())
+        if not (math.isfinite(lo) and math.isfinite(hi)):
+            finite = np.isfinite(flat)
+            nan = int(np.count_nonzero(np.isnan(flat)))
+            pos = int(np.count_nonzero(flat == np.inf))
+            self.nan += nan
+            self.posinf += pos
+            self.neginf += int(flat.size - np.count_nonzero(finite)) - nan - pos
+            flat = flat[finite]
+            if flat.size == 0:
+                return
+            lo, hi = float(flat.min()), float(flat.max())
+        self.min = lo if self.min is None else min(self.min, lo)
+        self.max = hi if self.max is None else max(self.max, hi)
+        self._ensure_window()
+        self._add(flat)
+        self.count += flat.size
+        self.zeros += int(flat.size - np.count_nonzero(flat))
+
+    def _ensure_window(self) -> None:
+        """Move and widen the window so that [min, max] fits, merging bins exactly."""
+        assert self.min is not None and self.max is not None
+        if self._exponent is None or self._counts is None:
+            e = fit_exponent(self.min, self.max, self.bins)
+            self._counts = np.zeros(self.bins, np.int64)
+            self._offset, self._exponent = math.floor(math.ldexp(self.min, -e)), e
+            return
+        e = self._exponent
+        lo_k = math.floor(math.ldexp(self.min, -e))
+        hi_k = math.floor(math.ldexp(self.max, -e))
+        if lo_k >= self._offset and hi_k < self._offset + self.bins:
+            return
+        new_e = fit_exponent(self.min, self.max, self.bins, at_least=e)
+        old = Histogram(self._counts, self._offset, e).trimmed().coarsened(new_e - e)
+        offset = math.floor(math.ldexp(self.min, -new_e))
+        counts = np.zeros(self.bins, np.int64)
+        if old.bins:
+            start = old.offset - offset
+            counts[start:start + old.bins] = old.counts
+        self._counts, self._offset, self._exponent = counts, offset, new_e
+
+    def _add(self, flat: np.ndarray) -> None:
+        assert self._exponent is not None and self._counts is not None
+        scale = flat.dtype.type(math.ldexp(1.0, -self._exponent))
+        for start in range(0, flat.size, _CHUNK):
+            y = flat[start:start + _CHUNK] * scale
+            np.floor(y, out=y)
+            idx = y.astype(np.int64)
+            idx -= self._offset
+            self._counts += np.bincount(idx, minlength=self.bins)
+
+    def _observe_channels(self, x: np.ndarray) -> None:
+        for axis in self.channel_axes:
+            if not -x.ndim <= axis < x.ndim:
+                continue
+            ax = axis % x.ndim
+            others = tuple(i for i in range(x.ndim) if i != ax)
+            finite = bool(np.isfinite(x).all())
+            src = x if finite else np.where(np.isfinite(x), x, np.nan)
+            with np.errstate(invalid="ignore"), _quiet_all_nan():
+                lo = (src.min(axis=others) if finite else np.nanmin(src, axis=others))
+                hi = (src.max(axis=others) if finite else np.nanmax(src, axis=others))
+            lo, hi = lo.astype(np.float64), hi.astype(np.float64)
+            current = self.channels.get(axis)
+            if current is None:
+                self.channels[axis] = ChannelRange(axis, lo, hi)
+            elif current.min.shape != lo.shape:
+                raise ValueError(
+                    f"'{self.name}': axis {axis} has {lo.size} channels in this array but "
+                    f"{current.min.size} before")
+            else:
+                current.min = np.fmin(current.min, lo)
+                current.max = np.fmax(current.max, hi)
+
+    def merge(self, other: StatsObserver) -> None:
+        """Add the statistics of `other` (same value, other data) to this one, exactly."""
+        for axis, ch in other.channels.items():
+            mine = self.channels.get(axis)
+            if mine is None:
+                self.channels[axis] = ChannelRange(axis, ch.min.copy(), ch.max.copy())
+            else:
+                mine.min, mine.max = np.fmin(mine.min, ch.min), np.fmax(mine.max, ch.max)
+        self.nan += other.nan
+        self.posinf += other.posinf
+        self.neginf += other.neginf
+        theirs = other.histogram
+        if theirs is None or other.min is None or other.max is None:
+            return
+        parts = [h for h in (self.histogram, theirs) if h is not None]
+        self.min = other.min if self.min is None else min(self.min, other.min)
+        self.max = other.max if self.max is None else max(self.max, other.max)
+        e = max([fit_exponent(self.min, self.max, self.bins)] + [h.exponent for h in parts])
+        self._offset = math.floor(math.ldexp(self.min, -e))
+        self._exponent = e
+        counts = np.zeros(self.bins, np.int64)
+        for h in parts:
+            c = h.coarsened(e - h.exponent)
+            counts[c.offset - self._offset:c.offset - self._offset + c.bins] += c.counts
+        self._counts = counts
+        self.count += other.count
+        self.zeros += other.zeros
+
+    # -- persistence ----------------------------------------------------------------------------
+    def restore_histogram(self, hist: Histogram | None) -> None:
+        """Install a saved histogram (from `histogram`; used when loading a profile)."""
+        if hist is None or hist.bins == 0:
+            self._counts, self._exponent = None, None
+            return
+        if hist.bins > self.bins:
+            raise ValueError(f"'{self.name}': saved histogram has {hist.bins} bins, more than "
+                             f"the capacity {self.bins}")
+        counts = np.zeros(self.bins, np.int64)
+        counts[:hist.bins] = hist.counts
+        self._counts, self._offset, self._exponent = counts, hist.offset, hist.exponent
+
+
+class _quiet_all_nan:
+    """Silence numpy's RuntimeWarning for all-NaN slices (a channel with no finite value)."""
+
+    def __enter__(self) -> None:
+        import warnings
+
+        self._ctx = warnings.catch_warnings()
+        self._ctx.__enter__()
+        warnings.simplefilter("ignore", RuntimeWarning)
+
+    def __exit__(self, *exc) -> None:
+        self._ctx.__exit__(*exc)

@@ -1,0 +1,398 @@
+"""Profiling: per-value statistics of a float graph over calibration data.
+
+`profile(graph, batches)` runs the reference interpreter on every batch with a `StatsObserver`
+on each float value quantization may touch: the graph inputs, every float node output and every
+float Constant (observed once, with per-channel ranges along each of its axes). Memory does not
+grow with the number of batches: observers have fixed size and the interpreter frees each
+intermediate after its last use.
+
+A `Profile` is saved as one YAML file (`Profile.save`, written to a temporary name and renamed):
+
+    format: lowbit-profile
+    version: 1
+    graph_hash: sha256:...      # lowbit.ir.hashing.graph_hash of the profiled graph
+    batches: 100
+    samples: 100                # sum over batches of the first input's leading dimension
+    values:
+      conv1_out:
+        count: 401408           # finite elements; then zeros, nan, posinf, neginf counts
+        zeros: 0
+        nan: 0
+        posinf: 0
+        neginf: 0
+        min: -3.1
+        max: 5.2
+        histogram: {bins: 8192, exponent: -11, offset: -6349, counts: <b64>}
+        channels: [{axis: 0, min: <b64>, max: <b64>}]
+
+Constant weights (observed once, not per batch) also carry `constant: true`.
+Arrays (`<b64>`) are base64 of zlib-compressed little-endian bytes: int64 for histogram counts
+(bin `offset + i` covers [(offset + i) * 2**exponent, (offset + i + 1) * 2**exponent)), float64
+for channel ranges. Everything else is plain YAML. A profile is keyed by the graph hash: loading
+it for, or checking it against, another graph is refused.
+"""
+
+from __future__ import annotations
+
+import base64
+import math
+import os
+import tempfile
+import zlib
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from lowbit.backends.reference.interpreter import Interpreter, check_inputs
+from lowbit.errors import InputError, LowbitError
+from lowbit.ir.graph import CONSTANT, Graph, Node, Value
+from lowbit.ir.hashing import graph_hash
+from lowbit.quant.observers import DEFAULT_BINS, ChannelRange, Histogram, StatsObserver
+
+FORMAT = "lowbit-profile"
+VERSION = 1
+
+
+class Profile:
+    """Statistics per value name, the hash of the graph they were taken on, batch and sample
+    counts."""
+
+    def __init__(self, graph_hash: str, stats: dict[str, StatsObserver] | None = None,
+                 batches: int = 0, samples: int = 0, constants: set[str] | None = None) -> None:
+        self.graph_hash = graph_hash
+        self.stats: dict[str, StatsObserver] = dict(stats or {})
+        self.batches = batches
+        self.samples = samples
+        self.constants: set[str] = set(constants or ())
+        """Names of values that are Constant weights (observed once, not per batch)."""
+
+    def __getitem__(self, name: str) -> StatsObserver:
+        try:
+            return self.stats[name]
+        except KeyError:
+            raise InputError(f"the profile has no statistics for value '{name}' "
+                             f"({len(self.stats)} values profiled)") from None
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.stats
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.stats)
+
+    def __len__(self) -> int:
+        return len(self.stats)
+
+    def __repr__(self) -> str:
+        return (f"<Profile {len(self.stats)} values, {self.batches} batches, {self.samples} "
+                f"samples, graph {self.graph_hash[:19]}>")
+
+    def check(self, graph: Graph, source: str = "the profile") -> None:
+        """Refuse (InputError) a profile taken on a graph other than `graph`."""
+        actual = graph_hash(graph)
+        if actual != self.graph_hash:
+            raise InputError(
+                f"{source} was taken on a different graph (profile {self.graph_hash[:19]}..., "
+                f"this graph {actual[:19]}...); profile this model again "
+                f"(lowbit.profile or `lowbit profile`) with the same import options")
+
+    def merge(self, other: Profile) -> None:
+        """Add the statistics of another profile of the same graph (more calibration data)."""
+        if other.graph_hash != self.graph_hash:
+            raise InputError("cannot merge profiles taken on different graphs "
+                             f"({self.graph_hash[:19]}... and {other.graph_hash[:19]}...)")
+        for name, stats in other.stats.items():
+            if name in self.constants:
+                continue
+            if name in self.stats:
+                self.stats[name].merge(stats)
+            else:
+                self.stats[name] = stats
+        self.batches += other.batches
+        self.samples += other.samples
+
+    # -- persistence ----------------------------------------------------------------------------
+    def save(self, path: str | os.PathLike) -> None:
+        """Write the profile as YAML (see the module docstring), atomically."""
+        doc = {
+            "format": FORMAT,
+            "version": VERSION,
+            "graph_hash": self.graph_hash,
+            "batches": self.batches,
+            "samples": self.samples,
+            "values": {name: _stats_to_yaml(s, name in self.constants)
+                       for name, s in self.stats.items()},
+        }
+        text = yaml.dump(doc, Dumper=_Dumper, sort_keys=False, default_flow_style=False,
+                         width=1 << 30)
+        _write_atomically(Path(path), text.encode("utf-8"))
+
+    @classmethod
+    def load(cls, path: str | os.PathLike, graph: Graph | None = None) -> Profile:
+        """Read a profile written by `save`; with `graph`, refuse one taken on another graph."""
+        path = Path(path)
+        try:
+            text = path.read_bytes()
+        except OSError as exc:
+            raise InputError(f"cannot read profile {path}: {exc.strerror or exc}") from None
+        try:
+            doc = yaml.load(text, Loader=_Loader)
+        except yaml.YAMLError as exc:
+            raise InputError(f"{path} is not a lowbit profile (invalid YAML: "
+                             f"{str(exc).splitlines()[0]})") from None
+        if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+            raise InputError(f"{path} is not a lowbit profile (no 'format: {FORMAT}' header); "
+                             f"create one with lowbit.profile(...).save(path)")
+        if doc.get("version") != VERSION:
+            raise InputError(f"{path} is a version {doc.get('version')} profile; this lowbit "
+                             f"reads version {VERSION}: profile the model again")
+        try:
+            values = doc["values"] or {}
+            stats = {str(name): _stats_from_yaml(str(name), entry)
+                     for name, entry in values.items()}
+            constants = {str(name) for name, entry in values.items() if entry.get("constant")}
+            profile = cls(str(doc["graph_hash"]), stats, int(doc["batches"]),
+                          int(doc["samples"]), constants)
+        except (KeyError, TypeError, ValueError, AttributeError, zlib.error) as exc:
+            raise InputError(f"{path} is a damaged lowbit profile ({type(exc).__name__}: "
+                             f"{exc})") from None
+        if graph is not None:
+            profile.check(graph, source=f"profile {path}")
+        return profile
+
+
+# -- profiling ------------------------------------------------------------------------------------
+def _is_float(value: Value) -> bool:
+    return value.type is not None and value.type.dtype.is_float
+
+
+def _float_array(array: np.ndarray) -> bool:
+    kind = array.dtype.kind
+    return kind == "f" or (kind == "V" and "float" in array.dtype.name)
+
+
+class _Recorder:
+    """The interpreter observer: feeds each profiled node output to its StatsObserver."""
+
+    def __init__(self, graph: Graph, bins: int, channel_axis: int | None) -> None:
+        self.bins = bins
+        self.axes = () if channel_axis is None else (channel_axis,)
+        self.stats: dict[str, StatsObserver] = {}
+        self.untyped: set[Value] = set()
+        self.watched: dict[Value, StatsObserver] = {}
+        for v in graph.inputs:
+            if _is_float(v) or v.type is None:
+                self._watch(v)
+        for node in graph.nodes:
+            if node.op_type == CONSTANT:
+                continue
+            for v in node.outputs:
+                if _is_float(v) or v.type is None:
+                    self._watch(v)
+
+    def _watch(self, v: Value) -> None:
+        if v.type is None:
+            self.untyped.add(v)
+        else:
+            self.watched[v] = self.stats[v.name] = StatsObserver(v.name, self.bins, self.axes)
+
+    def observe(self, value: Value, array: np.ndarray) -> None:
+        obs = self.watched.get(value)
+        if obs is None and value in self.untyped and _float_array(array):
+            self.untyped.discard(value)
+            obs = self.watched[value] = self.stats[value.name] = StatsObserver(
+                value.name, self.bins, self.axes)
+        if obs is not None:
+            obs.observe(array)
+
+    def __call__(self, node: Node, outputs: list[np.ndarray]) -> None:
+        for value, array in zip(node.outputs, outputs, strict=False):
+            self.observe(value, array)
+
+
+def _check_batch(graph: Graph, batch: Any, index: int) -> list[np.ndarray]:
+    """The batch's arrays in graph-input order, or InputError naming the batch and input."""
+    where = f"calibration batch {index}"
+    if not isinstance(batch, Mapping):
+        raise InputError(f"{where} is a {type(batch).__name__}; each batch must be a dict "
+                         f"{{input name: array}} (inputs: "
+                         f"{', '.join(v.name for v in graph.inputs)})")
+    try:
+        arrays = check_inputs(graph, batch)
+    except InputError as exc:
+        raise InputError(f"{where}: {exc}") from None
+    for value, array in zip(graph.inputs, arrays, strict=True):
+        if array.size == 0:
+            raise InputError(f"{where}: input '{value.name}' is empty (shape "
+                             f"{tuple(array.shape)}); remove empty batches")
+        if _float_array(array):
+            finite = np.isfinite(array if array.dtype.kind == "f" else array.astype(np.float32))
+            if not finite.all():
+                bad = array[~finite].astype(np.float32)
+                nan = int(np.isnan(bad).sum())
+                inf = bad.size - nan
+                first = tuple(int(i) for i in np.argwhere(~finite)[0])
+                raise InputError(
+                    f"{where}: input '{value.name}' contains {nan} NaN and {inf} infinite "
+                    f"value(s) (first at index {first}); calibration data must be finite")
+    return arrays
+
+
+def profile(graph: Graph, batches: Iterable[Mapping[str, np.ndarray]], *, progress: bool = True,
+            channel_axis: int | None = None, bins: int = DEFAULT_BINS) -> Profile:
+    """Run `graph` on every batch ({input name: array}) and collect per-value statistics.
+
+    Observed: float graph inputs, float node outputs (per batch) and float constants (once, with
+    per-channel ranges along every axis). `channel_axis` also records per-channel ranges of
+    activations along that axis. Batches are consumed one at a time (a generator keeps memory
+    flat). Refused with InputError naming the batch (its position, from 0) and input: a batch
+    that is not a dict, inputs that do not match the model's names, dtypes or shapes, empty
+    arrays, NaN or Inf in a float input, and an empty calibration set.
+    `samples` counts the first input's leading dimension over all batches.
+    """
+    recorder = _Recorder(graph, bins, channel_axis)
+    interpreter = Interpreter(graph, observers=[recorder])
+    result = Profile(graph_hash(graph))
+    total = len(batches) if hasattr(batches, "__len__") else None  # type: ignore[arg-type]
+    with _progress_bar(progress, total) as advance:
+        for index, batch in enumerate(batches):
+            arrays = _check_batch(graph, batch, index)
+            for value, array in zip(graph.inputs, arrays, strict=True):
+                recorder.observe(value, array)
+            try:
+                interpreter(batch)
+            except LowbitError as exc:
+                raise type(exc)(f"calibration batch {index}: {exc}") from exc
+            result.batches += 1
+            first = arrays[0] if arrays else None
+            result.samples += int(first.shape[0]) if first is not None and first.ndim else 1
+            advance()
+    if result.batches == 0:
+        raise InputError("the calibration set is empty: no batches were given; pass an iterable "
+                         "of {input name: array} with at least one batch")
+    result.stats.update(recorder.stats)
+    for node in graph.nodes:
+        if node.op_type == CONSTANT and node.output.name not in result.stats:
+            array = node.attrs["value"]
+            if _float_array(array):
+                obs = StatsObserver(node.output.name, bins, tuple(range(array.ndim)))
+                obs.observe(array)
+                result.stats[node.output.name] = obs
+                result.constants.add(node.output.name)
+    return result
+
+
+class _progress_bar:
+    """A rich progress bar on stderr when enabled; yields a function advancing it by one."""
+
+    def __init__(self, enabled: bool, total: int | None) -> None:
+        self.enabled, self.total = enabled, total
+        self.bar: Any = None
+
+    def __enter__(self):
+        if not self.enabled:
+            return lambda: None
+        from rich.console import Console
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
+
+        self.bar = Progress(TextColumn("profiling"), BarColumn(), MofNCompleteColumn(),
+                            TimeElapsedColumn(), TimeRemainingColumn(),
+                            console=Console(stderr=True), transient=False)
+        self.bar.__enter__()
+        task = self.bar.add_task("profiling", total=self.total)
+        return lambda: self.bar.advance(task)
+
+    def __exit__(self, *exc) -> None:
+        if self.bar is not None:
+            self.bar.__exit__(*exc)
+
+
+# -- YAML encoding --------------------------------------------------------------------------------
+class _Dumper(getattr(yaml, "CSafeDumper", yaml.SafeDumper)):  # type: ignore[misc]
+    pass
+
+
+class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
+    pass
+
+
+def _pack(array: np.ndarray, dtype: str) -> str:
+    data = np.ascontiguousarray(array, dtype=np.dtype(dtype).newbyteorder("<")).tobytes()
+    return base64.b64encode(zlib.compress(data, 6)).decode("ascii")
+
+
+def _unpack(text: str, dtype: str) -> np.ndarray:
+    data = zlib.decompress(base64.b64decode(text.encode("ascii"), validate=True))
+    return np.frombuffer(data, dtype=np.dtype(dtype).newbyteorder("<")).astype(dtype)
+
+
+def _number(x: float | None) -> float | None:
+    return None if x is None else float(x)
+
+
+def _stats_to_yaml(s: StatsObserver, constant: bool) -> dict[str, Any]:
+    entry: dict[str, Any] = {"constant": True} if constant else {}
+    entry |= {
+        "count": s.count, "zeros": s.zeros, "nan": s.nan, "posinf": s.posinf,
+        "neginf": s.neginf, "min": _number(s.min), "max": _number(s.max),
+    }
+    hist = s.histogram
+    if hist is not None:
+        entry["histogram"] = {"bins": s.bins, "exponent": hist.exponent, "offset": hist.offset,
+                              "counts": _pack(hist.counts, "int64")}
+    if s.channels:
+        entry["channels"] = [{"axis": ch.axis, "min": _pack(ch.min, "float64"),
+                              "max": _pack(ch.max, "float64")} for ch in s.channels.values()]
+    return entry
+
+
+def _stats_from_yaml(name: str, entry: dict[str, Any]) -> StatsObserver:
+    hist_doc = entry.get("histogram")
+    channels = entry.get("channels") or []
+    s = StatsObserver(name, int(hist_doc["bins"]) if hist_doc else DEFAULT_BINS,
+                      tuple(int(c["axis"]) for c in channels))
+    s.count, s.zeros = int(entry["count"]), int(entry["zeros"])
+    s.nan, s.posinf, s.neginf = int(entry["nan"]), int(entry["posinf"]), int(entry["neginf"])
+    s.min = None if entry["min"] is None else float(entry["min"])
+    s.max = None if entry["max"] is None else float(entry["max"])
+    for x in (s.min, s.max):
+        if x is not None and not math.isfinite(x):
+            raise ValueError(f"'{name}': range is not finite")
+    if hist_doc:
+        hist = Histogram(_unpack(hist_doc["counts"], "int64"), int(hist_doc["offset"]),
+                         int(hist_doc["exponent"]))
+        if hist.total != s.count:
+            raise ValueError(f"'{name}': histogram holds {hist.total} values, count says "
+                             f"{s.count}")
+        s.restore_histogram(hist)
+    for c in channels:
+        axis = int(c["axis"])
+        s.channels[axis] = ChannelRange(axis, _unpack(c["min"], "float64"),
+                                        _unpack(c["max"], "float64"))
+    return s
+
+
+def _write_atomically(path: Path, data: bytes) -> None:
+    folder = path.parent if str(path.parent) else Path(".")
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
+    except OSError as exc:
+        raise InputError(f"cannot write {path}: {exc.strerror or exc}") from None
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

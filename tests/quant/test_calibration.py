@@ -1,0 +1,266 @@
+"""Calibration methods on distributions whose right answer is known."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lowbit.errors import InputError
+from lowbit.ir import dtypes
+from lowbit.quant import calibration as cal
+from lowbit.quant.observers import StatsObserver
+
+METHODS = ["minmax", "percentile", "entropy", "mse"]
+# (symmetric, steps): int8 symmetric and 8-bit asymmetric grids
+GRIDS = [(True, 127), (False, 255)]
+
+
+def observed(data: np.ndarray, name: str = "x") -> StatsObserver:
+    obs = StatsObserver(name)
+    for chunk in np.array_split(data.astype(np.float32), 7):
+        obs.observe(chunk)
+    return obs
+
+
+@pytest.fixture(scope="module")
+def gaussian_with_outliers() -> StatsObserver:
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=1_000_000)
+    x[:2] = [40.0, -35.0]  # 2 per million: far beyond what a grid should spend its levels on
+    return observed(rng.permutation(x))
+
+
+@pytest.fixture(scope="module")
+def uniform() -> StatsObserver:
+    return observed(np.random.default_rng(1).uniform(-1.0, 1.0, size=500_000))
+
+
+@pytest.mark.parametrize("symmetric,steps", GRIDS)
+def test_minmax_keeps_outliers_others_clip_them(gaussian_with_outliers, symmetric, steps):
+    stats = gaussian_with_outliers
+    assert cal.calibrate(stats, "minmax", steps=steps, symmetric=symmetric) == (-35.0, 40.0)
+    for method in ["percentile", "entropy"]:
+        lo, hi = cal.calibrate(stats, method, steps=steps, symmetric=symmetric)
+        assert -6 < lo < -3 and 3 < hi < 6, (method, lo, hi)
+        if symmetric:
+            assert lo == -hi
+    # MSE weighs each outlier by its squared clipping error: it clips them, less hard.
+    lo, hi = cal.calibrate(stats, "mse", steps=steps, symmetric=symmetric)
+    assert -20 < lo < -3 and 3 < hi < 20, (lo, hi)
+
+
+@pytest.mark.parametrize("symmetric,steps", GRIDS)
+@pytest.mark.parametrize("method", METHODS)
+def test_uniform_data_is_not_clipped(uniform, method, symmetric, steps):
+    lo, hi = cal.calibrate(uniform, method, steps=steps, symmetric=symmetric)
+    assert lo == pytest.approx(uniform.min, rel=0.01)
+    assert hi == pytest.approx(uniform.max, rel=0.01)
+
+
+def test_percentile_reads_quantiles_per_tail_and_of_magnitudes():
+    data = np.random.default_rng(2).uniform(0.0, 1.0, size=1_000_000)
+    stats = observed(data)
+    lo, hi = cal.percentile(stats, 99.0)
+    assert lo == pytest.approx(np.quantile(data, 0.005), abs=1e-3)
+    assert hi == pytest.approx(np.quantile(data, 0.995), abs=1e-3)
+    shifted = observed(data - 0.25)
+    lo, hi = cal.percentile(shifted, 90.0, symmetric=True)
+    t = np.quantile(np.abs(data - 0.25), 0.9)
+    assert hi == pytest.approx(t, abs=1e-3) and lo == pytest.approx(-0.25, abs=1e-6)
+    assert cal.percentile(stats, 100.0) == (stats.min, stats.max)
+
+
+@pytest.mark.parametrize("p", [0.0, -1.0, 100.5, float("nan")])
+def test_percentile_out_of_range_is_refused(uniform, p):
+    with pytest.raises(InputError, match="percentile"):
+        cal.percentile(uniform, p)
+
+
+def test_non_negative_data_keeps_lo_at_zero():
+    rng = np.random.default_rng(3)
+    relu = observed(np.maximum(rng.normal(size=500_000), 0.0))
+    for method in METHODS:
+        for symmetric, steps in [(False, 255), (True, 255), (True, 127)]:
+            lo, hi = cal.calibrate(relu, method, steps=steps, symmetric=symmetric)
+            assert lo == 0.0 and 3.0 < hi <= relu.max, (method, symmetric, hi)
+
+
+def test_entropy_is_not_swamped_by_exact_zeros():
+    """Half the values of a ReLU output are exactly 0; they cost nothing in any grid and must
+    not decide the threshold (left in, they pull it down to about 2 sigma)."""
+    rng = np.random.default_rng(4)
+    relu = observed(np.maximum(rng.normal(size=1_000_000), 0.0))
+    dense = observed(np.abs(rng.normal(size=500_000)))
+    _, hi_relu = cal.entropy(relu, steps=255)
+    _, hi_dense = cal.entropy(dense, steps=255)
+    assert hi_relu == pytest.approx(hi_dense, rel=0.15)
+
+
+def fake_quant_mse(data: np.ndarray, lo: float, hi: float, steps: int) -> float:
+    s = (hi - lo) / steps
+    q = np.clip(np.round((data - lo) / s), 0, steps)
+    return float(np.mean((q * s + lo - data) ** 2))
+
+
+def test_mse_range_beats_neighbouring_ranges_on_real_error():
+    rng = np.random.default_rng(5)
+    data = rng.laplace(size=400_000)
+    stats = observed(data)
+    for steps in (15, 255):
+        lo, hi = cal.mse(stats, steps=steps)
+        best = fake_quant_mse(data, lo, hi, steps)
+        for f_lo, f_hi in [(0.8, 1.0), (1.0, 0.8), (1.25, 1.25), (0.8, 0.8), (1.2, 1.0)]:
+            lo2, hi2 = max(lo * f_lo, stats.min), min(hi * f_hi, stats.max)
+            assert best <= fake_quant_mse(data, lo2, hi2, steps) * 1.02, (steps, f_lo, f_hi)
+        assert best < fake_quant_mse(data, stats.min, stats.max, steps)
+
+
+def test_mse_symmetric_matches_brute_force_threshold():
+    rng = np.random.default_rng(6)
+    data = rng.standard_t(4, size=300_000)
+    stats = observed(data)
+    _, t = cal.mse(stats, steps=31, symmetric=True)
+
+    def err(t: float) -> float:
+        s = t / 31
+        return float(np.mean((np.clip(np.round(data / s), -31, 31) * s - data) ** 2))
+
+    grid = np.linspace(0.5, float(np.abs(data).max()), 400)
+    t_best = grid[np.argmin([err(g) for g in grid])]
+    assert err(t) <= err(t_best) * 1.01
+
+
+def naive_kl(counts: np.ndarray, a: int, b: int, levels: int) -> float:
+    """The documented KL, computed bin by bin."""
+    c = counts.astype(np.float64)
+    n = c.sum()
+    p = c[a:b].copy()
+    p[0] += c[:a].sum()
+    p[-1] += c[b:].sum()
+    q = np.zeros(b - a)
+    width = b - a
+    for j in range(levels):
+        s, e = j * width // levels, (j + 1) * width // levels
+        support = p[s:e] > 0
+        if support.any():
+            q[s:e][support] = c[a + s:a + e].sum() / support.sum()
+    if c[a:b].sum():
+        q /= c[a:b].sum()
+    p /= n
+    q = np.where((p > 0) & (q == 0), 0.01 / n, q)
+    m = p > 0
+    return float(np.sum(p[m] * np.log(p[m] / q[m])))
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.integers(2, 16), st.data())
+def test_vectorised_kl_matches_bin_by_bin_definition(seed, levels, data):
+    rng = np.random.default_rng(seed)
+    n = 100
+    counts = rng.integers(0, 20, size=n) * (rng.random(n) < 0.7)
+    counts[rng.integers(0, n)] += 1
+    a = data.draw(st.integers(0, n - levels))
+    b = data.draw(st.integers(a + levels, n))
+    got = cal._KL(counts, levels)(np.array([a]), np.array([b]))[0]
+    assert got == pytest.approx(naive_kl(counts, a, b, levels), rel=1e-9, abs=1e-12)
+
+
+def test_entropy_with_more_levels_than_bins_returns_full_range(gaussian_with_outliers):
+    stats = gaussian_with_outliers
+    assert cal.entropy(stats, steps=32767, symmetric=True) == (stats.min, stats.max)
+
+
+def test_entropy_asymmetric_follows_a_skewed_distribution():
+    rng = np.random.default_rng(7)
+    data = np.concatenate([rng.normal(3, 1, size=300_000), -rng.exponential(0.3, 300_000)])
+    stats = observed(data)
+    lo, hi = cal.entropy(stats, steps=255)
+    assert stats.min < lo < -1.0 and 5.0 < hi < stats.max
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_constant_tensor_gives_its_point(method):
+    stats = observed(np.full(100, 2.5))
+    assert cal.calibrate(stats, method) == (2.5, 2.5)
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_no_finite_values_is_a_clear_error(method):
+    stats = StatsObserver("conv1_out")
+    stats.observe(np.float32([np.nan, np.inf]))
+    with pytest.raises(InputError, match=r"'conv1_out' has no finite calibration values"):
+        cal.calibrate(stats, method)
+
+
+def test_unknown_method_is_refused(uniform):
+    with pytest.raises(InputError, match=r"unknown calibration method 'kl'.*minmax"):
+        cal.calibrate(uniform, "kl")
+
+
+def test_calibration_is_fast_enough_for_a_model():
+    rng = np.random.default_rng(8)
+    stats = observed(rng.normal(size=200_000) * rng.choice([0.1, 3.0], size=200_000))
+    import time
+
+    start = time.perf_counter()
+    for symmetric, steps in GRIDS:
+        cal.entropy(stats, steps=steps, symmetric=symmetric)
+        cal.mse(stats, steps=steps, symmetric=symmetric)
+    assert time.perf_counter() - start < 5.0
+
+
+def test_activation_params_chain_scheme_method_and_params():
+    rng = np.random.default_rng(9)
+    relu = observed(np.maximum(rng.normal(size=100_000), 0.0))
+    dtype, p = cal.activation_params(relu, scheme="symmetric_uint8", method="minmax")
+    assert dtype == dtypes.UINT8 and int(p.zero_point) == 0
+    assert float(p.scale) == pytest.approx(relu.max / 255, rel=1e-6)
+    dtype, p = cal.activation_params(relu, dtype=dtypes.INT16, scheme="symmetric")
+    assert dtype == dtypes.INT16 and float(p.scale) == pytest.approx(relu.max / 32767, rel=1e-6)
+    signed = observed(rng.normal(size=100_000))
+    dtype, p = cal.activation_params(signed, scheme="asymmetric", method="percentile",
+                                     percentile=99.0)
+    assert dtype == dtypes.INT8 and float(p.scale) < (signed.max - signed.min) / 255 / 1.3
+
+
+def test_weight_params_per_channel_with_a_zero_channel():
+    w = np.zeros((3, 2, 2, 2), np.float32)
+    w[0] = 0.5
+    w[2, 0] = -2.0
+    p = cal.weight_params(w, axis=0)
+    assert p.axis == 0 and list(p.zero_point) == [0, 0, 0]
+    np.testing.assert_allclose(p.scale, [0.5 / 127, 0.5 / 127, 2.0 / 127], rtol=1e-6)
+    per_tensor = cal.weight_params(w)
+    assert per_tensor.per_tensor and float(per_tensor.scale) == pytest.approx(2.0 / 127)
+    with pytest.raises(InputError, match="NaN"):
+        cal.weight_params(np.float32([1.0, np.nan]))
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.floats(-1e3, 1e3, allow_nan=False, width=32), min_size=1, max_size=300),
+    st.sampled_from(METHODS),
+    st.sampled_from([(True, 127), (False, 255), (True, 255), (False, 15), (True, 32767)]),
+)
+def test_any_data_gives_an_ordered_range_inside_the_data(values, method, grid):
+    symmetric, steps = grid
+    stats = observed(np.array(values))
+    lo, hi = cal.calibrate(stats, method, steps=steps, symmetric=symmetric)
+    assert stats.min <= lo <= hi <= stats.max
+    if symmetric and stats.min < 0 < stats.max:
+        assert lo == -hi or lo == stats.min or hi == stats.max
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.floats(0.5, 1e3), st.floats(1e-6, 1e-1), st.booleans(), st.integers(1, 255),
+       st.sampled_from(["entropy", "mse", "percentile"]), st.integers(0, 2**32 - 1))
+def test_tight_cluster_far_from_zero_keeps_an_ordered_range(center, spread, negative, steps,
+                                                             method, seed):
+    rng = np.random.default_rng(seed)
+    data = center + spread * rng.standard_normal(2000)
+    stats = observed(-data if negative else data)
+    for symmetric in (True, False):
+        lo, hi = cal.calibrate(stats, method, steps=steps, symmetric=symmetric)
+        assert stats.min <= lo <= hi <= stats.max
