@@ -27,6 +27,7 @@ from lowbit.ir import dtypes
 from lowbit.ir.graph import CONSTANT, Graph, Node, Value
 from lowbit.ir.types import TensorType
 from lowbit.ops.registry import FUSED_CLIP, KEEP, QUANT_DOMAIN, REQUANT, lookup
+from lowbit.passes.dead_code import eliminate_dead_code
 from lowbit.passes.quant_cleanup import fold_quantized_constants
 from lowbit.quant import arith
 
@@ -253,7 +254,7 @@ def lower(graph: Graph, form: str) -> Graph:
         raise UnsupportedError(f"unknown quantized export format '{form}'; choose one of "
                                f"{', '.join(FORMATS)}")
     g = fold_quantized_constants(graph.copy())
-    lowered = _Lowering(g, form).run()
+    lowered = eliminate_dead_code(_Lowering(g, form).run())
     for v in lowered.values():
         if v.type is not None and v.type.quant is not None:
             v.type = TensorType(v.type.dtype, v.type.shape)

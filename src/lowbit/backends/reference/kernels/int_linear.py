@@ -7,8 +7,10 @@ and b the int32 bias (zero point 0, scale s_x * s_w):
     y[c]   = saturate(requantize(acc[c], M[c] = s_x * s_w[c] / s_y) + z_y)
 
 clamped to the output range narrowed by a fused Relu/Clip. Padding (Conv) adds x = z_x, i.e. 0
-after centring. `requantize` is `lowbit.quant.fixed_point`'s integer expression in the node's
-encoding.
+after centring. Wide operands (16-bit activations with 16-bit weights) can exceed int32: the
+accumulator is then shifted right by the static r = max(0, ceil(log2(bound)) - 31), with
+bound = K * 2**bits_x * 2**(bits_w - 1) + max|b|, rounding half up, and M becomes M * 2**r.
+`requantize` is `lowbit.quant.fixed_point`'s integer expression in the node's encoding.
 """
 
 from __future__ import annotations
@@ -20,6 +22,18 @@ from lowbit.backends.reference.windows import conv_nd
 from lowbit.errors import KernelError
 from lowbit.ops.conv_geometry import window_from_attrs
 from lowbit.quant import arith
+
+
+def narrow_accumulator(acc: np.ndarray, k: int, tx, tw, bias: np.ndarray | None, M):
+    """(acc, M) with acc shifted into int32 where its static bound needs it (see the module
+    docstring); unchanged for 8-bit operands."""
+    bound = k * (1 << tx.dtype.bits) * (1 << (tw.dtype.bits - 1))
+    if bias is not None and bias.size:
+        bound += int(np.abs(bias.astype(np.int64)).max())
+    r = max(0, int(bound).bit_length() - 31)
+    if r == 0:
+        return acc, M
+    return (acc + (1 << (r - 1))) >> r, np.asarray(M, np.float64) * float(1 << r)
 
 
 def _types(node, n: int) -> list:
@@ -60,8 +74,9 @@ def conv(node, inputs):
     s_w = _weight_axis_scale(tw, 0)
     s_in = arith.scale_of(tx)
     acc = _add_bias(node, acc, b, tb, s_in * s_w, 1)
-    return [arith.requantize(node, acc, s_in * s_w / arith.scale_of(out), out,
-                             axis=1 if s_w.ndim else None)]
+    k = int(np.prod(w.shape[1:]))
+    acc, M = narrow_accumulator(acc, k, tx, tw, b, s_in * s_w / arith.scale_of(out))
+    return [arith.requantize(node, acc, M, out, axis=1 if s_w.ndim else None)]
 
 
 @kernel("Gemm", quantized=True)
@@ -83,8 +98,8 @@ def gemm(node, inputs):
     s_w = _weight_axis_scale(tb, 0 if trans_b else 1)
     s_in = arith.scale_of(ta)
     acc = _add_bias(node, acc, c, tc, s_in * s_w, 1)
-    return [arith.requantize(node, acc, s_in * s_w / arith.scale_of(out), out,
-                             axis=1 if s_w.ndim else None)]
+    acc, M = narrow_accumulator(acc, xa.shape[-1], ta, tb, c, s_in * s_w / arith.scale_of(out))
+    return [arith.requantize(node, acc, M, out, axis=1 if s_w.ndim else None)]
 
 
 @kernel("MatMul", quantized=True)
@@ -98,6 +113,7 @@ def matmul(node, inputs):
     acc = _matmul_exact(arith.centred(a, ta), arith.centred(bmat, tb))
     s_w = _weight_axis_scale(tb, -1)
     M = arith.scale_of(ta) * s_w / arith.scale_of(out)
+    acc, M = narrow_accumulator(acc, a.shape[-1], ta, tb, None, M)
     return [arith.requantize(node, acc, M, out, axis=acc.ndim - 1 if s_w.ndim else None)]
 
 
