@@ -48,7 +48,7 @@ def infer_node(node: Node) -> list[TensorType]:
     in_types = [v.type if v is not None else None for v in node.inputs]
     quantized = op.quant_rule is not None and any(t is not None and t.quant is not None
                                                   for t in in_types)
-    if quantized:
+    if quantized and op.quant_rule != KEEP:
         in_types = [_float_view(t) for t in in_types]
     try:
         out = op.infer(node, in_types)
@@ -76,18 +76,21 @@ def _float_view(t: TensorType | None) -> TensorType | None:
 
 def _quantized_result(node: Node, op: OpDef, value, inferred: TensorType) -> TensorType:
     """The result type of a quantized node: the declared quantized type with the inferred
-    shape; for KEEP ops without a declared type, the input's type."""
+    shape; for KEEP ops, what the op inferred, or else the input's parameters."""
     declared = value.type
     if declared is not None and declared.quant is not None:
         return TensorType(declared.dtype, inferred.shape, declared.quant)
-    if not inferred.dtype.is_float:
+    if inferred.quant is not None:
         return inferred
     source = node.inputs[0].type if node.inputs and node.inputs[0] is not None else None
-    if op.quant_rule == KEEP and source is not None and source.quant is not None:
+    if op.quant_rule == KEEP and source is not None and source.quant is not None and \
+            inferred.dtype == source.dtype:
         if source.quant.per_tensor or source.shape == inferred.shape:
             return TensorType(source.dtype, inferred.shape, source.quant)
         raise ModelError(f"{node.describe()}: cannot carry per-channel parameters (axis "
                          f"{source.quant.axis}) through a shape change; quantize per tensor")
+    if not inferred.dtype.is_float:
+        return inferred
     raise ModelError(f"{node.describe()}: output '{value.name}' of a quantized node has no "
                      f"quantized type")
 
