@@ -90,9 +90,12 @@ def quantize_linear(node, inputs):
     """q = x / y_scale in the precision dtype p (the `precision` attribute, else y_scale's
     dtype; x and y_scale are first converted to p), rounded to nearest even.
     Integer results: y = clamp(rint(q) + y_zero_point, qmin, qmax), NaN giving qmin (as ONNX
-    Runtime's MLAS and the ONNX reference do). Float8/float4 results: y = convert(q + 0) with
+    Runtime's MLAS and the ONNX reference do). Float results (zero point 0): y = convert(q),
     round-to-nearest-even, saturating to the largest finite value when `saturate` (always for
-    float4e2m1), else overflowing to NaN/inf as Cast does."""
+    float4e2m1), else overflowing to NaN/inf as the ONNX Cast table says (ONNX Runtime 1.32
+    saturates float8e4m3fn regardless). float8 keeps the sign of -0 (as ONNX Runtime and the
+    ONNX reference); float4e2m1 adds the zero point as the spec's formula says, turning -0 into
+    +0 (as the ONNX reference and its conformance case)."""
     x, scale, zero = (list(inputs) + [None])[:3]
     zero_type = None if zero is None else dtypes.from_numpy(zero.dtype)
     out = quantize_output_dtype(node, zero_type)
@@ -103,7 +106,7 @@ def quantize_linear(node, inputs):
         q = x.astype(p) / s
     if out in FLOAT_CODES:
         _float_zero_point(node, zero)
-        if zero is not None:
+        if zero is not None and out == dtypes.FLOAT4E2M1:
             with np.errstate(all="ignore"):
                 q = q + expand_param(zero, x.shape, layout).astype(p)
         return [convert(np.asarray(q), out.np_dtype, bool(node.attrs["saturate"]))]
