@@ -93,7 +93,7 @@ def ref_matmul(a, b, az, bz) -> np.ndarray:
 
 def ref_conv2d(x, w, xz, wz, pads, strides, dilations, group) -> np.ndarray:
     """Naive grouped 2-D convolution in int64: x padded with its zero point, window by window."""
-    n, c, h, wd = x.shape
+    n, _, h, wd = x.shape
     m, cg, kh, kw = w.shape
     xp = np.pad(x.astype(np.int64), [(0, 0), (0, 0), (pads[0], pads[2]), (pads[1], pads[3])],
                 constant_values=int(xz))
