@@ -12,8 +12,6 @@ follows the spec and the tests below pin lowbit's behaviour:
   The agreement tests draw such int8 operands from [-64, 63], where no pair can saturate.
 - QuantizeLinear with float16 x and scale divides in float32; the spec divides in the scale's
   type (float16 here).
-- DequantizeLinear to float16 multiplies in float32 and rounds once; the spec multiplies in the
-  output type, so an int16 difference |x - z| > 2048 is first rounded to float16.
 - QuantizeLinear to float8e4m3fn with saturate=0 saturates anyway (the spec gives NaN).
 - ConvInteger with int8 x and uint8 w: besides the saturation, positions that read padding
   come out wrong. ConvInteger refuses per-channel weight zero points; QLinearConv needs them
@@ -529,14 +527,18 @@ def test_float16_quantize_divides_in_the_scale_type():
     np.testing.assert_array_equal(wide, np.clip(want32, 0, 255).astype(np.uint8))
 
 
-def test_float16_dequantize_multiplies_in_float16():
-    x = np.array([-5000, 2051, 30000], np.int16)
-    s = np.float16(0.3)
+def test_float16_dequantize_rounds_once_like_onnxruntime():
+    # The spec's wording would round x - z to float16 before multiplying; ONNX Runtime and the
+    # ONNX reference multiply in float32 and round once, and so does lowbit.
+    rng = np.random.default_rng(6)
+    x = rng.integers(-32768, 32768, 3000).astype(np.int16)
+    s = np.array(0.3, np.float16)
     model = build("DequantizeLinear", [("x", x), ("s", s), ("z", np.int16(7))])
-    (got,) = run_lowbit(model, {"x": x})
-    centred = (x.astype(np.int64) - 7).astype(np.float16)
-    assert got.dtype == np.float16
-    np.testing.assert_array_equal(got, centred * s)
+    ours, theirs = both(model, {"x": x})
+    want = ((x.astype(np.int64) - 7).astype(np.float32) * np.float32(s)).astype(np.float16)
+    assert ours[0].dtype == np.float16
+    np.testing.assert_array_equal(ours[0].view(np.uint16), want.view(np.uint16))
+    np.testing.assert_array_equal(ours[0].view(np.uint16), theirs[0].view(np.uint16))
 
 
 def test_float8_saturation_follows_the_spec():

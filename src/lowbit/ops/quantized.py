@@ -260,8 +260,8 @@ class QuantizeLinear(OpDef):
 
 @register
 class DequantizeLinear(OpDef):
-    """y = (x - x_zero_point) * x_scale, computed in the result type (`output_dtype`, else the
-    scale's dtype), per tensor, per axis or per block."""
+    """y = (x - x_zero_point) * x_scale, computed in float32 and rounded to the result type
+    (`output_dtype`, else the scale's dtype), per tensor, per axis or per block."""
 
     op_type = "DequantizeLinear"
     inputs = ("x", "x_scale", "x_zero_point?")

@@ -120,23 +120,26 @@ def quantize_linear(node, inputs):
 
 @kernel("DequantizeLinear")
 def dequantize_linear(node, inputs):
-    """y = T(x - x_zero_point) * T(x_scale) with T the result dtype (`output_dtype`, else
-    x_scale's): integer x - x_zero_point is exact (int64) and rounded to T once; float8/float4
-    x (zero point 0) converts to T exactly. The product is rounded to T once."""
+    """y = T(float32(x - x_zero_point) * float32(x_scale)), T the result dtype (`output_dtype`,
+    else x_scale's): integer x - x_zero_point is exact (int64) before its conversion to
+    float32; float8/float4 x (zero point 0) converts to float32 exactly. The product is rounded
+    to float32, then once more to T when T is narrower. ONNX Runtime and the ONNX reference
+    compute so; the spec's "the output type determines the precision of the multiplication"
+    would round x - x_zero_point to float16 first, which for |x - x_zero_point| > 2048 differs."""
     x, scale, zero = (list(inputs) + [None])[:3]
     out = dequantize_output_dtype(node, dtypes.from_numpy(scale.dtype)).np_dtype
     layout = _layout(node, x, scale, zero)
-    s = expand_param(scale, x.shape, layout).astype(out)
+    s = expand_param(scale, x.shape, layout).astype(np.float32)
     if dtypes.from_numpy(x.dtype).is_float:
         _float_zero_point(node, zero)
-        centred = x.astype(np.float32).astype(out)
+        centred = x.astype(np.float32)
     else:
         d = _int64(x)
         if zero is not None:
             d = d - expand_param(_int64(zero), x.shape, layout)
-        centred = d.astype(np.float64).astype(out)
+        centred = d.astype(np.float32)
     with np.errstate(all="ignore"):
-        return [np.asarray(centred * s).astype(out)]
+        return [np.asarray(centred * s, np.float32).astype(out)]
 
 
 @kernel("DynamicQuantizeLinear")
