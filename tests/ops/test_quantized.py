@@ -731,3 +731,79 @@ def test_unknown_dtype_inputs_are_refused():
     a = np.zeros((2, 2), np.int16)
     with pytest.raises(LowbitError, match="accepts int8, uint8"):
         graph_of(build("MatMulInteger", [("x", a), ("b", a)]))
+
+
+# -- models quantized by ONNX Runtime's own tools -------------------------------------------------
+def _float_cnn(rng: np.random.Generator) -> onnx.ModelProto:
+    def init(name, a):
+        return numpy_helper.from_array(np.asarray(a, np.float32), name)
+
+    inits = [init("w1", rng.standard_normal((8, 3, 3, 3)) * 0.3),
+             init("b1", rng.standard_normal(8) * 0.1),
+             init("w2", rng.standard_normal((8, 8, 3, 3)) * 0.2),
+             init("b2", rng.standard_normal(8) * 0.1),
+             init("wm", rng.standard_normal((8 * 4 * 4, 10)) * 0.1),
+             numpy_helper.from_array(np.array([1, -1], np.int64), "shape")]
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c1"], ["r1"]),
+             helper.make_node("MaxPool", ["r1"], ["p1"], kernel_shape=[2, 2], strides=[2, 2]),
+             helper.make_node("Conv", ["p1", "w2", "b2"], ["c2"], pads=[1, 1, 1, 1],
+                              strides=[2, 2]),
+             helper.make_node("Relu", ["c2"], ["r2"]),
+             helper.make_node("Reshape", ["r2", "shape"], ["f"]),
+             helper.make_node("MatMul", ["f", "wm"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "cnn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 16, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 10])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+@pytest.mark.parametrize("form", ["qoperator", "qdq", "dynamic"])
+def test_models_quantized_by_onnxruntime_agree_with_it(form):
+    from onnxruntime.quantization import (
+        CalibrationDataReader,
+        QuantFormat,
+        QuantType,
+        quantize_dynamic,
+        quantize_static,
+    )
+
+    rng = np.random.default_rng(11)
+    batches = [rng.standard_normal((1, 3, 16, 16)).astype(np.float32) for _ in range(12)]
+
+    class Reader(CalibrationDataReader):
+        def __init__(self) -> None:
+            self.it = iter({"x": b} for b in batches[:8])
+
+        def get_next(self):
+            return next(self.it, None)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        source, path = os.path.join(tmp, "float.onnx"), os.path.join(tmp, "quantized.onnx")
+        onnx.save(_float_cnn(rng), source)
+        if form == "dynamic":
+            quantize_dynamic(source, path, weight_type=QuantType.QUInt8)
+        else:
+            # reduce_range keeps int8 weights in [-64, 63], where ONNX Runtime's uint8 x int8
+            # products cannot saturate (see the module docstring).
+            quantize_static(source, path, Reader(), per_channel=True, reduce_range=True,
+                            quant_format=QuantFormat.QOperator if form == "qoperator"
+                            else QuantFormat.QDQ, activation_type=QuantType.QUInt8,
+                            weight_type=QuantType.QInt8)
+        model = onnx.load(path)
+        graph = lowbit.load(path)
+    ops = {n.op_type for n in model.graph.node}
+    assert ops >= {"qoperator": {"QLinearConv", "QLinearMatMul", "QuantizeLinear"},
+                   "qdq": {"QuantizeLinear", "DequantizeLinear"},
+                   "dynamic": {"DynamicQuantizeLinear", "ConvInteger", "MatMulInteger"}}[form]
+    for x in batches[8:]:
+        ours = lowbit.run(graph, {"x": x})["y"]
+        theirs = run_ort(model, {"x": x})[0]
+        if form == "qdq":  # float Conv/MatMul between the Q/DQ pairs: one output step apart
+            step = float(numpy_helper.to_array(
+                next(i for i in model.graph.initializer if i.name == "y_scale")))
+            assert np.abs(ours - theirs).max() <= step * 1.001
+        else:
+            np.testing.assert_array_equal(ours, theirs)
