@@ -74,7 +74,7 @@ def _size(shape: tuple[Dim, ...] | None) -> int | None:
 
 def _single(shape: tuple[Dim, ...] | None) -> bool:
     """Whether a parameter of this shape is known to hold exactly one element."""
-    return _size(shape) == 1 and len(shape) <= 1  # type: ignore[arg-type]
+    return _size(shape) == 1
 
 
 def _require_single(node: Node, in_types: list[TensorType | None], *indices: int) -> None:
