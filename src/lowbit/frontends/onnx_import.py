@@ -417,7 +417,7 @@ def _canonicalize_and_type(graph: Graph, opset: int, declared: dict, source: str
 
 
 def _apply_attr_defaults(op: registry.OpDef, node: Node, source: str) -> None:
-    known = op.all_attrs()
+    known = op.attrs if op.domain != registry.QUANT_DOMAIN else op.all_attrs()
     unknown = sorted(set(node.attrs) - set(known))
     if unknown:
         raise ModelError(f"{source}: {node.describe()} has unknown attribute(s) "

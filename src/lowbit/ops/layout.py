@@ -16,7 +16,7 @@ from lowbit.ir.graph import Node
 from lowbit.ir.types import Dim, QuantParams, TensorType
 from lowbit.ops.common import normalize_axis
 from lowbit.ops.elementwise_rules import known_types
-from lowbit.ops.registry import REQUIRED, Attr, OpDef, fail, register
+from lowbit.ops.registry import KEEP, REQUIRED, Attr, OpDef, fail, register
 from lowbit.ops.shape_values import static_value, symbolic_value
 from lowbit.ops.symbolic import dim_div, dim_mul, dim_product
 from lowbit.ops.tensor_rules import check_index_dtype, moved_quant, refuse_axis, reshaped_quant
@@ -31,6 +31,7 @@ class Reshape(OpDef):
     dimension); one -1 takes whatever size makes the element counts agree."""
 
     op_type = "Reshape"
+    quant_rule = KEEP
     inputs = ("data", "shape")
     outputs = ("reshaped",)
     attrs: ClassVar[dict[str, Attr]] = {"allowzero": Attr("int", 0)}
@@ -98,6 +99,7 @@ class Flatten(OpDef):
     `axis` is in [-rank, rank]."""
 
     op_type = "Flatten"
+    quant_rule = KEEP
     inputs = ("input",)
     outputs = ("output",)
     attrs: ClassVar[dict[str, Attr]] = {"axis": Attr("int", 1)}
@@ -122,6 +124,7 @@ class Transpose(OpDef):
     input dimension perm[k]. Without perm the dimensions are reversed."""
 
     op_type = "Transpose"
+    quant_rule = KEEP
     inputs = ("data",)
     outputs = ("transposed",)
     attrs: ClassVar[dict[str, Attr]] = {"perm": Attr("ints")}
@@ -163,6 +166,7 @@ class Squeeze(OpDef):
     omitted)."""
 
     op_type = "Squeeze"
+    quant_rule = KEEP
     inputs = ("data", "axes?")
     outputs = ("squeezed",)
 
@@ -209,6 +213,7 @@ class Unsqueeze(OpDef):
     output (axes count in the output's rank, negative from its end)."""
 
     op_type = "Unsqueeze"
+    quant_rule = KEEP
     inputs = ("data", "axes")
     outputs = ("expanded",)
 
@@ -273,6 +278,7 @@ class DepthToSpace(_BlockRearrange):
     (depth, row, column)."""
 
     op_type = "DepthToSpace"
+    quant_rule = KEEP
 
     def out_shape(self, node: Node, shape: tuple[Dim, ...]) -> tuple[Dim, ...]:
         n, c, h, w = shape
@@ -289,6 +295,7 @@ class SpaceToDepth(_BlockRearrange):
     before version 28 has no mode and is DCR)."""
 
     op_type = "SpaceToDepth"
+    quant_rule = KEEP
     attrs: ClassVar[dict[str, Attr]] = {"blocksize": Attr("int", REQUIRED),
                                         "mode": Attr("string")}
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from lowbit.backends.reference.kernels import get_kernel
+from lowbit.backends.reference.kernels import kernel_for
 from lowbit.ir import dtypes
 from lowbit.ir.graph import CONSTANT, Graph, Node, Value
 from lowbit.ir.types import TensorType
@@ -81,7 +81,7 @@ def _try_fold(node: Node) -> list[np.ndarray] | None:
         return None
     if any(v.type is not None and v.type.is_quantized for v in node.outputs):
         return None
-    kernel = get_kernel(node.op_type, node.domain)
+    kernel = kernel_for(node)
     if kernel is None:
         return None
     for v in node.outputs:

@@ -1,0 +1,70 @@
+"""Passes over quantized graphs: Quantize/Dequantize simplification and late constant folding."""
+
+from __future__ import annotations
+
+from lowbit.backends.reference.kernels.requant import quantize as _quantize_kernel
+from lowbit.ir.graph import CONSTANT, Graph, Node
+from lowbit.ops.registry import QUANT_DOMAIN
+from lowbit.passes.dead_code import eliminate_dead_code
+
+
+def _is(node: Node | None, op_type: str) -> bool:
+    return node is not None and node.domain == QUANT_DOMAIN and node.op_type == op_type
+
+
+def simplify_quantize(graph: Graph) -> Graph:
+    """Remove conversions that cancel and merge those that chain:
+
+    - Dequantize(Quantize(x)) -> x (the float value is used directly: no rounding);
+    - Quantize(Dequantize(q)) -> q when the types match, else Requantize(q);
+    - Requantize(Requantize(q)) -> one Requantize, or q when the types match;
+    - a Requantize to its input's own type -> its input.
+
+    Guarantees: graph outputs keep their values; what remains computes the same integers,
+    except that a removed Dequantize(Quantize(x)) no longer rounds x.
+    """
+    changed = True
+    while changed:
+        changed = False
+        for node in list(graph.nodes):
+            if node not in graph.nodes or node.domain != QUANT_DOMAIN:
+                continue
+            src = node.inputs[0]
+            inner = src.producer if src is not None else None
+            out = node.outputs[0]
+            replacement = None
+            if _is(node, "Dequantize") and _is(inner, "Quantize"):
+                replacement = inner.inputs[0]
+            elif (_is(node, "Quantize") and _is(inner, "Dequantize")) or \
+                    (_is(node, "Requantize") and _is(inner, "Requantize")):
+                origin = inner.inputs[0]
+                if origin.type == out.type:
+                    replacement = origin
+                else:
+                    node.op_type = "Requantize"
+                    node.inputs[0] = origin
+                    changed = True
+                    continue
+            elif _is(node, "Requantize") and src.type == out.type:
+                replacement = src
+            if replacement is None or out in graph.outputs:
+                continue
+            graph.replace_all_uses(out, replacement)
+            changed = True
+    return eliminate_dead_code(graph)
+
+
+def fold_quantized_constants(graph: Graph) -> Graph:
+    """Replace Quantize(Constant) by an integer Constant of the quantized type (the late fold of
+    delayed quantization: until here, passes and backends see the float weights).
+
+    Guarantees: the folded constant equals what the Quantize node would compute at run time.
+    """
+    for i, node in enumerate(graph.nodes):
+        if not _is(node, "Quantize") or not node.inputs[0].is_constant:
+            continue
+        (array,) = _quantize_kernel(node, [node.inputs[0].const_value])
+        array = array.copy()
+        array.setflags(write=False)
+        graph.nodes[i] = Node(CONSTANT, [], [node.output], {"value": array}, node.name)
+    return eliminate_dead_code(graph)
