@@ -17,7 +17,7 @@ from lowbit.ir.graph import Node
 from lowbit.ir.types import Dim, QuantParams, TensorType
 from lowbit.ops.common import broadcast_shapes, normalize_axis
 from lowbit.ops.elementwise_rules import known_types, same_dtype
-from lowbit.ops.registry import REQUIRED, Attr, OpDef, fail, register
+from lowbit.ops.registry import KEEP, REQUIRED, Attr, OpDef, fail, register
 from lowbit.ops.shape import shape_from_input
 from lowbit.ops.shape_values import static_value, symbolic_value
 from lowbit.ops.symbolic import dim_add, dim_div, dim_mul, dims_equal, merge_dim
@@ -99,6 +99,7 @@ class Split(OpDef):
     as many equal parts as the node has outputs."""
 
     op_type = "Split"
+    quant_rule = KEEP
     inputs = ("input", "split?")
     outputs = ("outputs*",)
     attrs: ClassVar[dict[str, Attr]] = {"axis": Attr("int", 0), "num_outputs": Attr("int")}
@@ -206,6 +207,7 @@ class Slice(OpDef):
     for positive steps, [-1, dim - 1] for negative ones), exactly as Python slices do."""
 
     op_type = "Slice"
+    quant_rule = KEEP
     inputs = ("data", "starts", "ends", "axes?", "steps?")
     outputs = ("output",)
 
@@ -249,6 +251,7 @@ class Tile(OpDef):
     """output = input repeated repeats[i] times along each dimension i (numpy.tile)."""
 
     op_type = "Tile"
+    quant_rule = KEEP
     inputs = ("input", "repeats")
     outputs = ("output",)
 
@@ -286,6 +289,7 @@ class Expand(OpDef):
     keeps the input's size, and the output rank is the larger of the two."""
 
     op_type = "Expand"
+    quant_rule = KEEP
     inputs = ("input", "shape")
     outputs = ("output",)
 
@@ -329,6 +333,7 @@ class Pad(OpDef):
     Negative pads remove elements; they are applied first, then the positive pads."""
 
     op_type = "Pad"
+    quant_rule = KEEP
     inputs = ("data", "pads", "constant_value?", "axes?")
     outputs = ("output",)
     attrs: ClassVar[dict[str, Attr]] = {"mode": Attr("string", "constant")}

@@ -18,7 +18,7 @@ from lowbit.ir.graph import Node
 from lowbit.ir.types import Dim, QuantParams, TensorType
 from lowbit.ops.common import normalize_axis
 from lowbit.ops.elementwise_rules import NUMERIC, check_dtype, known_types, same_dtype
-from lowbit.ops.registry import Attr, OpDef, fail, register
+from lowbit.ops.registry import KEEP, Attr, OpDef, fail, register
 from lowbit.ops.shape_values import static_value
 from lowbit.ops.symbolic import merge_dim
 from lowbit.ops.tensor_rules import INDEX_DTYPES, check_index_dtype, moved_quant, refuse_axis
@@ -33,6 +33,7 @@ class Gather(OpDef):
     data.shape[:axis] + indices.shape + data.shape[axis + 1:] (numpy.take)."""
 
     op_type = "Gather"
+    quant_rule = KEEP
     inputs = ("data", "indices")
     outputs = ("output",)
     attrs: ClassVar[dict[str, Attr]] = {"axis": Attr("int", 0)}
@@ -79,6 +80,7 @@ class GatherND(OpDef):
     indices.shape[:-1] + data.shape[batch_dims + k:]."""
 
     op_type = "GatherND"
+    quant_rule = KEEP
     inputs = ("data", "indices")
     outputs = ("output",)
     attrs: ClassVar[dict[str, Attr]] = {"batch_dims": Attr("int", 0)}
@@ -124,6 +126,7 @@ class GatherElements(OpDef):
     for other axes): output has the shape of indices, which has data's rank."""
 
     op_type = "GatherElements"
+    quant_rule = KEEP
     inputs = ("data", "indices")
     outputs = ("output",)
     attrs: ClassVar[dict[str, Attr]] = {"axis": Attr("int", 0)}
