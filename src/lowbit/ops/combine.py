@@ -188,11 +188,26 @@ def slice_bounds(node: Node, rank: int) -> dict[int, tuple[Dim, Dim, int]] | Non
     return out
 
 
+def clamped_slice(start: int, end: int, step: int, dim: int) -> slice:
+    """ONNX's slice of a dimension of size `dim` as a Python slice: negative start/end count
+    from the end, then start is clamped to [0, dim] (step > 0) or [0, dim - 1] (step < 0) and
+    end to [0, dim] or [-1, dim - 1], -1 meaning "past the first element". (Python clamps a
+    too-negative start to -1 for negative steps, which would give nothing.)"""
+    if start < 0:
+        start += dim
+    if end < 0:
+        end += dim
+    if step > 0:
+        return slice(min(max(start, 0), dim), min(max(end, 0), dim), step)
+    start = min(max(start, 0), dim - 1)
+    end = min(max(end, -1), dim - 1)
+    return slice(start, None if end < 0 else end, step)
+
+
 def sliced_dim(dim: Dim, start: Dim, end: Dim, step: int) -> Dim:
-    """The size of dimension `dim` after slicing it [start:end:step] with ONNX's clamping (the
-    same as Python's slices)."""
+    """The size of dimension `dim` after slicing it [start:end:step] with ONNX's clamping."""
     if isinstance(dim, int) and isinstance(start, int) and isinstance(end, int):
-        return len(range(*slice(start, end, step).indices(dim)))
+        return len(range(dim)[clamped_slice(start, end, step, dim)])
     whole_forward = step == 1 and start == 0 and (
         (isinstance(end, int) and end >= BIG) or dims_equal(end, dim))
     whole_backward = step == -1 and (start == -1 or (isinstance(start, int) and start >= BIG)
@@ -203,8 +218,8 @@ def sliced_dim(dim: Dim, start: Dim, end: Dim, step: int) -> Dim:
 @register
 class Slice(OpDef):
     """output = data[starts:ends:steps] along `axes` (all axes in order by default, steps 1).
-    Negative starts/ends count from the end; they are then clamped to the dimension ([0, dim]
-    for positive steps, [-1, dim - 1] for negative ones), exactly as Python slices do."""
+    Negative starts/ends count from the end; then starts are clamped to [0, dim] for positive
+    steps and [0, dim - 1] for negative ones, ends to [0, dim] and [-1, dim - 1]."""
 
     op_type = "Slice"
     quant_rule = KEEP
@@ -242,7 +257,7 @@ def _sliced_quant(node: Node, x: TensorType, bounds: dict | None) -> QuantParams
     start, end, step = bounds[axis] if bounds is not None else (None, None, 1)
     if not isinstance(start, int) or not isinstance(end, int):
         raise refuse_axis(node, q, "is sliced at places not known before run time")
-    keep = slice(start, end, step)
+    keep = clamped_slice(start, end, step, q.channels)
     return QuantParams(q.scale[keep], q.zero_point[keep], axis)
 
 
