@@ -577,3 +577,55 @@ def test_resize_refuses_bad_attributes():
         infer("Resize", [x, None, C([1, 1, 2, 2], np.float32)], {"nearest_mode": "up"})
     with pytest.raises(ModelError, match="exactly one of scales and sizes"):
         infer("Resize", [x, None, C([1, 1, 2, 2], np.float32), C([1, 1, 4, 4])])
+
+
+def test_shape_ops_run_on_integers_in_a_quantized_graph():
+    """Conv -> Pad -> Slice -> Transpose -> Concat -> Reshape -> Gather -> Split quantize
+    end to end: every node computes in int8 and the result tracks the float model."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    import lowbit
+    from lowbit.frontends.onnx_import import import_model
+    from lowbit.passes import optimize
+    from lowbit.quant.static import quantize
+
+    rng = np.random.default_rng(3)
+
+    def init(name, array):
+        return numpy_helper.from_array(np.asarray(array), name)
+
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["c1"], pads=[1, 1, 1, 1]),
+        helper.make_node("Conv", ["x", "w2"], ["c2"], pads=[1, 1, 1, 1]),
+        helper.make_node("Pad", ["c1", "pads"], ["p"], mode="edge"),
+        helper.make_node("Slice", ["p", "starts", "ends", "axes", "steps"], ["s"]),
+        helper.make_node("Transpose", ["s"], ["t"], perm=[0, 1, 3, 2]),
+        helper.make_node("Concat", ["t", "c2"], ["cat"], axis=1),
+        helper.make_node("Reshape", ["cat", "shape"], ["r"]),
+        helper.make_node("Gather", ["r", "idx"], ["g"], axis=1),
+        helper.make_node("Split", ["g"], ["y0", "y1"], axis=2, num_outputs=2),
+    ]
+    inits = [
+        init("w1", rng.normal(size=(4, 3, 3, 3)).astype(np.float32) * 0.3),
+        init("w2", rng.normal(size=(4, 3, 3, 3)).astype(np.float32) * 0.3),
+        init("pads", np.array([0, 0, 1, 1, 0, 0, 1, 1])),
+        init("starts", np.array([-3, 1])), init("ends", np.array([-(2**63), 9])),
+        init("axes", np.array([2, 3])), init("steps", np.array([-1, 1])),
+        init("shape", np.array([0, 8, -1])), init("idx", np.array([7, 0, 3])),
+    ]
+    graph = helper.make_graph(
+        nodes, "shapes", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 8, 8])],
+        [helper.make_tensor_value_info(y, TensorProto.FLOAT, None) for y in ("y0", "y1")], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    g = optimize(import_model(model, "shapes"))
+    batches = [{"x": rng.normal(size=(2, 3, 8, 8)).astype(np.float32)} for _ in range(4)]
+    result = quantize(g, lowbit.profile(g, batches, progress=False), assert_all_quantized=True)
+    modes = {r.op_type: r.mode for r in result.summary.rows}
+    assert set(modes.values()) == {"int8"}
+    assert {"Pad", "Slice", "Transpose", "Concat", "Reshape", "Gather", "Split"} <= set(modes)
+    x = batches[0]
+    for name in ("y0", "y1"):
+        ref, got = lowbit.run(g, x)[name], lowbit.run(result.graph, x)[name]
+        assert ref.shape == got.shape
+        cos = float(ref.ravel() @ got.ravel() / np.linalg.norm(ref) / np.linalg.norm(got))
+        assert cos > 0.99, name

@@ -17,7 +17,7 @@ from lowbit.ir.graph import Node
 from lowbit.ir.types import Dim, QuantParams, TensorType
 from lowbit.ops.common import broadcast_shapes, normalize_axis
 from lowbit.ops.elementwise_rules import known_types, same_dtype
-from lowbit.ops.registry import KEEP, REQUIRED, Attr, OpDef, fail, register
+from lowbit.ops.registry import KEEP, REQUIRED, RESCALE, Attr, OpDef, fail, register
 from lowbit.ops.shape import shape_from_input
 from lowbit.ops.shape_values import static_value, symbolic_value
 from lowbit.ops.symbolic import dim_add, dim_div, dim_mul, dims_equal, merge_dim
@@ -37,9 +37,11 @@ def _rank(node: Node, types: Sequence[TensorType | None]) -> int | None:
 
 @register
 class Concat(OpDef):
-    """concat_result = the inputs joined along `axis`; all other dimensions must agree."""
+    """concat_result = the inputs joined along `axis`; all other dimensions must agree.
+    Quantized inputs are requantized to the output's parameters (RESCALE)."""
 
     op_type = "Concat"
+    quant_rule = RESCALE
     inputs = ("inputs*",)
     outputs = ("concat_result",)
     attrs: ClassVar[dict[str, Attr]] = {"axis": Attr("int", REQUIRED)}
@@ -73,23 +75,7 @@ class Concat(OpDef):
                         raise fail(node, f"input shapes {[t.shape for t in types]} differ "
                                          f"outside axis {axis} (dimension {i})") from None
         out[axis] = total
-        return [TensorType(dtype, tuple(out), _concat_quant(types, axis))]
-
-
-def _concat_quant(types: Sequence[TensorType | None], axis: int) -> QuantParams | None:
-    """Equal parameters on every input carry over; per-axis ones along the concat axis are
-    concatenated. Other mixes need requantizing, which the quantizer decides (None here)."""
-    quants = [t.quant for t in types if t is not None]
-    first = quants[0]
-    if first is None:
-        return None
-    if all(q == first for q in quants) and (first.axis is None or first.axis != axis):
-        return first
-    if all(q is not None and q.axis == axis for q in quants):
-        return QuantParams(np.concatenate([q.scale for q in quants]),  # type: ignore[union-attr]
-                           np.concatenate([q.zero_point for q in quants]),  # type: ignore[union-attr]
-                           axis)
-    return None
+        return [TensorType(dtype, tuple(out))]
 
 
 @register
