@@ -17,7 +17,7 @@ from lowbit.ir.graph import Node
 from lowbit.ir.types import Dim, QuantParams, TensorType
 from lowbit.ops.common import broadcast_shapes, normalize_axis
 from lowbit.ops.elementwise_rules import known_types, same_dtype
-from lowbit.ops.registry import KEEP, REQUIRED, Attr, OpDef, fail, register
+from lowbit.ops.registry import KEEP, REQUIRED, RESCALE, Attr, OpDef, fail, register
 from lowbit.ops.shape import shape_from_input
 from lowbit.ops.shape_values import static_value, symbolic_value
 from lowbit.ops.symbolic import dim_add, dim_div, dim_mul, dims_equal, merge_dim
@@ -37,9 +37,11 @@ def _rank(node: Node, types: Sequence[TensorType | None]) -> int | None:
 
 @register
 class Concat(OpDef):
-    """concat_result = the inputs joined along `axis`; all other dimensions must agree."""
+    """concat_result = the inputs joined along `axis`; all other dimensions must agree.
+    Quantized inputs are requantized to the output's parameters (RESCALE)."""
 
     op_type = "Concat"
+    quant_rule = RESCALE
     inputs = ("inputs*",)
     outputs = ("concat_result",)
     attrs: ClassVar[dict[str, Attr]] = {"axis": Attr("int", REQUIRED)}
@@ -73,23 +75,7 @@ class Concat(OpDef):
                         raise fail(node, f"input shapes {[t.shape for t in types]} differ "
                                          f"outside axis {axis} (dimension {i})") from None
         out[axis] = total
-        return [TensorType(dtype, tuple(out), _concat_quant(types, axis))]
-
-
-def _concat_quant(types: Sequence[TensorType | None], axis: int) -> QuantParams | None:
-    """Equal parameters on every input carry over; per-axis ones along the concat axis are
-    concatenated. Other mixes need requantizing, which the quantizer decides (None here)."""
-    quants = [t.quant for t in types if t is not None]
-    first = quants[0]
-    if first is None:
-        return None
-    if all(q == first for q in quants) and (first.axis is None or first.axis != axis):
-        return first
-    if all(q is not None and q.axis == axis for q in quants):
-        return QuantParams(np.concatenate([q.scale for q in quants]),  # type: ignore[union-attr]
-                           np.concatenate([q.zero_point for q in quants]),  # type: ignore[union-attr]
-                           axis)
-    return None
+        return [TensorType(dtype, tuple(out))]
 
 
 @register
@@ -188,11 +174,26 @@ def slice_bounds(node: Node, rank: int) -> dict[int, tuple[Dim, Dim, int]] | Non
     return out
 
 
+def clamped_slice(start: int, end: int, step: int, dim: int) -> slice:
+    """ONNX's slice of a dimension of size `dim` as a Python slice: negative start/end count
+    from the end, then start is clamped to [0, dim] (step > 0) or [0, dim - 1] (step < 0) and
+    end to [0, dim] or [-1, dim - 1], -1 meaning "past the first element". (Python clamps a
+    too-negative start to -1 for negative steps, which would give nothing.)"""
+    if start < 0:
+        start += dim
+    if end < 0:
+        end += dim
+    if step > 0:
+        return slice(min(max(start, 0), dim), min(max(end, 0), dim), step)
+    start = min(max(start, 0), dim - 1)
+    end = min(max(end, -1), dim - 1)
+    return slice(start, None if end < 0 else end, step)
+
+
 def sliced_dim(dim: Dim, start: Dim, end: Dim, step: int) -> Dim:
-    """The size of dimension `dim` after slicing it [start:end:step] with ONNX's clamping (the
-    same as Python's slices)."""
+    """The size of dimension `dim` after slicing it [start:end:step] with ONNX's clamping."""
     if isinstance(dim, int) and isinstance(start, int) and isinstance(end, int):
-        return len(range(*slice(start, end, step).indices(dim)))
+        return len(range(dim)[clamped_slice(start, end, step, dim)])
     whole_forward = step == 1 and start == 0 and (
         (isinstance(end, int) and end >= BIG) or dims_equal(end, dim))
     whole_backward = step == -1 and (start == -1 or (isinstance(start, int) and start >= BIG)
@@ -203,8 +204,8 @@ def sliced_dim(dim: Dim, start: Dim, end: Dim, step: int) -> Dim:
 @register
 class Slice(OpDef):
     """output = data[starts:ends:steps] along `axes` (all axes in order by default, steps 1).
-    Negative starts/ends count from the end; they are then clamped to the dimension ([0, dim]
-    for positive steps, [-1, dim - 1] for negative ones), exactly as Python slices do."""
+    Negative starts/ends count from the end; then starts are clamped to [0, dim] for positive
+    steps and [0, dim - 1] for negative ones, ends to [0, dim] and [-1, dim - 1]."""
 
     op_type = "Slice"
     quant_rule = KEEP
@@ -242,7 +243,7 @@ def _sliced_quant(node: Node, x: TensorType, bounds: dict | None) -> QuantParams
     start, end, step = bounds[axis] if bounds is not None else (None, None, 1)
     if not isinstance(start, int) or not isinstance(end, int):
         raise refuse_axis(node, q, "is sliced at places not known before run time")
-    keep = slice(start, end, step)
+    keep = clamped_slice(start, end, step, q.channels)
     return QuantParams(q.scale[keep], q.zero_point[keep], axis)
 
 

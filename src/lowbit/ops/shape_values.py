@@ -138,7 +138,9 @@ def _slice(node, depth: int) -> ShapeValue | None:
     step = 1 if consts[3] is None else int(consts[3].reshape(-1)[0])
     if step == 0:
         return None
-    return tuple(data[slice(int(starts[0]), int(ends[0]), step)])
+    from lowbit.ops.combine import clamped_slice
+
+    return tuple(data[clamped_slice(int(starts[0]), int(ends[0]), step, len(data))])
 
 
 def _binary(node, depth: int) -> ShapeValue | None:

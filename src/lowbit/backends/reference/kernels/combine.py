@@ -9,7 +9,7 @@ import numpy as np
 
 from lowbit.backends.reference.kernels import kernel
 from lowbit.errors import KernelError
-from lowbit.ops.combine import split_sizes
+from lowbit.ops.combine import clamped_slice, split_sizes
 
 
 @kernel("Concat")
@@ -44,7 +44,7 @@ def slice_(node, inputs):
     for axis, start, end, step in zip(axes, starts, ends, steps, strict=True):
         if step == 0:
             raise KernelError("steps must not be 0")
-        index[axis] = slice(int(start), int(end), step)
+        index[axis] = clamped_slice(int(start), int(end), step, data.shape[axis])
     return [data[tuple(index)].copy()]
 
 
