@@ -183,11 +183,25 @@ def save(graph: Graph, path: str | os.PathLike, format: str = "onnx") -> None:
     if format not in ("onnx", *FORMATS):
         raise UnsupportedError(f"unknown export format '{format}'; available: onnx, "
                                f"{', '.join(FORMATS)}")
-    quantized = [v.name for v in graph.values() if v.type is not None and v.type.is_quantized]
-    if format == "onnx" and quantized:
-        raise UnsupportedError(
-            f"graph has quantized values (first: '{quantized[0]}'); export it with "
-            "format='qdq' or 'qoperator'")
+    if format == "onnx":
+        computing = _computes_on_quantized_types(graph)
+        if computing is not None:
+            raise UnsupportedError(
+                f"graph computes on quantized types ({computing.describe()}); export it with "
+                "format='qdq' or 'qoperator'")
     if format in FORMATS:
         graph = lower(graph, format)
     save_model(to_onnx(graph), path)
+
+
+def _computes_on_quantized_types(graph: Graph) -> Node | None:
+    """The first node whose result depends on quantized types, which plain ONNX cannot say; None
+    when quantized types are only annotations (results of QuantizeLinear and the QLinear ops,
+    moved by Reshape, MaxPool, ...), which export as they are."""
+    from lowbit.backends.reference.kernels import is_quantized, reads_quant_params
+    from lowbit.ops.registry import QUANT_DOMAIN
+
+    for node in graph.nodes:
+        if node.domain == QUANT_DOMAIN or (is_quantized(node) and reads_quant_params(node)):
+            return node
+    return None

@@ -26,6 +26,7 @@ from lowbit.errors import UnsupportedError
 from lowbit.ir import dtypes
 from lowbit.ir.graph import CONSTANT, Graph, Node, Value
 from lowbit.ir.types import TensorType
+from lowbit.ops.quantized import ONNX_QUANTIZED_OPS
 from lowbit.ops.registry import FUSED_CLIP, KEEP, QUANT_DOMAIN, REQUANT, lookup
 from lowbit.passes.dead_code import eliminate_dead_code
 from lowbit.passes.quant_cleanup import fold_quantized_constants
@@ -118,6 +119,8 @@ class _Lowering:
                 continue
             if node.domain == QUANT_DOMAIN:
                 self.lower_conversion(node)
+            elif node.domain == "" and node.op_type in ONNX_QUANTIZED_OPS:
+                continue
             elif any(_quantized(v) for v in (*node.inputs, *node.outputs)):
                 if self.form == "qoperator" and self.qoperator(node):
                     continue

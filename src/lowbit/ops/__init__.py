@@ -123,5 +123,6 @@ def merge_types(old: TensorType | None, new: TensorType, keep_quant: bool = True
         shape = tuple(n if n is not None else o for n, o in zip(shape, old.shape, strict=True))
     if keep_quant and old.quant is not None and old.dtype.is_integer and new.dtype.is_integer:
         return TensorType(old.dtype, shape, old.quant)
-    quant = old.quant if keep_quant and old.dtype == new.dtype else new.quant
+    keep = keep_quant and old.quant is not None and old.dtype == new.dtype
+    quant = old.quant if keep else new.quant
     return TensorType(new.dtype, shape, quant)

@@ -80,3 +80,22 @@ def kernel_for(node: Node) -> Kernel | None:
     if found is None and op.quant_rule == KEEP:
         return get_kernel(node.op_type, node.domain)
     return found
+
+
+def reads_quant_params(node: Node) -> bool:
+    """Whether `node`, given quantized operands, computes with their quantization parameters
+    (on the reals the integers stand for) rather than on the integer codes alone: lowbit's own
+    ops, ops whose quantization rule is not KEEP, and KEEP ops with an integer kernel of their
+    own (Relu and Clip clamp at real bounds). Moving and selecting ops (Reshape, MaxPool, ...)
+    and ops without a quantization rule read only the codes."""
+    from lowbit.ops.registry import KEEP, QUANT_DOMAIN, lookup
+
+    if node.domain == QUANT_DOMAIN:
+        return True
+    if node.domain not in ("", "ai.onnx"):
+        return False
+    op = lookup(node.op_type, node.domain)
+    if op is None or op.quant_rule is None:
+        return False
+    return op.quant_rule != KEEP or get_kernel(node.op_type, node.domain, quantized=True) \
+        is not None
