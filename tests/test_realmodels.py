@@ -43,3 +43,21 @@ def test_minilm(attention, exporter):
     path = minilm(attention, exporter)
     for texts in (["Ok"], [MINILM_TEXTS[2]], MINILM_TEXTS):  # short, long, batch with padding
         assert_matches_onnxruntime(path, minilm_tokens(texts))
+
+
+@pytest.mark.parametrize("model", ["mnistnet", "efficientnet", "minilm"])
+def test_load_save_round_trip_runs_the_same_in_onnxruntime(model, tmp_path):
+    if model == "mnistnet":
+        path, inputs = mnistnet(False), {"input": RNG.normal(size=(2, 1, 28, 28))
+                                         .astype(np.float32)}
+    elif model == "efficientnet":
+        path, inputs = efficientnet(False), {"input": RNG.uniform(-1, 1, (1, 3, 224, 224))
+                                             .astype(np.float32)}
+    else:
+        path, inputs = minilm("eager", "legacy17"), minilm_tokens(MINILM_TEXTS)
+    saved = tmp_path / "saved.onnx"
+    lowbit.save(lowbit.load(path), saved)
+    original = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    again = ort.InferenceSession(str(saved), providers=["CPUExecutionProvider"])
+    for a, b in zip(original.run(None, inputs), again.run(None, inputs), strict=True):
+        np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-4 * float(np.abs(a).max()))
