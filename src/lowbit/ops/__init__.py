@@ -11,6 +11,7 @@ from lowbit.ir import dtypes
 from lowbit.ir.graph import Graph, Node
 from lowbit.ir.types import TensorType
 from lowbit.ops.registry import (
+    COMPUTE,
     KEEP,
     REQUIRED,
     Attr,
@@ -80,6 +81,8 @@ def _quantized_result(node: Node, op: OpDef, value, inferred: TensorType) -> Ten
     declared = value.type
     if declared is not None and declared.quant is not None:
         return TensorType(declared.dtype, inferred.shape, declared.quant)
+    if op.quant_rule == COMPUTE and declared is not None and declared.dtype == inferred.dtype:
+        return inferred  # a float result straight from the integer accumulator
     if inferred.quant is not None:
         return inferred
     source = node.inputs[0].type if node.inputs and node.inputs[0] is not None else None

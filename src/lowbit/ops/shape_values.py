@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from lowbit.ir import dtypes
 from lowbit.ir.graph import CONSTANT, Value
 from lowbit.ir.types import Dim
-from lowbit.ops.symbolic import dim_add, dim_div, dim_mul, dim_product
+from lowbit.ops.symbolic import dim_add, dim_div, dim_mul, dim_product, dims_equal
 
 MAX_ELEMENTS = 256
 """Larger tensors are not shape values; they are not followed."""
@@ -40,8 +41,10 @@ def static_value(v: Value | None) -> list[int] | None:
 
 
 def _is_int_tensor(v: Value) -> bool:
+    """Integer or bool (held as 0/1) tensors of rank <= 1."""
     t = v.type
-    return t is not None and t.dtype.is_integer and (t.shape is None or len(t.shape) <= 1)
+    return t is not None and (t.dtype.is_integer or t.dtype == dtypes.BOOL) and (
+        t.shape is None or len(t.shape) <= 1)
 
 
 def _length_only(v: Value) -> ShapeValue | None:
@@ -63,7 +66,7 @@ def _value(v: Value | None, depth: int) -> ShapeValue | None:
         return _length_only(v)
     if node.op_type == CONSTANT:
         array = node.attrs["value"]
-        if array.ndim > 1 or array.size > MAX_ELEMENTS or array.dtype.kind not in "iu":
+        if array.ndim > 1 or array.size > MAX_ELEMENTS or array.dtype.kind not in "iub":
             return None
         return tuple(int(x) for x in array.reshape(-1))
     rule = _RULES.get(node.op_type) if not node.domain else None
@@ -135,7 +138,9 @@ def _slice(node, depth: int) -> ShapeValue | None:
     step = 1 if consts[3] is None else int(consts[3].reshape(-1)[0])
     if step == 0:
         return None
-    return tuple(data[slice(int(starts[0]), int(ends[0]), step)])
+    from lowbit.ops.combine import clamped_slice
+
+    return tuple(data[clamped_slice(int(starts[0]), int(ends[0]), step, len(data))])
 
 
 def _binary(node, depth: int) -> ShapeValue | None:
@@ -151,6 +156,30 @@ def _binary(node, depth: int) -> ShapeValue | None:
             return None
     fn = _ELEMENTWISE[node.op_type]
     return tuple(fn(x, y) for x, y in zip(a, b, strict=True))
+
+
+def _equal(a: Dim, b: Dim) -> Dim:
+    """1 or 0 when known: a symbolic dim is never negative, so it differs from -1."""
+    if isinstance(a, int) and isinstance(b, int):
+        return int(a == b)
+    if dims_equal(a, b):
+        return 1
+    if (isinstance(a, int) and a < 0 and b is not None) or (
+            isinstance(b, int) and b < 0 and a is not None):
+        return 0
+    return None
+
+
+def _where(node, depth: int) -> ShapeValue | None:
+    parts = [_value(v, depth) for v in node.inputs]
+    if any(p is None for p in parts):
+        return None
+    n = max(len(p) for p in parts)  # type: ignore[arg-type]
+    if any(len(p) not in (1, n) for p in parts):  # type: ignore[arg-type]
+        return None
+    cond, x, y = (p * n if len(p) == 1 else p for p in parts)  # type: ignore[operator]
+    return tuple(None if c is None else (a if c else b) for c, a, b in zip(cond, x, y,
+                                                                         strict=True))
 
 
 def _int_div(a: Dim, b: Dim) -> Dim:
@@ -176,6 +205,7 @@ _ELEMENTWISE = {
     "Div": _int_div,
     "Max": _static_only(max),
     "Min": _static_only(min),
+    "Equal": _equal,
 }
 
 
@@ -195,6 +225,7 @@ _RULES = {
     "Concat": _concat,
     "Gather": _gather,
     "Slice": _slice,
+    "Where": _where,
     **{op: _binary for op in _ELEMENTWISE},
 }
 

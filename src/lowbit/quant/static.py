@@ -17,7 +17,9 @@ quantization rule (`lowbit.ops.registry`):
 
 Float values entering integer nodes get a Quantize (weights too: the float payload stays in the
 graph until `fold_quantized_constants`), integer values read by float nodes or graph outputs a
-Dequantize. int16 activations are always symmetric (zero point 0, as TFLite's 16x8 mode), so
+Dequantize. A COMPUTE node whose result is only a graph output returns it in float straight
+from its int32 accumulator (s_in * s_w * acc), so final logits are not rounded to 8 bits.
+int16 activations are always symmetric (zero point 0, as TFLite's 16x8 mode), so
 their products stay within int32. Every node ends up in the summary: how it was quantized, or
 why it stayed in float.
 """
@@ -204,10 +206,20 @@ class _Builder:
             detail = self._prepare_compute(node, s)
         else:
             detail = self._prepare_other(node, s, rule)
+        float_out = rule == COMPUTE and self._feeds_only_outputs(node.outputs[0])
         for value in node.outputs:
-            value.type = self._result_type(node, value, s, rule)
-        out = node.outputs[0].type
-        self.rows.append(NodeReport(node.name, node.op_type, out.dtype.name, detail))
+            if not float_out:
+                value.type = self._result_type(node, value, s, rule)
+        if float_out:
+            detail += "; float output from the int32 accumulator (graph output)"
+        self.rows.append(NodeReport(node.name, node.op_type, s.dtype.name if float_out
+                                    else node.outputs[0].type.dtype.name, detail))
+
+    def _feeds_only_outputs(self, value: Value) -> bool:
+        """Whether `value` is a graph output read by no node: the last layer, whose result
+        needs no integer rounding."""
+        return value in self.g.outputs and not any(
+            value in n.inputs for n in self.g.nodes if n.op_type != CONSTANT)
 
     def _result_type(self, node: Node, value: Value, s: NodeSettings, rule: str) -> TensorType:
         if rule == KEEP:

@@ -6,11 +6,14 @@ and b the int32 bias (zero point 0, scale s_x * s_w):
     acc[c] = sum((x - z_x) * (w[c] - z_w[c])) + b[c]          exact, saturated to int32
     y[c]   = saturate(requantize(acc[c], M[c] = s_x * s_w[c] / s_y) + z_y)
 
-clamped to the output range narrowed by a fused Relu/Clip. Padding (Conv) adds x = z_x, i.e. 0
-after centring. Wide operands (16-bit activations with 16-bit weights) can exceed int32: the
-accumulator is then shifted right by the static r = max(0, ceil(log2(bound)) - 31), with
-bound = K * 2**bits_x * 2**(bits_w - 1) + max|b|, rounding half up, and M becomes M * 2**r.
-`requantize` is `lowbit.quant.fixed_point`'s integer expression in the node's encoding.
+clamped to the output range narrowed by a fused Relu/Clip. A float output type (a graph
+output computed by this node) is dequantized straight from the accumulator instead,
+`y[c] = float32(acc[c]) * float32(s_x * s_w[c])`, with no integer rounding of the result.
+Padding (Conv) adds x = z_x, i.e. 0 after centring. Wide operands (16-bit activations with
+16-bit weights) can exceed int32: the accumulator is then shifted right by the static
+r = max(0, ceil(log2(bound)) - 31), with bound = K * 2**bits_x * 2**(bits_w - 1) + max|b|,
+rounding half up, and M becomes M * 2**r. `requantize` is `lowbit.quant.fixed_point`'s integer
+expression in the node's encoding.
 """
 
 from __future__ import annotations
@@ -34,6 +37,18 @@ def narrow_accumulator(acc: np.ndarray, k: int, tx, tw, bias: np.ndarray | None,
     if r == 0:
         return acc, M
     return (acc + (1 << (r - 1))) >> r, np.asarray(M, np.float64) * float(1 << r)
+
+
+def _finish(node, acc: np.ndarray, M, out, axis: int | None, scale) -> np.ndarray:
+    """Requantize `acc` into the quantized output type, or dequantize it for a float one."""
+    if out.quant is None:
+        s = np.asarray(scale, np.float64)
+        if s.ndim and axis is not None:
+            shape = [1] * acc.ndim
+            shape[axis] = -1
+            s = s.reshape(shape)
+        return (acc.astype(np.float64) * s).astype(out.dtype.np_dtype)
+    return arith.requantize(node, acc, M, out, axis=axis)
 
 
 def _types(node, n: int) -> list:
@@ -75,8 +90,10 @@ def conv(node, inputs):
     s_in = arith.scale_of(tx)
     acc = _add_bias(node, acc, b, tb, s_in * s_w, 1)
     k = int(np.prod(w.shape[1:]))
+    if out.quant is None:
+        return [_finish(node, acc, None, out, 1 if s_w.ndim else None, s_in * s_w)]
     acc, M = narrow_accumulator(acc, k, tx, tw, b, s_in * s_w / arith.scale_of(out))
-    return [arith.requantize(node, acc, M, out, axis=1 if s_w.ndim else None)]
+    return [_finish(node, acc, M, out, 1 if s_w.ndim else None, s_in * s_w)]
 
 
 @kernel("Gemm", quantized=True)
@@ -98,8 +115,10 @@ def gemm(node, inputs):
     s_w = _weight_axis_scale(tb, 0 if trans_b else 1)
     s_in = arith.scale_of(ta)
     acc = _add_bias(node, acc, c, tc, s_in * s_w, 1)
+    if out.quant is None:
+        return [_finish(node, acc, None, out, 1 if s_w.ndim else None, s_in * s_w)]
     acc, M = narrow_accumulator(acc, xa.shape[-1], ta, tb, c, s_in * s_w / arith.scale_of(out))
-    return [arith.requantize(node, acc, M, out, axis=1 if s_w.ndim else None)]
+    return [_finish(node, acc, M, out, 1 if s_w.ndim else None, s_in * s_w)]
 
 
 @kernel("MatMul", quantized=True)
@@ -112,9 +131,12 @@ def matmul(node, inputs):
                           f"quantized per tensor")
     acc = _matmul_exact(arith.centred(a, ta), arith.centred(bmat, tb))
     s_w = _weight_axis_scale(tb, -1)
+    axis = acc.ndim - 1 if s_w.ndim else None
+    if out.quant is None:
+        return [_finish(node, acc, None, out, axis, arith.scale_of(ta) * s_w)]
     M = arith.scale_of(ta) * s_w / arith.scale_of(out)
     acc, M = narrow_accumulator(acc, a.shape[-1], ta, tb, None, M)
-    return [arith.requantize(node, acc, M, out, axis=acc.ndim - 1 if s_w.ndim else None)]
+    return [_finish(node, acc, M, out, axis, None)]
 
 
 def _matmul_exact(a: np.ndarray, b: np.ndarray) -> np.ndarray:

@@ -1,5 +1,6 @@
-"""Reference kernels of Gemm and MatMul: floats accumulate in float64 and round once; integer
-products are exact (wrapping to the type like ONNX Runtime's integer GEMM)."""
+"""Reference kernels of Gemm and MatMul: floats accumulate in float64 and round once (float16:
+numpy's float16 product, as ONNX's reference computes it); integer products are exact (wrapping
+to the type like ONNX Runtime's integer GEMM)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ from lowbit.backends.reference.kernels import kernel
 
 
 def _product(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    if a.dtype == np.float16:
+        return np.matmul(a, b)  # as ONNX's reference: numpy's float16 product
     if is_float(a.dtype):
         return np.matmul(a.astype(np.float64), b.astype(np.float64))
     return np.matmul(a.astype(np.int64), b.astype(np.int64))

@@ -15,8 +15,13 @@ def _shifted(x: np.ndarray, axis: int) -> np.ndarray:
 @kernel("Softmax")
 def softmax(node, inputs):
     x = inputs[0]
-    e = np.exp(_shifted(x, int(node.attrs["axis"])))
-    return [(e / e.sum(axis=int(node.attrs["axis"]), keepdims=True)).astype(x.dtype)]
+    axis = int(node.attrs["axis"])
+    if x.dtype not in (np.float32, np.float64):
+        # Narrow floats round after each step, as ONNX's reference computes them.
+        e = np.exp(x - x.max(axis=axis, keepdims=True))
+        return [(e / e.sum(axis=axis, keepdims=True)).astype(x.dtype)]
+    e = np.exp(_shifted(x, axis))
+    return [(e / e.sum(axis=axis, keepdims=True)).astype(x.dtype)]
 
 
 @kernel("LogSoftmax")
