@@ -227,3 +227,32 @@ def test_rule_naming_a_missing_node_is_refused(cnn):
     config = QuantConfig.from_dict({"rules": [{"name": "conv_missing", "precision": "float"}]})
     with pytest.raises(ConfigError, match="conv_missing"):
         quantize(graph, prof, config)
+
+
+@pytest.mark.parametrize("attrs", [
+    {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]},
+    {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "count_include_pad": 1},
+    {"kernel_shape": [2, 2], "strides": [2, 2], "ceil_mode": 1},
+])
+def test_integer_average_pool_matches_float_and_onnxruntime(attrs, tmp_path):
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="conv"),
+             helper.make_node("AveragePool", ["c"], ["p"], name="avg", **attrs),
+             helper.make_node("Relu", ["p"], ["y"], name="relu")]
+    g = helper.make_graph(nodes, "a", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                      [2, 3, 7, 7])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                          [_init("w", (4, 3, 1, 1))])
+    graph = import_model(helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)]), "a")
+    data = [{"x": RNG.normal(size=(2, 3, 7, 7)).astype(np.float32)} for _ in range(4)]
+    q = quantize(graph, lowbit.profile(graph, data, progress=False),
+                 assert_all_quantized=True).graph
+    pool = next(n for n in q.nodes if n.name == "avg")
+    step = float(pool.outputs[0].type.quant.scale)
+    ours = lowbit.run(q, data[0])["y"]
+    assert np.abs(ours - lowbit.run(graph, data[0])["y"]).max() < 3 * step
+    path = tmp_path / "a.onnx"
+    lowbit.save(q, path, format="qdq")
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"],
+                                   disabled_optimizers=["QDQS8ToU8Transformer"])
+    theirs = session.run(None, data[0])[0]
+    assert np.mean(np.abs(ours - theirs) <= step * 1.001) >= 0.99

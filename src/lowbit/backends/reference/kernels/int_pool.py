@@ -16,9 +16,9 @@ from __future__ import annotations
 import numpy as np
 
 from lowbit.backends.reference.kernels import kernel
+from lowbit.backends.reference.kernels.pool import pool_geometry, window_counts
 from lowbit.backends.reference.windows import extract_windows, pad_spatial
 from lowbit.errors import KernelError
-from lowbit.ops.conv_geometry import window_from_attrs
 from lowbit.quant import arith
 
 
@@ -40,22 +40,10 @@ def _average(node, acc: np.ndarray, counts: np.ndarray) -> np.ndarray:
 def average_pool(node, inputs):
     x = inputs[0]
     nsp = x.ndim - 2
-    window = window_from_attrs(node, None, nsp, bool(node.attrs.get("ceil_mode", 0)))
-    spatial = x.shape[2:]
-    pads = window.resolved_pads(spatial)
-    out_dims = tuple(int(d) for d in window.output_dims(spatial))
-    extra = [max(0, (o - 1) * s + d * (k - 1) + 1 - (i + pads[a] + pads[a + nsp]))
-             for a, (o, s, d, k, i) in enumerate(zip(out_dims, window.strides, window.dilations,
-                                                     window.kernel, spatial, strict=True))]
-    full_pads = tuple(pads[:nsp]) + tuple(p + e for p, e in zip(pads[nsp:], extra, strict=True))
-    centred = pad_spatial(arith.centred(x, node.inputs[0].type), full_pads, 0)
-    axes = tuple(range(2 + nsp, 2 + 2 * nsp))
-    acc = extract_windows(centred, window, out_dims).sum(axis=axes)
-    ones = np.ones((1, 1) + spatial, dtype=np.int64)
-    counted = pad_spatial(ones, pads, 1 if node.attrs.get("count_include_pad", 0) else 0)
-    counted = pad_spatial(counted, (0,) * nsp + tuple(extra), 0)
-    counts = extract_windows(counted, window, out_dims).sum(axis=axes)
-    return [_average(node, acc, counts)]
+    window, pads, out_dims, extra, full = pool_geometry(node, x)
+    centred = pad_spatial(arith.centred(x, node.inputs[0].type), full, 0)
+    acc = extract_windows(centred, window, out_dims).sum(axis=tuple(range(2 + nsp, 2 + 2 * nsp)))
+    return [_average(node, acc, window_counts(node, x, window, pads, out_dims, extra))]
 
 
 @kernel("GlobalAveragePool", quantized=True)

@@ -10,7 +10,8 @@ from lowbit.backends.reference.windows import extract_windows, pad_spatial
 from lowbit.ops.pool import pool_window
 
 
-def _geometry(node, x: np.ndarray):
+def pool_geometry(node, x: np.ndarray):
+    """(window, pads, output dims, extra end padding for ceil_mode, full pads) of a pool."""
     nsp = x.ndim - 2
     window = pool_window(node, nsp)
     spatial = x.shape[2:]
@@ -31,7 +32,7 @@ def _lowest(dtype: np.dtype):
 def max_pool(node, inputs):
     x = inputs[0]
     nsp = x.ndim - 2
-    window, pads, out_dims, _, full = _geometry(node, x)
+    window, pads, out_dims, _, full = pool_geometry(node, x)
     work = x.astype(np.float32) if x.dtype.kind == "f" and x.dtype != np.float64 else x
     xp = pad_spatial(work, full, _lowest(work.dtype))
     cols = extract_windows(xp, window, out_dims)
@@ -69,15 +70,22 @@ def _indices(node, x, window, pads, out_dims, best) -> np.ndarray:
 def average_pool(node, inputs):
     x = inputs[0]
     nsp = x.ndim - 2
-    window, pads, out_dims, extra, full = _geometry(node, x)
+    window, pads, out_dims, extra, full = pool_geometry(node, x)
     axes = tuple(range(2 + nsp, 2 + 2 * nsp))
     sums = extract_windows(pad_spatial(x.astype(np.float64), full, 0.0), window,
                            out_dims).sum(axis=axes)
-    ones = np.ones((1, 1) + x.shape[2:])
-    counted = pad_spatial(ones, pads, 1.0 if node.attrs.get("count_include_pad", 0) else 0.0)
-    counted = pad_spatial(counted, (0,) * nsp + tuple(extra), 0.0)
-    counts = extract_windows(counted, window, out_dims).sum(axis=axes)
+    counts = window_counts(node, x, window, pads, out_dims, extra)
     return [(sums / counts).astype(x.dtype)]
+
+
+def window_counts(node, x: np.ndarray, window, pads, out_dims, extra) -> np.ndarray:
+    """How many elements each AveragePool window averages: input positions, plus padding with
+    count_include_pad, never the positions ceil_mode adds."""
+    nsp = x.ndim - 2
+    ones = np.ones((1, 1) + x.shape[2:], dtype=np.int64)
+    counted = pad_spatial(ones, pads, 1 if node.attrs.get("count_include_pad", 0) else 0)
+    counted = pad_spatial(counted, (0,) * nsp + tuple(extra), 0)
+    return extract_windows(counted, window, out_dims).sum(axis=tuple(range(2 + nsp, 2 + 2 * nsp)))
 
 
 @kernel("GlobalAveragePool")

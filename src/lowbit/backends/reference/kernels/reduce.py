@@ -44,9 +44,7 @@ def _axes(node, inputs) -> tuple[int, ...]:
 def _make(op_type: str, fn: Callable) -> None:
     @kernel(op_type)
     def run(node, inputs):
-        x = inputs[0]
-        axes = _axes(node, inputs)
-        keep = bool(node.attrs["keepdims"])
+        x, axes, keep = inputs[0], _axes(node, inputs), bool(node.attrs["keepdims"])
         if not axes:
             return [x.copy()]
         if x.dtype.kind == "f" or x.dtype.kind == "V":
@@ -65,9 +63,7 @@ for _op, _fn in _FLOAT_REDUCERS.items():
 def _extreme(op_type: str, fn: Callable, empty) -> None:
     @kernel(op_type)
     def run(node, inputs):
-        x = inputs[0]
-        axes = _axes(node, inputs)
-        keep = bool(node.attrs["keepdims"])
+        x, axes, keep = inputs[0], _axes(node, inputs), bool(node.attrs["keepdims"])
         if not axes:
             return [x.copy()]
         if any(x.shape[a] == 0 for a in axes):
