@@ -256,3 +256,58 @@ def test_integer_average_pool_matches_float_and_onnxruntime(attrs, tmp_path):
                                    disabled_optimizers=["QDQS8ToU8Transformer"])
     theirs = session.run(None, data[0])[0]
     assert np.mean(np.abs(ours - theirs) <= step * 1.001) >= 0.99
+
+
+def test_requant_encoding_is_selectable_and_both_stay_close(cnn):
+    graph, data, prof = cnn
+    results = {}
+    for method in ("q31", "prescale"):
+        q = quantize(graph, prof, QuantConfig.from_dict({"default": {"requant": method}})).graph
+        assert {n.attrs.get("requant") for n in q.nodes if n.op_type == "Conv"} == {method}
+        results[method] = lowbit.run(q, data[0])["logits"]
+    default = lowbit.run(quantize(graph, prof).graph, data[0])["logits"]
+    np.testing.assert_array_equal(default, results["prescale"])  # the 8-bit default
+    assert np.abs(results["q31"] - results["prescale"]).max() < 0.05
+
+
+def test_softmax_output_uses_its_fixed_range():
+    nodes = [helper.make_node("Softmax", ["x"], ["p"], name="sm", axis=-1),
+             helper.make_node("MatMul", ["p", "w"], ["y"], name="mm")]
+    g = helper.make_graph(nodes, "s", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                      [2, 6])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                          [_init("w", (6, 3))])
+    graph = import_model(helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)]), "s")
+    data = [{"x": RNG.normal(size=(2, 6)).astype(np.float32)}]
+    res = quantize(graph, lowbit.profile(graph, data, progress=False))
+    mm = next(n for n in res.graph.nodes if n.name == "mm")
+    assert mm.inputs[0].type.quant.real_range(mm.inputs[0].type.dtype) == pytest.approx(
+        (0.0, 1.0), abs=1e-6)
+    assert next(r for r in res.summary.rows if r.name == "sm").mode == "float"
+
+
+def test_quantize_dequantize_simplification():
+    from lowbit.ir import dtypes
+    from lowbit.ir.graph import Graph
+    from lowbit.ir.types import QuantParams, TensorType
+    from lowbit.passes.quant_cleanup import simplify_quantize
+
+    g = Graph("q")
+    x = g.add_input("x", TensorType(dtypes.FLOAT32, (4,)))
+    t8 = TensorType(dtypes.INT8, (4,), QuantParams(0.1, 0))
+    t8b = TensorType(dtypes.INT8, (4,), QuantParams(0.2, 3))
+    q = g.make_node("Quantize", [x], domain="lowbit", output_types=[t8]).output
+    dq = g.make_node("Dequantize", [q], domain="lowbit",
+                     output_types=[TensorType(dtypes.FLOAT32, (4,))]).output
+    q_again = g.make_node("Quantize", [dq], domain="lowbit", output_types=[t8b]).output
+    r1 = g.make_node("Requantize", [q_again], domain="lowbit", output_types=[t8]).output
+    back = g.make_node("Dequantize", [r1], domain="lowbit",
+                       output_types=[TensorType(dtypes.FLOAT32, (4,))]).output
+    total = g.make_node("Add", [back, dq], output_types=[TensorType(dtypes.FLOAT32, (4,))])
+    g.outputs.append(total.output)
+    simplify_quantize(g)
+    verify(g)
+    # Q(DQ(q)) becomes Requantize(q); the Requantize chain back to q's own type disappears,
+    # leaving DQ(q) = DQ(Q(x)), which becomes x like the Add's other operand.
+    assert [n.op_type for n in g.nodes] == ["Add"]
+    assert g.nodes[0].inputs == [x, x]

@@ -23,35 +23,38 @@ def simplify_quantize(graph: Graph) -> Graph:
     Guarantees: graph outputs keep their values; what remains computes the same integers,
     except that a removed Dequantize(Quantize(x)) no longer rounds x.
     """
-    changed = True
-    while changed:
-        changed = False
-        for node in list(graph.nodes):
-            if node not in graph.nodes or node.domain != QUANT_DOMAIN:
-                continue
-            src = node.inputs[0]
-            inner = src.producer if src is not None else None
-            out = node.outputs[0]
-            replacement = None
-            if _is(node, "Dequantize") and _is(inner, "Quantize"):
-                replacement = inner.inputs[0]
-            elif (_is(node, "Quantize") and _is(inner, "Dequantize")) or \
+    while _simplify_once(graph, integer_first=True) or _simplify_once(graph, False):
+        graph = eliminate_dead_code(graph)
+    return eliminate_dead_code(graph)
+
+
+def _simplify_once(graph: Graph, integer_first: bool) -> bool:
+    """Apply one rewrite; integer-side rewrites (Q(DQ), Requantize chains) before the float-side
+    DQ(Q(x)) -> x, so integer paths keep their integers. True if something changed."""
+    for node in graph.nodes:
+        if node.domain != QUANT_DOMAIN:
+            continue
+        src, out = node.inputs[0], node.outputs[0]
+        inner = src.producer if src is not None else None
+        replacement = None
+        if integer_first:
+            if (_is(node, "Quantize") and _is(inner, "Dequantize")) or \
                     (_is(node, "Requantize") and _is(inner, "Requantize")):
                 origin = inner.inputs[0]
-                if origin.type == out.type:
-                    replacement = origin
-                else:
+                if origin.type != out.type:
                     node.op_type = "Requantize"
                     node.inputs[0] = origin
-                    changed = True
-                    continue
+                    return True
+                replacement = origin
             elif _is(node, "Requantize") and src.type == out.type:
                 replacement = src
-            if replacement is None or out in graph.outputs:
-                continue
+        elif _is(node, "Dequantize") and _is(inner, "Quantize"):
+            replacement = inner.inputs[0]
+        if replacement is not None and out not in graph.outputs and any(
+                out in n.inputs for n in graph.nodes):
             graph.replace_all_uses(out, replacement)
-            changed = True
-    return eliminate_dead_code(graph)
+            return True
+    return False
 
 
 def fold_quantized_constants(graph: Graph) -> Graph:

@@ -10,8 +10,9 @@ quantization rule (`lowbit.ops.registry`):
   in +-2**30 at that scale, the channel's weight scale grows until it does
   (`schemes.fit_weight_scale_for_bias`), so the bias never saturates.
 - RESCALE (Add, Sub, Mul, Concat, averages) and TABLE (Sigmoid, Tanh, ...) compute in integers
-  too: their output parameters come from the profile (Sigmoid, HardSigmoid and Tanh use their
-  fixed ranges [0, 1] and [-1, 1]).
+  too: their output parameters come from the profile, except the fixed ranges of Sigmoid,
+  HardSigmoid and Softmax ([0, 1]) and Tanh ([-1, 1]), which also quantize a float Softmax's
+  output for an integer consumer.
 - KEEP (Relu, MaxPool, Reshape, Transpose, ...) follows its input: integer in, integer out with
   the same parameters.
 
@@ -37,12 +38,14 @@ from lowbit.ir.graph import CONSTANT, Graph, Node, Value
 from lowbit.ir.types import QuantParams, TensorType
 from lowbit.ir.verifier import verify
 from lowbit.ops import infer_node, lookup
-from lowbit.ops.registry import COMPUTE, KEEP, QUANT_DOMAIN, RESCALE, TABLE
+from lowbit.ops.registry import COMPUTE, KEEP, QUANT_DOMAIN, REQUANT, RESCALE, TABLE
+from lowbit.passes.quant_cleanup import simplify_quantize
 from lowbit.quant import calibration, schemes
 from lowbit.quant.config import NodeSettings, QuantConfig
 from lowbit.quant.profile import Profile
 
 FIXED_RANGES: dict[str, tuple[float, float]] = {
+    "Softmax": (0.0, 1.0),
     "Sigmoid": (0.0, 1.0),
     "HardSigmoid": (0.0, 1.0),
     "Tanh": (-1.0, 1.0),
@@ -109,6 +112,7 @@ def quantize(graph: Graph, profile: Profile, config: QuantConfig | None = None, 
     g = graph.copy()
     builder = _Builder(g, profile, config)
     builder.run()
+    g = simplify_quantize(g)
     summary = QuantSummary(builder.rows, list(warnings))
     if assert_all_quantized and summary.float_nodes:
         listed = ", ".join(f"{r.name} ({r.op_type}: {r.detail})" for r in summary.float_nodes)
@@ -206,6 +210,8 @@ class _Builder:
             detail = self._prepare_compute(node, s)
         else:
             detail = self._prepare_other(node, s, rule)
+        if s.requant != "auto" and op.quant_rule in (COMPUTE, RESCALE):
+            node.attrs[REQUANT] = s.requant
         float_out = rule == COMPUTE and self._feeds_only_outputs(node.outputs[0])
         for value in node.outputs:
             if not float_out:
@@ -226,14 +232,14 @@ class _Builder:
             value.type = None
             return infer_node(node)[node.outputs.index(value)]
         shape = value.type.shape if value.type is not None else None
-        fixed = FIXED_RANGES.get(node.op_type)
+        return self._activation_type(value, s, shape)
+
+    def _activation_type(self, value: Value, s: NodeSettings, shape) -> TensorType:
+        fixed = FIXED_RANGES.get(value.producer.op_type) if value.producer is not None else None
         if fixed is not None:
             storage = _storage(s, fixed[0] >= 0)
             return TensorType(storage, shape, schemes.quant_params(*fixed, storage,
                                                                    _scheme(s, storage)))
-        return self._activation_type(value, s, shape)
-
-    def _activation_type(self, value: Value, s: NodeSettings, shape) -> TensorType:
         stats = self.profile[value.name]
         scheme = _scheme(s, s.dtype)
         storage, params = calibration.activation_params(
