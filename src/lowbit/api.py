@@ -70,3 +70,11 @@ def quantize(graph: Graph, profile: Profile, config: QuantConfig | None = None, 
     summary. With `assert_all_quantized`, a node left in float raises QuantizationError."""
     return _static.quantize(graph, profile, config,
                             assert_all_quantized=assert_all_quantized).graph
+
+
+def from_torch(module, example_inputs, **options) -> Graph:
+    """A PyTorch module as a Graph, through torch's ONNX export (see
+    `lowbit.frontends.torch_import.from_torch` for the options; torch stays optional)."""
+    from lowbit.frontends.torch_import import from_torch as _from_torch
+
+    return _from_torch(module, example_inputs, **options)
