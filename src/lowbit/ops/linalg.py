@@ -1,0 +1,118 @@
+"""Matrix products: Gemm and MatMul (ONNX version 13).
+
+Float products are accumulated in float64 by the reference kernels and rounded once. Integer
+products (int32, int64, uint32, uint64) wrap around in the operands' width, as the sum of
+products computed in that width would.
+"""
+
+from __future__ import annotations
+
+from lowbit.ir import dtypes as dt
+from lowbit.ir.graph import Node
+from lowbit.ir.types import Dim, TensorType
+from lowbit.ops.common import broadcast_shapes
+from lowbit.ops.elementwise_rules import (
+    FLOATS,
+    broadcast_to,
+    check_dtype,
+    known_types,
+    same_dtype,
+)
+from lowbit.ops.registry import Attr, OpDef, fail, register
+
+MATMUL_TYPES = FLOATS | {dt.INT32, dt.INT64, dt.UINT32, dt.UINT64}
+
+
+def _inner_dims_agree(node: Node, k1: Dim, k2: Dim, a_shape, b_shape) -> None:
+    if isinstance(k1, int) and isinstance(k2, int) and k1 != k2:
+        raise fail(node, f"inner dimensions differ: A is {a_shape} and B is {b_shape}")
+
+
+@register
+class Gemm(OpDef):
+    """Y = alpha * A' B' + beta * C, with A' = transpose(A) if transA (same for B); A' is
+    (M, K), B' is (K, N), and C (optional) broadcasts unidirectionally to (M, N).
+
+    Integer Gemm needs integral alpha and beta, so that the result stays exact.
+    """
+
+    op_type = "Gemm"
+    inputs = ("A", "B", "C?")
+    attrs = {"alpha": Attr("float", 1.0), "beta": Attr("float", 1.0),
+             "transA": Attr("int", 0), "transB": Attr("int", 0)}
+    fusable = True
+
+    def check(self, node: Node, in_types: list[TensorType | None]) -> None:
+        self.infer(node, in_types)
+        a = in_types[0]
+        assert a is not None
+        if a.dtype.is_integer and a.quant is None:
+            for name in ("alpha", "beta"):
+                value = float(node.attrs.get(name, 1.0))
+                if value != int(value):
+                    raise fail(node, f"{name} = {value} is not an integer; integer Gemm "
+                                     f"computes exactly and needs integral alpha and beta")
+
+    def infer(self, node: Node, in_types: list[TensorType | None]) -> list[TensorType]:
+        types = known_types(node, in_types)
+        a, b = types[0], types[1]
+        assert a is not None and b is not None
+        for i, t in enumerate(types):
+            if t is not None:
+                check_dtype(node, i, t, MATMUL_TYPES)
+        same_dtype(node, types, range(len(types)))
+        if a.shape is None or b.shape is None:
+            return [TensorType(a.dtype, (None, None))]
+        for label, t in (("A", a), ("B", b)):
+            if len(t.shape) != 2:  # type: ignore[arg-type]
+                raise fail(node, f"{label} must be a matrix, got shape {t.shape}")
+        m, k1 = reversed(a.shape) if node.attrs.get("transA", 0) else a.shape
+        k2, n = reversed(b.shape) if node.attrs.get("transB", 0) else b.shape
+        _inner_dims_agree(node, k1, k2, a.shape, b.shape)
+        shape: tuple[Dim, ...] | None = (m, n)
+        c = types[2] if len(types) > 2 else None
+        if c is not None:
+            shape = broadcast_to(node, shape, c, "C")
+        return [TensorType(a.dtype, shape)]
+
+
+@register
+class MatMul(OpDef):
+    """Matrix product with numpy.matmul semantics: a 1-D A is a row vector and a 1-D B a
+    column vector (the added axis is removed again); leading (batch) axes broadcast."""
+
+    op_type = "MatMul"
+    inputs = ("A", "B")
+    fusable = True
+
+    def infer(self, node: Node, in_types: list[TensorType | None]) -> list[TensorType]:
+        a, b = known_types(node, in_types)
+        assert a is not None and b is not None
+        check_dtype(node, 0, a, MATMUL_TYPES)
+        check_dtype(node, 1, b, MATMUL_TYPES)
+        same_dtype(node, [a, b], (0, 1))
+        return [TensorType(a.dtype, matmul_shape(node, a.shape, b.shape))]
+
+
+def matmul_shape(node: Node, a: tuple[Dim, ...] | None, b: tuple[Dim, ...] | None
+                 ) -> tuple[Dim, ...] | None:
+    """numpy.matmul's result shape, with symbolic and unknown dims; refuses rank-0 operands,
+    inner dims that differ and batch dims that do not broadcast."""
+    if a is None or b is None:
+        return None
+    if len(a) == 0 or len(b) == 0:
+        raise fail(node, "MatMul operands must have rank 1 or more")
+    a2 = (1, *a) if len(a) == 1 else a
+    b2 = (*b, 1) if len(b) == 1 else b
+    _inner_dims_agree(node, a2[-1], b2[-2], a, b)
+    try:
+        batch = broadcast_shapes(a2[:-2], b2[:-2])
+    except ValueError as exc:
+        raise fail(node, f"batch dimensions of {a} and {b} do not broadcast ({exc})") from None
+    assert batch is not None
+    out = [*batch]
+    if len(a) > 1:
+        out.append(a2[-2])
+    if len(b) > 1:
+        out.append(b2[-1])
+    return tuple(out)
