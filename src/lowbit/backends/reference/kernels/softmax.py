@@ -1,0 +1,47 @@
+"""Reference kernels of Softmax, LogSoftmax and Hardmax (lowbit.ops.softmax), computed in
+float64 after subtracting the maximum, rounded once to X's dtype."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from lowbit.backends.reference.kernels import kernel
+
+
+def _shifted(node, x: np.ndarray) -> tuple[np.ndarray, int]:
+    axis = node.attrs["axis"] % max(x.ndim, 1)
+    xf = x.astype(np.float64)
+    if x.ndim == 0:
+        return xf - xf, axis
+    with np.errstate(invalid="ignore"):
+        return xf - xf.max(axis=axis, keepdims=True), axis
+
+
+@kernel("Softmax")
+def softmax(node, inputs):
+    (x,) = inputs
+    d, axis = _shifted(node, x)
+    with np.errstate(invalid="ignore"):
+        e = np.exp(d)
+        return [(e / e.sum(axis=axis if x.ndim else None, keepdims=True)).astype(x.dtype)]
+
+
+@kernel("LogSoftmax")
+def log_softmax(node, inputs):
+    (x,) = inputs
+    d, axis = _shifted(node, x)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        lse = np.log(np.exp(d).sum(axis=axis if x.ndim else None, keepdims=True))
+        return [(d - lse).astype(x.dtype)]
+
+
+@kernel("Hardmax")
+def hardmax(node, inputs):
+    (x,) = inputs
+    if x.ndim == 0:
+        return [np.ones_like(x)]
+    axis = node.attrs["axis"] % x.ndim
+    first = np.expand_dims(np.argmax(x, axis=axis), axis)
+    y = np.zeros_like(x)
+    np.put_along_axis(y, first, 1, axis=axis)
+    return [y]
