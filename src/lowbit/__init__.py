@@ -9,7 +9,7 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-from lowbit.api import compile, load, profile, run, save
+from lowbit.api import compile, from_torch, load, profile, quantize, run, save
 from lowbit.errors import LowbitError
 from lowbit.ir import Graph, Node, QuantParams, TensorType, Value
 from lowbit.quant.config import QuantConfig
@@ -26,8 +26,10 @@ __all__ = [
     "Value",
     "__version__",
     "compile",
+    "from_torch",
     "load",
     "profile",
+    "quantize",
     "run",
     "save",
 ]

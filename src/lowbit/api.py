@@ -11,18 +11,23 @@ from lowbit import backends
 from lowbit.frontends import onnx_export, onnx_import
 from lowbit.ir.graph import Graph
 from lowbit.passes import canonicalize
+from lowbit.passes import optimize as _optimize
 from lowbit.quant import profile as _profile
+from lowbit.quant import static as _static
+from lowbit.quant.config import QuantConfig
 from lowbit.quant.profile import Profile
 
 
 def load(path: str | os.PathLike, *, optimize: bool = True) -> Graph:
     """Import an ONNX model as a typed Graph.
 
-    With `optimize`, the import pipeline runs (constant folding of shape sub-graphs, dead code).
+    With `optimize` (the default), the optimization pipeline runs: constant folding of shape
+    sub-graphs, batch-norm folding, Relu/Clip fused as output clamps, dead code; without it only
+    the import pipeline (folding, dead code). Profile and quantize the graph `load` returns.
     Unsupported or malformed models raise `lowbit.LowbitError` naming the node and the reason.
     """
     graph = onnx_import.load(path)
-    return canonicalize(graph) if optimize else graph
+    return _optimize(graph) if optimize else canonicalize(graph)
 
 
 def save(graph: Graph, path: str | os.PathLike, format: str = "onnx") -> None:
@@ -55,3 +60,21 @@ def profile(
     wrong shape or dtype, an empty set) raise `lowbit.errors.InputError` naming batch and input.
     """
     return _profile.profile(graph, batches, progress=progress, channel_axis=channel_axis)
+
+
+def quantize(graph: Graph, profile: Profile, config: QuantConfig | None = None, *,
+             assert_all_quantized: bool = False) -> Graph:
+    """Statically quantize `graph` with the ranges of `profile` (taken on this graph) and the
+    settings of `config` (lowbit's defaults when None): returns a new graph whose value types
+    carry quantization parameters. `lowbit.quant.static.quantize` also returns the per-node
+    summary. With `assert_all_quantized`, a node left in float raises QuantizationError."""
+    return _static.quantize(graph, profile, config,
+                            assert_all_quantized=assert_all_quantized).graph
+
+
+def from_torch(module, example_inputs, **options) -> Graph:
+    """A PyTorch module as a Graph, through torch's ONNX export (see
+    `lowbit.frontends.torch_import.from_torch` for the options; torch stays optional)."""
+    from lowbit.frontends.torch_import import from_torch as _from_torch
+
+    return _from_torch(module, example_inputs, **options)

@@ -45,10 +45,16 @@ def test_inference_keeps_shape_and_checks_dtype():
 
 
 def test_quantized_integers_are_accepted_where_floats_are():
+    from lowbit.errors import ModelError
     from lowbit.ir.types import QuantParams
 
     q = TensorType(dtypes.INT8, (4,), QuantParams(0.5, 0))
-    assert infer_node(Node("Exp", [Value("q", q)], [Value("y")]))[0].dtype == dtypes.INT8
+    declared = TensorType(dtypes.UINT8, None, QuantParams(1 / 256, 0))
+    got = infer_node(Node("Exp", [Value("q", q)], [Value("y", declared)]))[0]
+    assert got == TensorType(dtypes.UINT8, (4,), QuantParams(1 / 256, 0))
+    # A TABLE op's result parameters come from the quantizer: none declared is an error.
+    with pytest.raises(ModelError, match="no quantized type"):
+        infer_node(Node("Exp", [Value("q", q)], [Value("y")]))
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])

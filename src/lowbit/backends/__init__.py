@@ -19,6 +19,9 @@ def compile(graph: Graph, backend: str = "reference") -> Executable:
     """Compile `graph` for `backend`; the result maps {input name: array} to {output: array}."""
     if backend == "reference":
         from lowbit.backends.reference import Interpreter
+        from lowbit.passes.quant_cleanup import fold_quantized_constants
 
+        if any(n.op_type == "Quantize" and n.inputs[0].is_constant for n in graph.nodes):
+            graph = fold_quantized_constants(graph.copy())
         return Interpreter(graph)
     raise LowbitError(f"unknown backend '{backend}'; available: {', '.join(BACKENDS)}")

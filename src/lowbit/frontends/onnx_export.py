@@ -126,7 +126,8 @@ def to_onnx(graph: Graph) -> onnx.ModelProto:
     opsets += [helper.make_opsetid(d, 1) for d in sorted(domains)]
     model = helper.make_model(g, opset_imports=opsets, producer_name="lowbit",
                               producer_version=__version__)
-    model.ir_version = max(helper.find_min_ir_version_for(opsets), 8)
+    model.ir_version = max(helper.find_min_ir_version_for(
+        [o for o in opsets if o.domain in ("", "ai.onnx")]), 8)
     for k, v in graph.metadata.items():
         if k != "source":
             model.metadata_props.add(key=k, value=v)
@@ -171,16 +172,36 @@ def _relocate_external(model_path: str, old: str, new: str) -> None:
 
 
 def save(graph: Graph, path: str | os.PathLike, format: str = "onnx") -> None:
-    """Export `graph` to an ONNX file. Formats: `onnx` (float graphs; graphs of plain ONNX ops).
+    """Export `graph` to an ONNX file.
 
-    Quantized graphs (values with QuantParams) need the `qdq` or `qoperator` export of the
-    static quantizer.
+    Formats: `onnx` (float graphs, graphs of plain ONNX ops), and for quantized graphs `qdq`
+    (QuantizeLinear/DequantizeLinear around float ops) or `qoperator` (QLinearConv,
+    QLinearMatMul, ... of ONNX and ONNX Runtime); see `lowbit.frontends.qdq_export`.
     """
-    if format not in ("onnx",):
-        raise UnsupportedError(f"unknown export format '{format}'; available: onnx")
-    quantized = [v.name for v in graph.values() if v.type is not None and v.type.is_quantized]
-    if quantized:
-        raise UnsupportedError(
-            f"graph has quantized values (first: '{quantized[0]}'); export it with "
-            "format='qdq' or 'qoperator'")
+    from lowbit.frontends.qdq_export import FORMATS, lower
+
+    if format not in ("onnx", *FORMATS):
+        raise UnsupportedError(f"unknown export format '{format}'; available: onnx, "
+                               f"{', '.join(FORMATS)}")
+    if format == "onnx":
+        computing = _computes_on_quantized_types(graph)
+        if computing is not None:
+            raise UnsupportedError(
+                f"graph computes on quantized types ({computing.describe()}); export it with "
+                "format='qdq' or 'qoperator'")
+    if format in FORMATS:
+        graph = lower(graph, format)
     save_model(to_onnx(graph), path)
+
+
+def _computes_on_quantized_types(graph: Graph) -> Node | None:
+    """The first node whose result depends on quantized types, which plain ONNX cannot say; None
+    when quantized types are only annotations (results of QuantizeLinear and the QLinear ops,
+    moved by Reshape, MaxPool, ...), which export as they are."""
+    from lowbit.backends.reference.kernels import is_quantized, reads_quant_params
+    from lowbit.ops.registry import QUANT_DOMAIN
+
+    for node in graph.nodes:
+        if node.domain == QUANT_DOMAIN or (is_quantized(node) and reads_quant_params(node)):
+            return node
+    return None

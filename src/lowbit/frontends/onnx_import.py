@@ -378,10 +378,11 @@ def _since_version(node: Node, opset: int) -> int:
 
 
 def _canonicalize_and_type(graph: Graph, opset: int, declared: dict, source: str) -> None:
-    for node in graph.nodes:
+    for node in list(graph.nodes):
         if node.op_type == CONSTANT:
             continue
         op = registry.get(node.op_type, node.domain)
+        _plain_codes(graph, node)
         since = _since_version(node, opset)
         if since < op.min_version:
             raise UnsupportedError(
@@ -416,8 +417,28 @@ def _canonicalize_and_type(graph: Graph, opset: int, declared: dict, source: str
             value.type = merge_types(seed_type, t) if seed_type is not None else t
 
 
+def _plain_codes(graph: Graph, node: Node) -> None:
+    """An ONNX op computes on the integer codes of its operands. Where an operand's type is
+    quantized (a QuantizeLinear or QLinear result) and the op would read the quantization
+    parameters instead (integer Relu, Clip, Add, ...), feed it through a same-type Cast, whose
+    result is the plain integer tensor, so the op keeps its ONNX meaning."""
+    from lowbit.backends.reference.kernels import reads_quant_params
+
+    if not any(v is not None and v.type is not None and v.type.quant is not None
+               for v in node.inputs) or not reads_quant_params(node):
+        return
+    for i, v in enumerate(node.inputs):
+        if v is None or v.type is None or v.type.quant is None:
+            continue
+        plain = TensorType(v.type.dtype, v.type.shape)
+        cast = graph.make_node("Cast", [v], {"to": v.type.dtype.onnx_code, "saturate": 1},
+                               name=f"{v.name}_codes", output_names=[f"{v.name}_codes"],
+                               output_types=[plain], before=node)
+        node.inputs[i] = cast.output
+
+
 def _apply_attr_defaults(op: registry.OpDef, node: Node, source: str) -> None:
-    known = op.all_attrs()
+    known = op.attrs if op.domain != registry.QUANT_DOMAIN else op.all_attrs()
     unknown = sorted(set(node.attrs) - set(known))
     if unknown:
         raise ModelError(f"{source}: {node.describe()} has unknown attribute(s) "

@@ -90,6 +90,7 @@ def _verify_types(graph: Graph) -> None:
         for v, t in zip(node.outputs, inferred, strict=False):
             if v.type is None:
                 raise VerifyError(f"{node.describe()} output '{v.name}' has no type")
-            if v.type.dtype != t.dtype or not _dims_agree(v.type, t):
+            chosen = v.type.quant is not None and v.type.dtype.is_integer and t.dtype.is_integer
+            if (v.type.dtype != t.dtype and not chosen) or not _dims_agree(v.type, t):
                 raise VerifyError(f"{node.describe()} output '{v.name}' is typed {v.type} but "
                                   f"its op infers {t}")

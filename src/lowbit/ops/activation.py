@@ -23,7 +23,7 @@ from lowbit.ops.elementwise_rules import (
     known_types,
     same_dtype,
 )
-from lowbit.ops.registry import Attr, OpDef, fail, register
+from lowbit.ops.registry import KEEP, Attr, OpDef, fail, register
 from lowbit.ops.unary import Unary
 
 
@@ -37,6 +37,7 @@ class Relu(Unary):
     """Y = max(X, 0)."""
 
     op_type = "Relu"
+    quant_rule = KEEP
     allowed = FLOATS | SIGNED_INTS
 
 
@@ -69,6 +70,7 @@ class Clip(OpDef):
     bounds do not clamp. min and max are scalars (any one-element tensor is accepted)."""
 
     op_type = "Clip"
+    quant_rule = KEEP
     inputs = ("input", "min?", "max?")
     outputs = ("output",)
 

@@ -2,7 +2,8 @@
 
 Layouts are ONNX's: X is (N, C, D1, ..., Dn), Conv's W is (M, C / group, k1, ..., kn) and
 ConvTranspose's W is (C, M / group, k1, ..., kn); B is (M,). Window geometry (pads, auto_pad,
-strides, dilations, output sizes) is in `conv_geometry`.
+strides, dilations, output sizes) is in `conv_geometry`. Quantized operands (X, W and B of
+different integer dtypes) are accepted: the COMPUTE rule decides how they are computed.
 """
 
 from __future__ import annotations
@@ -16,27 +17,62 @@ from lowbit.ops.conv_geometry import (
     window_from_attrs,
 )
 from lowbit.ops.elementwise_rules import FLOATS, check_dtype, known_types, same_dtype
-from lowbit.ops.registry import Attr, OpDef, fail, register
+from lowbit.ops.registry import COMPUTE, Attr, OpDef, fail, register
 
 
 def _static(d: Dim) -> int | None:
     return d if isinstance(d, int) else None
 
 
+def conv_window(node: Node, w_shape: tuple[Dim, ...], spatial_rank: int) -> Window:
+    """The validated window of a Conv-like node whose weight has shape `w_shape` (the kernel
+    comes from kernel_shape or from W's static spatial dims, which must agree)."""
+    w_kernel = [_static(d) for d in w_shape[2:]]
+    kernel = None if any(k is None for k in w_kernel) else w_kernel
+    attr = node.attrs.get("kernel_shape")
+    if attr and kernel is not None and list(attr) != kernel:
+        raise fail(node, f"kernel_shape {list(attr)} does not match the weight's spatial "
+                         f"shape {kernel}")
+    return window_from_attrs(node, kernel, spatial_rank)
+
+
+def check_channels(node: Node, x: TensorType, w: TensorType, group: int, transposed: bool
+                   ) -> None:
+    """Refuse a non-positive group and channel counts that do not fit the groups (when
+    static): Conv's W is (M, C / group, ...), ConvTranspose's W is (C, M / group, ...)."""
+    if group <= 0:
+        raise fail(node, f"group must be positive, got {group}")
+    assert w.shape is not None
+    c = _static(x.shape[1]) if x.shape is not None and len(x.shape) > 1 else None
+    if transposed:
+        wc = _static(w.shape[0])
+        if wc is not None and wc % group:
+            raise fail(node, f"{wc} input channels do not split into {group} groups")
+        if c is not None and wc is not None and c != wc:
+            raise fail(node, f"the input has {c} channels but the weight expects {wc}")
+        return
+    m, cg = _static(w.shape[0]), _static(w.shape[1])
+    if m is not None and m % group:
+        raise fail(node, f"{m} output channels do not split into {group} groups")
+    if c is not None and cg is not None and c != cg * group:
+        raise fail(node, f"the input has {c} channels but the weight expects {cg} per group x "
+                         f"{group} groups = {cg * group}")
+
+
 def conv_operands(node: Node, in_types: list[TensorType | None]
                   ) -> tuple[TensorType, TensorType, Window]:
     """Check X, W and B of a Conv-like node and resolve its window.
 
-    X and W must have equal ranks of at least 3 and float dtypes (or be quantized); a static
-    kernel_shape attribute must match W's spatial dims.
+    X and W must have equal ranks of at least 3 and float dtypes, equal unless quantized.
     """
-    types = known_types(node, in_types)
+    types = known_types(node, in_types)[:3]
     x, w = types[0], types[1]
     assert x is not None and w is not None
-    for i, t in enumerate(types[:3]):
+    for i, t in enumerate(types):
         if t is not None:
             check_dtype(node, i, t, FLOATS)
-    same_dtype(node, types, range(min(3, len(types))))
+    if not any(t is not None and t.quant is not None for t in types):
+        same_dtype(node, types, range(len(types)))
     if w.shape is None:
         raise fail(node, "the weight's rank is unknown")
     if len(w.shape) < 3:
@@ -44,19 +80,9 @@ def conv_operands(node: Node, in_types: list[TensorType | None]
                          f"with at least one spatial axis")
     if x.shape is not None and len(x.shape) != len(w.shape):
         raise fail(node, f"input rank {len(x.shape)} differs from weight rank {len(w.shape)}")
-    w_kernel = [_static(d) for d in w.shape[2:]]
-    kernel = None if any(k is None for k in w_kernel) else w_kernel
-    attr = node.attrs.get("kernel_shape")
-    if attr and kernel is not None and list(attr) != kernel:
-        raise fail(node, f"kernel_shape {list(attr)} does not match the weight's spatial "
-                         f"shape {kernel}")
-    window = window_from_attrs(node, kernel, len(w.shape) - 2)
-    return x, w, window
-
-
-def _check_group(node: Node, group: int) -> None:
-    if group <= 0:
-        raise fail(node, f"group must be positive, got {group}")
+    check_channels(node, x, w, int(node.attrs.get("group", 1)),
+                   transposed=node.op_type == "ConvTranspose")
+    return x, w, conv_window(node, w.shape, len(w.shape) - 2)
 
 
 def _check_bias(node: Node, bias: TensorType | None, channels: Dim) -> None:
@@ -82,22 +108,14 @@ class Conv(OpDef):
     inputs = ("X", "W", "B?")
     attrs = {**WINDOW_ATTRS, "group": Attr("int", 1)}
     fusable = True
+    quant_rule = COMPUTE
 
     def check(self, node: Node, in_types: list[TensorType | None]) -> None:
         self.infer(node, in_types)
 
     def infer(self, node: Node, in_types: list[TensorType | None]) -> list[TensorType]:
         x, w, window = conv_operands(node, in_types)
-        group = int(node.attrs.get("group", 1))
-        _check_group(node, group)
-        m, cg = w.shape[0], w.shape[1]  # type: ignore[index]
-        if isinstance(m, int) and m % group:
-            raise fail(node, f"{m} output channels do not split into {group} groups")
-        if x.shape is not None:
-            c = x.shape[1]
-            if isinstance(c, int) and isinstance(cg, int) and c != cg * group:
-                raise fail(node, f"the input has {c} channels but the weight expects "
-                                 f"{cg} per group x {group} groups = {cg * group}")
+        m = w.shape[0]  # type: ignore[index]
         _check_bias(node, in_types[2] if len(in_types) > 2 else None, m)
         if x.shape is None:
             shape = None
@@ -132,14 +150,8 @@ class ConvTranspose(OpDef):
     def infer(self, node: Node, in_types: list[TensorType | None]) -> list[TensorType]:
         x, w, window = conv_operands(node, in_types)
         group = int(node.attrs.get("group", 1))
-        _check_group(node, group)
         n_sp = window.rank
-        c, mg = w.shape[0], w.shape[1]  # type: ignore[index]
-        if isinstance(c, int) and c % group:
-            raise fail(node, f"{c} input channels do not split into {group} groups")
-        if x.shape is not None and isinstance(x.shape[1], int) and isinstance(c, int) \
-                and x.shape[1] != c:
-            raise fail(node, f"the input has {x.shape[1]} channels but the weight expects {c}")
+        mg = w.shape[1]  # type: ignore[index]
         m = mg * group if isinstance(mg, int) else None
         _check_bias(node, in_types[2] if len(in_types) > 2 else None, m)
         output_padding = list(node.attrs.get("output_padding") or [0] * n_sp)

@@ -23,7 +23,7 @@ from lowbit.ops.elementwise_rules import (
     known_types,
     same_dtype,
 )
-from lowbit.ops.registry import REQUIRED, Attr, OpDef, fail, register
+from lowbit.ops.registry import REQUIRED, RESCALE, Attr, OpDef, fail, register
 
 
 class Broadcasting(OpDef):
@@ -61,6 +61,7 @@ class Add(Binary):
     """C = A + B."""
 
     op_type = "Add"
+    quant_rule = RESCALE
     fusable = True
 
 
@@ -69,6 +70,7 @@ class Sub(Binary):
     """C = A - B."""
 
     op_type = "Sub"
+    quant_rule = RESCALE
 
 
 @register
@@ -76,6 +78,7 @@ class Mul(Binary):
     """C = A * B."""
 
     op_type = "Mul"
+    quant_rule = RESCALE
 
 
 @register

@@ -5,7 +5,7 @@ from __future__ import annotations
 from lowbit.ir import dtypes
 from lowbit.ir.graph import Node
 from lowbit.ir.types import TensorType
-from lowbit.ops.registry import Attr, OpDef, fail, register
+from lowbit.ops.registry import KEEP, Attr, OpDef, fail, register
 
 
 @register
@@ -13,6 +13,7 @@ class Identity(OpDef):
     """Y = X."""
 
     op_type = "Identity"
+    quant_rule = KEEP
     inputs = ("input",)
     outputs = ("output",)
 

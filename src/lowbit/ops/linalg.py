@@ -2,7 +2,8 @@
 
 Float products are accumulated in float64 by the reference kernels and rounded once. Integer
 products (int32, int64, uint32, uint64) wrap around in the operands' width, as the sum of
-products computed in that width would.
+products computed in that width would. Quantized operands (of different integer dtypes) are
+accepted: the COMPUTE rule decides how they are computed.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from lowbit.ops.elementwise_rules import (
     known_types,
     same_dtype,
 )
-from lowbit.ops.registry import Attr, OpDef, fail, register
+from lowbit.ops.registry import COMPUTE, Attr, OpDef, fail, register
 
 MATMUL_TYPES = FLOATS | {dt.INT32, dt.INT64, dt.UINT32, dt.UINT64}
 
@@ -26,6 +27,11 @@ MATMUL_TYPES = FLOATS | {dt.INT32, dt.INT64, dt.UINT32, dt.UINT64}
 def _inner_dims_agree(node: Node, k1: Dim, k2: Dim, a_shape, b_shape) -> None:
     if isinstance(k1, int) and isinstance(k2, int) and k1 != k2:
         raise fail(node, f"inner dimensions differ: A is {a_shape} and B is {b_shape}")
+
+
+def _same_unless_quantized(node: Node, types: list[TensorType | None]) -> None:
+    if not any(t is not None and t.quant is not None for t in types):
+        same_dtype(node, types, range(len(types)))
 
 
 @register
@@ -41,6 +47,7 @@ class Gemm(OpDef):
     attrs = {"alpha": Attr("float", 1.0), "beta": Attr("float", 1.0),
              "transA": Attr("int", 0), "transB": Attr("int", 0)}
     fusable = True
+    quant_rule = COMPUTE
 
     def check(self, node: Node, in_types: list[TensorType | None]) -> None:
         self.infer(node, in_types)
@@ -60,7 +67,7 @@ class Gemm(OpDef):
         for i, t in enumerate(types):
             if t is not None:
                 check_dtype(node, i, t, MATMUL_TYPES)
-        same_dtype(node, types, range(len(types)))
+        _same_unless_quantized(node, types)
         if a.shape is None or b.shape is None:
             return [TensorType(a.dtype, (None, None))]
         for label, t in (("A", a), ("B", b)):
@@ -84,13 +91,14 @@ class MatMul(OpDef):
     op_type = "MatMul"
     inputs = ("A", "B")
     fusable = True
+    quant_rule = COMPUTE
 
     def infer(self, node: Node, in_types: list[TensorType | None]) -> list[TensorType]:
         a, b = known_types(node, in_types)
         assert a is not None and b is not None
         check_dtype(node, 0, a, MATMUL_TYPES)
         check_dtype(node, 1, b, MATMUL_TYPES)
-        same_dtype(node, [a, b], (0, 1))
+        _same_unless_quantized(node, [a, b])
         return [TensorType(a.dtype, matmul_shape(node, a.shape, b.shape))]
 
 

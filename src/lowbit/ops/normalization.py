@@ -55,7 +55,7 @@ class BatchNormalization(OpDef):
     outputs = ("Y", "running_mean?", "running_var?")
     attrs = {"epsilon": Attr("float", EPSILON), "momentum": Attr("float", float(np.float32(0.9))),
              "training_mode": Attr("int", 0)}
-    min_version = 15
+    min_version = 14
 
     def check(self, node: Node, in_types: list[TensorType | None]) -> None:
         if node.attrs.get("training_mode", 0):
@@ -75,7 +75,9 @@ class BatchNormalization(OpDef):
         return [TensorType(x.dtype, x.shape)]
 
 
-STASH_TYPES = {dt.FLOAT32.onnx_code: dt.FLOAT32, dt.BFLOAT16.onnx_code: dt.BFLOAT16}
+STASH_TYPES = {dt.FLOAT32.onnx_code: dt.FLOAT32, dt.FLOAT64.onnx_code: dt.FLOAT64,
+               dt.BFLOAT16.onnx_code: dt.BFLOAT16}
+"""stash_type codes lowbit accepts: ONNX allows float32 and bfloat16; float64 is kept as well."""
 
 
 @register
@@ -83,7 +85,7 @@ class LayerNormalization(OpDef):
     """Over the axes [axis, rank): Mean = mean(X), InvStdDev = 1 / sqrt(mean((X - Mean)^2) +
     epsilon), Y = (X - Mean) * InvStdDev * Scale + B, with Scale and B broadcast
     unidirectionally to X. Mean and InvStdDev have X's shape with the normalized axes set to 1
-    and the dtype named by `stash_type` (float32 or bfloat16)."""
+    and the dtype named by `stash_type` (float32, bfloat16 or float64)."""
 
     op_type = "LayerNormalization"
     inputs = ("X", "Scale", "B?")
@@ -102,8 +104,8 @@ class LayerNormalization(OpDef):
         check_dtype(node, 0, x, FLOATS)
         stash = STASH_TYPES.get(int(node.attrs.get("stash_type", 1)))
         if stash is None:
-            raise fail(node, f"stash_type {node.attrs['stash_type']} is not float32 (1) or "
-                             f"bfloat16 (16)")
+            raise fail(node, f"stash_type {node.attrs['stash_type']} is not float32 (1), "
+                             f"float64 (11) or bfloat16 (16)")
         for i, t in enumerate(types[1:], start=1):
             if t is not None:
                 check_dtype(node, i, t, FLOATS)

@@ -14,7 +14,7 @@ from lowbit.ir.graph import Node
 from lowbit.ir.types import TensorType
 from lowbit.ops.conv_geometry import WINDOW_ATTRS, Window, window_from_attrs
 from lowbit.ops.elementwise_rules import FLOATS, check_dtype, known_types
-from lowbit.ops.registry import REQUIRED, Attr, OpDef, fail, register
+from lowbit.ops.registry import KEEP, REQUIRED, RESCALE, Attr, OpDef, fail, register
 
 POOL_ATTRS = {**WINDOW_ATTRS, "kernel_shape": Attr("ints", REQUIRED),
               "ceil_mode": Attr("int", 0)}
@@ -72,6 +72,7 @@ class MaxPool(WindowPool):
     outputs = ("Y", "Indices?")
     attrs = {**POOL_ATTRS, "storage_order": Attr("int", 0)}
     allowed = FLOATS | {dt.INT8, dt.UINT8}
+    quant_rule = KEEP
 
     def check(self, node: Node, in_types: list[TensorType | None]) -> None:
         super().check(node, in_types)
@@ -86,6 +87,7 @@ class AveragePool(WindowPool):
 
     op_type = "AveragePool"
     attrs = {**POOL_ATTRS, "count_include_pad": Attr("int", 0)}
+    quant_rule = RESCALE
 
 
 @register
@@ -119,6 +121,7 @@ class GlobalAveragePool(GlobalPool):
     """Y = the mean over the spatial axes."""
 
     op_type = "GlobalAveragePool"
+    quant_rule = RESCALE
 
 
 @register
@@ -126,6 +129,7 @@ class GlobalMaxPool(GlobalPool):
     """Y = the maximum over the spatial axes."""
 
     op_type = "GlobalMaxPool"
+    quant_rule = KEEP
 
 
 @register

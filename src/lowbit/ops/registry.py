@@ -24,6 +24,25 @@ from lowbit.ir.types import TensorType
 REQUIRED = object()
 """Default marker for an attribute that must be present."""
 
+QUANT_DOMAIN = "lowbit"
+"""Domain of lowbit's own ops (Quantize, Dequantize, Requantize)."""
+
+# Quantization rules: how an op computes when its inputs are quantized (see lowbit.quant.static).
+COMPUTE = "compute"
+"""Integer products accumulated in int32, requantized to output parameters from the profile."""
+KEEP = "keep"
+"""Moves, selects or clamps values: the output keeps the input's parameters, computed exactly."""
+RESCALE = "rescale"
+"""Combines inputs at different scales (Add, Mul, Concat, averages): each rescaled in integers
+to output parameters from the profile."""
+TABLE = "table"
+"""A float function of one input: a lookup table over every input code (256 entries for 8 bits,
+65536 for 16)."""
+
+REQUANT = "requant"
+"""lowbit's own attribute on quantized COMPUTE/RESCALE nodes: the requantization encoding,
+"q31" or "prescale" (see lowbit.quant.fixed_point)."""
+
 FUSED_CLIP = "fused_clip"
 """lowbit's own attribute on fusable ops: `[lo, hi]`, an output clamp left by fusing a
 following Relu (lo=0, hi=inf) or Clip. Float kernels clamp after computing (done once, in the
@@ -59,13 +78,20 @@ class OpDef:
     """Earliest ONNX since-version whose semantics lowbit implements (after `upgrade`)."""
     fusable: ClassVar[bool] = False
     """Whether a following Relu/Clip may be fused into this op as `FUSED_CLIP`."""
+    quant_rule: ClassVar[str | None] = None
+    """How the op computes on quantized inputs (COMPUTE, KEEP, RESCALE, TABLE), or None if it
+    only computes in float."""
 
     @classmethod
     def all_attrs(cls) -> dict[str, Attr]:
-        """The ONNX attributes plus lowbit's own (`fused_clip` on fusable ops)."""
+        """The ONNX attributes plus lowbit's own (`fused_clip` on fusable ops, `requant` on
+        ops that requantize)."""
+        extra: dict[str, Attr] = {}
         if cls.fusable:
-            return {**cls.attrs, FUSED_CLIP: Attr("floats")}
-        return cls.attrs
+            extra[FUSED_CLIP] = Attr("floats")
+        if cls.quant_rule in (COMPUTE, RESCALE):
+            extra[REQUANT] = Attr("string")
+        return {**cls.attrs, **extra} if extra else cls.attrs
 
     # -- arity ----------------------------------------------------------------------------------
     @classmethod

@@ -19,7 +19,7 @@ from lowbit.ops.elementwise_rules import (
     check_dtype,
     known_types,
 )
-from lowbit.ops.registry import Attr, OpDef, register
+from lowbit.ops.registry import TABLE, Attr, OpDef, register
 
 
 class Unary(OpDef):
@@ -28,6 +28,7 @@ class Unary(OpDef):
     inputs = ("X",)
     allowed: ClassVar[frozenset[DType]] = FLOATS
     result: ClassVar[DType | None] = None
+    quant_rule = TABLE
 
     def infer(self, node: Node, in_types: list[TensorType | None]) -> list[TensorType]:
         (x,) = known_types(node, in_types)

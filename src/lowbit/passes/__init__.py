@@ -12,14 +12,17 @@ from lowbit.passes.fold_batchnorm import fold_batch_norm
 from lowbit.passes.fold_constants import fold_constants
 from lowbit.passes.fuse_activation import fuse_activations
 from lowbit.passes.pipeline import Pass, run_passes
+from lowbit.passes.static_reshape import constant_reshape_targets
 
 IMPORT_PIPELINE: list[Pass] = [
     fold_constants,  # shape sub-graphs over static shapes and weight transforms become constants
+    constant_reshape_targets,  # Reshape targets over symbolic dims become 0 / -1 constants
     eliminate_dead_code,  # drop what folding and unused outputs left behind
 ]
 
 OPTIMIZE_PIPELINE: list[Pass] = [
     fold_constants,  # shape sub-graphs and weight transforms become constants
+    constant_reshape_targets,  # Reshape targets over symbolic dims become 0 / -1 constants
     fold_batch_norm,  # BN after Conv/Gemm disappears into the weights (exact up to rounding)
     fuse_activations,  # Relu/Clip become output clamps, which quantization turns into ranges
     eliminate_dead_code,  # drop what the rewrites left behind
@@ -41,6 +44,7 @@ __all__ = [
     "OPTIMIZE_PIPELINE",
     "Pass",
     "canonicalize",
+    "constant_reshape_targets",
     "eliminate_dead_code",
     "fold_batch_norm",
     "fold_constants",

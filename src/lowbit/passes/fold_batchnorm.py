@@ -48,7 +48,7 @@ def fold_batch_norm(graph: Graph) -> Graph:
     """
     users = graph.users()
     folded: list[Node] = []
-    for bn in list(graph.nodes):  # folding inserts constants into graph.nodes
+    for bn in list(graph.nodes):
         if bn.op_type != "BatchNormalization" or len(bn.outputs) != 1:
             continue
         x = bn.inputs[0]

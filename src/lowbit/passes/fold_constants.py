@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from lowbit.backends.reference.kernels import get_kernel
+from lowbit.backends.reference.kernels import kernel_for
 from lowbit.ir import dtypes
-from lowbit.ir.graph import CONSTANT, Graph, Node, Value
+from lowbit.ir.graph import CONSTANT, Graph, Node
 from lowbit.ir.types import TensorType
 from lowbit.ops import infer_node, merge_types
+from lowbit.ops.shape_values import as_array, static_value
 from lowbit.passes.dead_code import eliminate_dead_code
 
 NO_FOLD = frozenset({
@@ -23,30 +24,21 @@ MAX_FOLDED_ELEMENTS = 1 << 24
 """Results bigger than this stay computed at run time (an Expand must not bloat the model)."""
 
 
-def _static_shape(v: Value | None) -> tuple[int, ...] | None:
-    if v is None or v.type is None or not v.type.is_static:
+def _known_shape_value(node: Node) -> list[np.ndarray] | None:
+    """The value of a one-output node computing a small integer tensor whose elements are all
+    known from static dims (Shape, or Gather/Slice/Concat/... of shapes where the dims needed
+    are static), though not all its inputs are constants."""
+    if len(node.outputs) != 1 or node.output.type is None or node.output.type.shape is None:
         return None
-    return tuple(v.type.shape)  # type: ignore[arg-type]
-
-
-def _shape_of(node: Node) -> np.ndarray | None:
-    """Shape and Size of a value whose shape is static are constants."""
-    shape = _static_shape(node.inputs[0])
-    if shape is None:
-        return None
-    if node.op_type == "Size":
-        return np.array(int(np.prod(shape, dtype=np.int64)), dtype=np.int64)
-    rank = len(shape)
-    start = node.attrs.get("start", 0)
-    end = node.attrs.get("end", rank)
-    start = max(0, min(rank, start + rank if start < 0 else start))
-    end = max(0, min(rank, end + rank if end < 0 else end))
-    return np.array(shape[start:end], dtype=np.int64)
+    values = static_value(node.output)
+    return None if values is None else [as_array(values, node.output)]
 
 
 def fold_constants(graph: Graph) -> Graph:
-    """Replace every node whose inputs are all constants (or whose result depends only on a
-    static shape) by a Constant node holding its result, then drop what became dead.
+    """Replace every node whose inputs are all constants, or whose result is a shape value whose
+    elements are all static (`Shape(x)`, `Gather(Shape(x), 2)` when that dim of x is static,
+    see `lowbit.ops.shape_values`), by a Constant node holding its result; then drop what
+    became dead.
 
     Guarantees: graph outputs compute the same values; Quantize/Dequantize of constants and
     random ops are kept; no folded constant exceeds MAX_FOLDED_ELEMENTS elements.
@@ -74,14 +66,11 @@ def fold_constants(graph: Graph) -> Graph:
 def _try_fold(node: Node) -> list[np.ndarray] | None:
     if node.op_type == CONSTANT or node.op_type in NO_FOLD or node.domain:
         return None
-    if node.op_type in ("Shape", "Size"):
-        shape = _shape_of(node)
-        return None if shape is None else [shape]
     if not all(v is None or v.is_constant for v in node.inputs):
-        return None
+        return _known_shape_value(node)
     if any(v.type is not None and v.type.is_quantized for v in node.outputs):
         return None
-    kernel = get_kernel(node.op_type, node.domain)
+    kernel = kernel_for(node)
     if kernel is None:
         return None
     for v in node.outputs:

@@ -13,6 +13,7 @@ matching rule in order, field by field, so later rules win. In YAML::
       scheme: asymmetric          # asymmetric | symmetric | symmetric_uint8 | power_of_2
       weight_precision: int8      # int8 | int16
       weight_scheme: symmetric    # symmetric | asymmetric | power_of_2
+      requant: auto               # auto | q31 | prescale (integer rescale encoding)
     rules:
       - name: conv1               # the first conv stays in float
         precision: float
@@ -65,6 +66,9 @@ DEFAULT_PERCENTILE = 99.99
 DEFAULT_SCHEME = "asymmetric"
 DEFAULT_WEIGHT_PRECISION = "int8"
 DEFAULT_WEIGHT_SCHEME = "symmetric"
+DEFAULT_REQUANT = "auto"
+REQUANT_METHODS: tuple[str, ...] = ("auto", "q31", "prescale")
+"""auto: the more accurate encoding for the output width (lowbit.quant.fixed_point)."""
 
 MATCHERS: tuple[str, ...] = ("name", "regex", "op_type")
 _CHOICES: dict[str, tuple[str, ...]] = {
@@ -73,6 +77,7 @@ _CHOICES: dict[str, tuple[str, ...]] = {
     "scheme": SCHEMES,
     "weight_precision": WEIGHT_PRECISIONS,
     "weight_scheme": WEIGHT_SCHEMES,
+    "requant": REQUANT_METHODS,
 }
 _DTYPES: dict[str, DType] = {
     "int8": dtypes.INT8, "uint8": dtypes.UINT8, "int16": dtypes.INT16,
@@ -95,6 +100,7 @@ class NodeSettings:
     scheme: str = DEFAULT_SCHEME
     weight_precision: str = DEFAULT_WEIGHT_PRECISION
     weight_scheme: str = DEFAULT_WEIGHT_SCHEME
+    requant: str = DEFAULT_REQUANT
     matched_rules: tuple[int, ...] = field(default=(), compare=False)
 
     def __post_init__(self) -> None:
@@ -145,6 +151,7 @@ class Rule:
     scheme: str | None = None
     weight_precision: str | None = None
     weight_scheme: str | None = None
+    requant: str | None = None
     _pattern: re.Pattern | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:

@@ -13,7 +13,7 @@ from typing import Protocol
 
 import numpy as np
 
-from lowbit.backends.reference.kernels import get_kernel
+from lowbit.backends.reference.kernels import is_quantized, kernel_for
 from lowbit.errors import InputError, KernelError, LowbitError, UnsupportedError
 from lowbit.ir import dtypes
 from lowbit.ir.graph import CONSTANT, Graph, Node, Value
@@ -32,14 +32,14 @@ class Interpreter:
     def __init__(self, graph: Graph, observers: Sequence[NodeObserver] = ()) -> None:
         self.graph = graph
         self.observers = list(observers)
-        missing = sorted({n.op_type for n in graph.nodes
-                          if n.op_type != CONSTANT and get_kernel(n.op_type, n.domain) is None})
+        self._kernels = [None if n.op_type == CONSTANT else kernel_for(n) for n in graph.nodes]
+        missing = sorted({("quantized " if is_quantized(n) else "") + n.op_type
+                          for n, k in zip(graph.nodes, self._kernels, strict=True)
+                          if n.op_type != CONSTANT and k is None})
         if missing:
             raise UnsupportedError(
                 f"the reference backend has no kernel for: {', '.join(missing)}"
             )
-        self._kernels = [None if n.op_type == CONSTANT else get_kernel(n.op_type, n.domain)
-                         for n in graph.nodes]
         self._release = self._plan_release()
 
     def _plan_release(self) -> list[list[Value]]:

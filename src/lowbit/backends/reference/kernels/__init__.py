@@ -18,14 +18,16 @@ from lowbit.ir.graph import Node
 
 Kernel = Callable[[Node, Sequence[np.ndarray | None]], Sequence[np.ndarray]]
 
-_KERNELS: dict[tuple[str, str], Kernel] = {}
+_KERNELS: dict[tuple[str, str, bool], Kernel] = {}
 
 
-def kernel(op_type: str, domain: str = "") -> Callable[[Kernel], Kernel]:
-    """Decorator registering a reference kernel for `op_type`."""
+def kernel(op_type: str, domain: str = "", *, quantized: bool = False
+           ) -> Callable[[Kernel], Kernel]:
+    """Decorator registering a reference kernel for `op_type`: the float (plain) kernel, or with
+    `quantized=True` the integer kernel run when the node's types are quantized."""
 
     def deco(fn: Kernel) -> Kernel:
-        key = ("" if domain in ("", "ai.onnx") else domain, op_type)
+        key = ("" if domain in ("", "ai.onnx") else domain, op_type, quantized)
         if key in _KERNELS:
             raise RuntimeError(f"reference kernel for {op_type} registered twice")
         _KERNELS[key] = fn
@@ -46,11 +48,54 @@ def _load_all() -> None:
         importlib.import_module(f"{__name__}.{info.name}")
 
 
-def get_kernel(op_type: str, domain: str = "") -> Kernel | None:
+def get_kernel(op_type: str, domain: str = "", quantized: bool = False) -> Kernel | None:
     _load_all()
-    return _KERNELS.get(("" if domain in ("", "ai.onnx") else domain, op_type))
+    return _KERNELS.get(("" if domain in ("", "ai.onnx") else domain, op_type, quantized))
 
 
-def all_kernels() -> dict[tuple[str, str], Kernel]:
+def all_kernels() -> dict[tuple[str, str, bool], Kernel]:
     _load_all()
     return dict(_KERNELS)
+
+
+def is_quantized(node: Node) -> bool:
+    """Whether `node` computes on quantized types (an ONNX-domain op with a quantized input or
+    output); lowbit's own Quantize/Dequantize/Requantize are plain kernels."""
+    if node.domain not in ("", "ai.onnx"):
+        return False
+    return any(v is not None and v.type is not None and v.type.quant is not None
+               for v in (*node.inputs, *node.outputs))
+
+
+def kernel_for(node: Node) -> Kernel | None:
+    """The kernel that runs `node`: the integer kernel for a quantized node of an op with a
+    quantization rule, where KEEP ops may use their plain kernel (they move, select or clamp
+    values, exactly on integers); the plain kernel otherwise."""
+    from lowbit.ops.registry import KEEP, lookup
+
+    op = lookup(node.op_type, node.domain)
+    if op is None or op.quant_rule is None or not is_quantized(node):
+        return get_kernel(node.op_type, node.domain)
+    found = get_kernel(node.op_type, node.domain, quantized=True)
+    if found is None and op.quant_rule == KEEP:
+        return get_kernel(node.op_type, node.domain)
+    return found
+
+
+def reads_quant_params(node: Node) -> bool:
+    """Whether `node`, given quantized operands, computes with their quantization parameters
+    (on the reals the integers stand for) rather than on the integer codes alone: lowbit's own
+    ops, ops whose quantization rule is not KEEP, and KEEP ops with an integer kernel of their
+    own (Relu and Clip clamp at real bounds). Moving and selecting ops (Reshape, MaxPool, ...)
+    and ops without a quantization rule read only the codes."""
+    from lowbit.ops.registry import KEEP, QUANT_DOMAIN, lookup
+
+    if node.domain == QUANT_DOMAIN:
+        return True
+    if node.domain not in ("", "ai.onnx"):
+        return False
+    op = lookup(node.op_type, node.domain)
+    if op is None or op.quant_rule is None:
+        return False
+    return op.quant_rule != KEEP or get_kernel(node.op_type, node.domain, quantized=True) \
+        is not None

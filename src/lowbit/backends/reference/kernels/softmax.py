@@ -1,5 +1,9 @@
-"""Reference kernels of Softmax, LogSoftmax and Hardmax (lowbit.ops.softmax), computed in
-float64 after subtracting the maximum, rounded once to X's dtype."""
+"""Reference kernels of Softmax, LogSoftmax and Hardmax (lowbit.ops.softmax).
+
+float32 and float64 are computed in float64 after subtracting the maximum and rounded once.
+Softmax on float16 and bfloat16 rounds after each step (subtract, exp, sum, divide), as ONNX's
+reference computes it and its conformance data expect bit for bit.
+"""
 
 from __future__ import annotations
 
@@ -20,6 +24,11 @@ def _shifted(node, x: np.ndarray) -> tuple[np.ndarray, int]:
 @kernel("Softmax")
 def softmax(node, inputs):
     (x,) = inputs
+    if x.dtype not in (np.float32, np.float64) and x.ndim:
+        axis = node.attrs["axis"] % x.ndim
+        with np.errstate(invalid="ignore"):
+            e = np.exp(x - x.max(axis=axis, keepdims=True))
+            return [(e / e.sum(axis=axis, keepdims=True)).astype(x.dtype)]
     d, axis = _shifted(node, x)
     with np.errstate(invalid="ignore"):
         e = np.exp(d)

@@ -1,0 +1,138 @@
+"""Reading arrays for the CLI: `NAME=FILE.npy` inputs, and calibration data sets (.npy/.npz
+files, folders of images, ONNX test_data_set folders), always naming the file at fault."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from lowbit.errors import InputError
+from lowbit.ir.graph import Graph
+
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp")
+
+
+def load_array(path: str | os.PathLike) -> np.ndarray:
+    p = Path(path)
+    if not p.is_file():
+        raise InputError(f"{p}: no such file")
+    try:
+        if p.suffix == ".pb":
+            import onnx
+            from onnx import numpy_helper
+
+            tensor = onnx.TensorProto()
+            tensor.ParseFromString(p.read_bytes())
+            return numpy_helper.to_array(tensor)
+        return np.load(p, allow_pickle=False)
+    except (ValueError, OSError, EOFError) as exc:
+        raise InputError(f"{p}: not a readable .npy file ({exc})") from None
+
+
+def parse_inputs(specs: Sequence[str], graph: Graph) -> dict[str, np.ndarray]:
+    """`NAME=FILE.npy` specs as {name: array}; a single `FILE.npy` feeds a one-input model."""
+    inputs: dict[str, np.ndarray] = {}
+    for spec in specs:
+        name, sep, file = spec.partition("=")
+        if not sep:
+            if len(graph.inputs) != 1:
+                raise InputError(f"--input {spec!r}: write NAME=FILE.npy; the model's inputs "
+                                 f"are {', '.join(v.name for v in graph.inputs)}")
+            name, file = graph.inputs[0].name, spec
+        inputs[name] = load_array(file)
+    return inputs
+
+
+def calibration_batches(source: str, graph: Graph, *, batch_size: int = 8,
+                        image_size: tuple[int, int] | None = None,
+                        mean: Sequence[float] = (0.0,), std: Sequence[float] = (1.0,),
+                        layout: str = "NCHW", limit: int | None = None
+                        ) -> list[dict[str, np.ndarray]]:
+    """Calibration batches from `source`:
+
+    - `file.npy`: one array for a one-input model, split into batches along axis 0;
+    - `file.npz`: arrays named like the model's inputs, split the same way;
+    - a folder of ONNX `test_data_set_*` folders (input_0.pb, ...), one batch each;
+    - a folder of images: resized to `image_size` (default: the model's input size), scaled to
+      [0, 255], normalised as (x - mean) / std per channel, laid out as `layout`.
+    """
+    p = Path(source)
+    if p.is_dir():
+        sets = sorted(d for d in p.iterdir() if d.is_dir() and d.name.startswith("test_data_set"))
+        if sets or (p / "input_0.pb").exists():
+            batches = [_test_data_set(d, graph) for d in (sets or [p])]
+        else:
+            batches = _split(_images(p, graph, image_size, mean, std, layout), batch_size)
+    elif p.suffix == ".npz":
+        with np.load(p, allow_pickle=False) as data:
+            names = [v.name for v in graph.inputs]
+            missing = [n for n in names if n not in data.files]
+            if missing:
+                raise InputError(f"{p}: has arrays {', '.join(data.files)}; the model needs "
+                                 f"{', '.join(names)}")
+            batches = _split({n: data[n] for n in names}, batch_size)
+    elif p.suffix == ".npy":
+        if len(graph.inputs) != 1:
+            raise InputError(f"{p}: a .npy file feeds one-input models; this one has "
+                             f"{len(graph.inputs)} inputs: use a .npz keyed by input name")
+        batches = _split({graph.inputs[0].name: load_array(p)}, batch_size)
+    else:
+        raise InputError(f"{source}: calibration data must be a .npy or .npz file, a folder of "
+                         f"images or of ONNX test_data_set folders")
+    if limit is not None:
+        batches = batches[:limit]
+    if not batches:
+        raise InputError(f"{source}: holds no calibration data")
+    return batches
+
+
+def _split(arrays: dict[str, np.ndarray], batch_size: int) -> list[dict[str, np.ndarray]]:
+    n = min(len(a) for a in arrays.values()) if arrays else 0
+    return [{k: a[i:i + batch_size] for k, a in arrays.items()} for i in range(0, n, batch_size)]
+
+
+def _test_data_set(folder: Path, graph: Graph) -> dict[str, np.ndarray]:
+    files = sorted(folder.glob("input_*.pb"), key=lambda f: int(f.stem.split("_")[1]))
+    if len(files) != len(graph.inputs):
+        raise InputError(f"{folder}: {len(files)} input_*.pb files for a model with "
+                         f"{len(graph.inputs)} inputs")
+    return {v.name: load_array(f) for v, f in zip(graph.inputs, files, strict=True)}
+
+
+def _images(folder: Path, graph: Graph, size, mean, std, layout) -> dict[str, np.ndarray]:
+    from PIL import Image
+
+    if len(graph.inputs) != 1:
+        raise InputError(f"{folder}: image folders feed one-input models")
+    v = graph.inputs[0]
+    shape = v.type.shape if v.type is not None else None
+    if size is None:
+        if shape is None or len(shape) != 4:
+            raise InputError(f"{folder}: give --image-size H W (the model's input size is "
+                             f"not a static 4-D shape)")
+        h, w = (shape[2], shape[3]) if layout == "NCHW" else (shape[1], shape[2])
+        if not isinstance(h, int) or not isinstance(w, int):
+            raise InputError(f"{folder}: give --image-size H W (the model's input size is "
+                             f"symbolic)")
+        size = (h, w)
+    arrays = []
+    for f in _image_files(folder):
+        try:
+            with Image.open(f) as im:
+                arrays.append(np.asarray(im.convert("RGB").resize((size[1], size[0])),
+                                         np.float32))
+        except OSError as exc:
+            raise InputError(f"{f}: not a readable image ({exc})") from None
+    if not arrays:
+        raise InputError(f"{folder}: no images ({', '.join(IMAGE_SUFFIXES)})")
+    x = (np.stack(arrays) - np.asarray(mean, np.float32)) / np.asarray(std, np.float32)
+    if layout == "NCHW":
+        x = x.transpose(0, 3, 1, 2)
+    return {v.name: np.ascontiguousarray(x, dtype=np.float32)}
+
+
+def _image_files(folder: Path) -> Iterator[Path]:
+    return iter(sorted(f for f in folder.iterdir() if f.suffix.lower() in IMAGE_SUFFIXES))

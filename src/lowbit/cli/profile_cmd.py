@@ -1,0 +1,31 @@
+"""`lowbit profile MODEL --calib DATA -o profile.yaml`: collect value ranges and histograms."""
+
+from __future__ import annotations
+
+import argparse
+
+from lowbit.cli.calib_args import add_calibration_args, batches_from_args
+
+EXAMPLE = """example:
+  lowbit profile model.onnx --calib calib.npz -o profile.yaml
+  lowbit quantize model.onnx --profile profile.yaml -o model.int8.onnx"""
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("profile", help="profile value ranges on calibration data",
+                       epilog=EXAMPLE, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("model", help="ONNX model file")
+    p.add_argument("-o", "--output", required=True, metavar="PROFILE.yaml")
+    add_calibration_args(p, required=True)
+    p.set_defaults(handler=run)
+
+
+def run(args) -> int:
+    import lowbit
+
+    graph = lowbit.load(args.model)
+    profile = lowbit.profile(graph, batches_from_args(args, graph))
+    profile.save(args.output)
+    print(f"profiled {len(profile)} values on {profile.batches} batches ({profile.samples} "
+          f"samples); wrote {args.output}")
+    return 0

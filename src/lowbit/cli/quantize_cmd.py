@@ -1,0 +1,68 @@
+"""`lowbit quantize MODEL -o OUT.onnx --calib DATA`: static post-training quantization."""
+
+from __future__ import annotations
+
+import argparse
+
+from lowbit.cli.calib_args import add_calibration_args, batches_from_args
+from lowbit.errors import InputError
+from lowbit.quant.config import CALIBRATION_METHODS, INTEGER_PRECISIONS, SCHEMES, QuantConfig
+
+EXAMPLE = """example:
+  lowbit quantize model.onnx -o model.int8.onnx --calib calib.npz
+  lowbit quantize model.onnx -o model.int8.onnx --calib images/ --mean 123.7 116.3 103.5 \\
+      --std 58.4 57.1 57.4 --config q.yaml --format qoperator"""
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("quantize", help="quantize a model to 8- or 16-bit integers",
+                       epilog=EXAMPLE, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("model", help="float ONNX model file")
+    p.add_argument("-o", "--output", required=True, metavar="OUT.onnx")
+    add_calibration_args(p, required=False)
+    p.add_argument("--profile", metavar="PROFILE.yaml", help="a saved `lowbit profile`")
+    p.add_argument("--config", metavar="Q.yaml", help="QuantConfig YAML (default and rules)")
+    p.add_argument("--calibration", choices=CALIBRATION_METHODS)
+    p.add_argument("--scheme", choices=SCHEMES)
+    p.add_argument("--precision", choices=INTEGER_PRECISIONS)
+    granularity = p.add_mutually_exclusive_group()
+    granularity.add_argument("--per-channel", dest="per_channel", action="store_true",
+                             default=None, help="one weight scale per output channel (default)")
+    granularity.add_argument("--per-tensor", dest="per_channel", action="store_false",
+                             help="one weight scale per tensor")
+    p.add_argument("--format", choices=("qdq", "qoperator"), default="qdq")
+    p.add_argument("--assert-all-quantized", action="store_true",
+                   help="fail if any node stays in float")
+    p.add_argument("--quiet", action="store_true", help="do not print the per-node summary")
+    p.set_defaults(handler=run)
+
+
+def config_from_args(args) -> QuantConfig:
+    config = QuantConfig.from_yaml(args.config) if args.config else QuantConfig()
+    changes = {k: getattr(args, k) for k in ("calibration", "scheme", "precision", "per_channel")
+               if getattr(args, k) is not None}
+    return config.with_default(**changes) if changes else config
+
+
+def run(args) -> int:
+    import lowbit
+    from lowbit.quant.profile import Profile
+    from lowbit.quant.static import quantize
+
+    if (args.calib is None) == (args.profile is None):
+        raise InputError("give calibration data with --calib DATA or a saved profile with "
+                         "--profile PROFILE.yaml (one of them)")
+    graph = lowbit.load(args.model)
+    config = config_from_args(args)
+    if args.profile:
+        profile = Profile.load(args.profile, graph)
+    else:
+        profile = lowbit.profile(graph, batches_from_args(args, graph))
+    result = quantize(graph, profile, config, assert_all_quantized=args.assert_all_quantized)
+    for warning in result.summary.warnings:
+        print(f"warning: {warning}")
+    if not args.quiet:
+        print(result.summary.text())
+    lowbit.save(result.graph, args.output, format=args.format)
+    print(f"wrote {args.output} ({args.format})")
+    return 0

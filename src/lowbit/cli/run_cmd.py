@@ -1,0 +1,55 @@
+"""`lowbit run MODEL --input NAME=FILE.npy ...`: run a model with the reference backend."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from lowbit.cli.data_files import parse_inputs
+
+EXAMPLE = """example:
+  lowbit run model.onnx --input input=x.npy --output out.npz"""
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("run", help="run a model on inputs from .npy files", epilog=EXAMPLE,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("model", help="ONNX model file")
+    p.add_argument("--input", action="append", default=[], metavar="NAME=FILE.npy",
+                   help="an input array (repeat for each input)")
+    p.add_argument("--output", metavar="OUT.npz", help="write the outputs to an .npz file")
+    p.set_defaults(handler=run)
+
+
+def save_npz(path: str | os.PathLike, arrays: dict[str, np.ndarray]) -> None:
+    """Write arrays to an .npz atomically (temporary file in the same folder, then rename)."""
+    target = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".npz",
+                               dir=target.resolve().parent)
+    os.close(fd)
+    try:
+        np.savez(tmp, **arrays)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def run(args) -> int:
+    import lowbit
+
+    graph = lowbit.load(args.model)
+    outputs = lowbit.run(graph, parse_inputs(args.input, graph))
+    for name, a in outputs.items():
+        stats = ""
+        if a.size and a.dtype.kind in "fiu":
+            stats = f" min {a.min():.6g} max {a.max():.6g} mean {a.astype(np.float64).mean():.6g}"
+        print(f"{name}: {a.dtype} {list(a.shape)}{stats}")
+    if args.output:
+        save_npz(args.output, outputs)
+        print(f"wrote {args.output}")
+    return 0

@@ -1,0 +1,269 @@
+"""Lowering quantized graphs to plain ONNX: QDQ and QOperator forms.
+
+Both start from the late-folded graph (integer constants), and rewrite it into ONNX-domain
+nodes that `onnx_export.to_onnx` writes as they are.
+
+QDQ: every integer tensor stays an integer tensor; an op computing on integers reads its
+operands through DequantizeLinear and writes its result through QuantizeLinear with the result
+type's parameters (a fused clamp becomes a Clip before the QuantizeLinear). lowbit's Quantize /
+Dequantize become QuantizeLinear / DequantizeLinear, a Requantize a DequantizeLinear +
+QuantizeLinear pair. Runtimes fuse these patterns into their integer kernels.
+
+QOperator: integer ops become ONNX Runtime's QLinear operators (QLinearConv, QLinearMatMul,
+QGemm, QLinearAdd, QLinearMul, QLinearConcat, QLinearGlobalAveragePool, QLinearAveragePool,
+QLinearSigmoid, QLinearLeakyRelu), integer-exact ops (Reshape, Transpose, MaxPool, ...) run on
+the integers directly, Relu/Clip become integer Max/Clip at the quantized bounds, and anything
+else falls back to the QDQ form for that node only.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from lowbit.errors import UnsupportedError
+from lowbit.ir import dtypes
+from lowbit.ir.graph import CONSTANT, Graph, Node, Value
+from lowbit.ir.types import TensorType
+from lowbit.ops.quantized import ONNX_QUANTIZED_OPS
+from lowbit.ops.registry import FUSED_CLIP, KEEP, QUANT_DOMAIN, REQUANT, lookup
+from lowbit.passes.dead_code import eliminate_dead_code
+from lowbit.passes.quant_cleanup import fold_quantized_constants
+from lowbit.quant import arith
+
+MS_DOMAIN = "com.microsoft"
+FORMATS = ("qdq", "qoperator")
+
+_INTEGER_EXACT = {
+    "Reshape", "Transpose", "Flatten", "Squeeze", "Unsqueeze", "Slice", "Gather", "MaxPool",
+    "Identity", "Expand", "Split", "Tile", "DepthToSpace", "SpaceToDepth", "Pad",
+}
+"""KEEP ops ONNX defines on int8/uint8 tensors with the same meaning (values moved, not
+computed)."""
+
+
+class _Lowering:
+    def __init__(self, graph: Graph, form: str) -> None:
+        self.g = graph
+        self.form = form
+        self._scales: dict[tuple, tuple[Value, Value]] = {}
+        self._dq: dict[Value, Value] = {}
+
+    # -- helpers --------------------------------------------------------------------------------
+    def params(self, t: TensorType, before: Node) -> tuple[Value, Value]:
+        """Initializers holding t's scale (float32) and zero point (t's dtype)."""
+        q = t.quant
+        key = (t.dtype, q)
+        found = self._scales.get(key)
+        if found is None:
+            scale = self.g.add_constant(q.scale.astype(np.float32),
+                                        "scale", before=self.g.nodes[0])
+            zero = self.g.add_constant(q.zero_point.astype(t.dtype.np_dtype),
+                                       "zero_point", before=self.g.nodes[0])
+            found = (scale, zero)
+            self._scales[key] = found
+        return found
+
+    def axis_attrs(self, t: TensorType) -> dict:
+        return {} if t.quant.axis is None else {"axis": int(t.quant.axis)}
+
+    def dequantize(self, v: Value, before: Node) -> Value:
+        found = self._dq.get(v)
+        if found is not None and self.g.nodes.index(found.producer) < self.g.nodes.index(before):
+            return found
+        scale, zero = self.params(v.type, before)
+        node = self.g.make_node("DequantizeLinear", [v, scale, zero], self.axis_attrs(v.type),
+                                name=f"{v.name}_DequantizeLinear",
+                                output_names=[f"{v.name}_dequantized"],
+                                output_types=[TensorType(dtypes.FLOAT32, v.type.shape)],
+                                before=before)
+        self._dq[v] = node.output
+        return node.output
+
+    def quantize_after(self, node: Node, index: int, t: TensorType) -> None:
+        """Make output `index` of `node` float and append a QuantizeLinear (after a Clip for a
+        fused clamp) that produces the original integer value."""
+        out = node.outputs[index]
+        scale, zero = self.params(t, node)
+        clip = node.attrs.pop(FUSED_CLIP, None) if index == 0 else None
+        bounds = [] if clip is None else [
+            self._bound(v, f"{out.name}_clip_{k}", node)
+            for v, k in ((clip[0], "min"), (clip[1], "max"))]
+        real = Value(self.g.unique_name(f"{out.name}_float"),
+                     TensorType(dtypes.FLOAT32, t.shape))
+        node.outputs[index] = real
+        real.producer = node
+        after: list[Node] = []
+        source = real
+        if clip is not None:
+            clipped = Value(self.g.unique_name(f"{out.name}_clipped"), real.type)
+            after.append(Node("Clip", [real, *bounds], [clipped], {},
+                              self.g.unique_node_name(f"{node.name}_clip")))
+            source = clipped
+        after.append(Node("QuantizeLinear", [source, scale, zero], [out], self.axis_attrs(t),
+                          self.g.unique_node_name(f"{out.name}_QuantizeLinear")))
+        position = self.g.nodes.index(node) + 1
+        self.g.nodes[position:position] = after
+
+    def _bound(self, value: float, name: str, node: Node) -> Value | None:
+        if math.isinf(value):
+            return None
+        return self.g.add_constant(np.asarray(value, np.float32), name,
+                                   before=node)
+
+    # -- driver ---------------------------------------------------------------------------------
+    def run(self) -> Graph:
+        for node in list(self.g.nodes):
+            if node.op_type == CONSTANT:
+                continue
+            if node.domain == QUANT_DOMAIN:
+                self.lower_conversion(node)
+            elif node.domain == "" and node.op_type in ONNX_QUANTIZED_OPS:
+                continue
+            elif any(_quantized(v) for v in (*node.inputs, *node.outputs)):
+                if self.form == "qoperator" and self.qoperator(node):
+                    continue
+                self.qdq(node)
+        return self.g
+
+    def lower_conversion(self, node: Node) -> None:
+        src, out = node.inputs[0], node.outputs[0]
+        if node.op_type == "Quantize":
+            scale, zero = self.params(out.type, node)
+            node.op_type, node.domain = "QuantizeLinear", ""
+            node.inputs = [src, scale, zero]
+            node.attrs = self.axis_attrs(out.type)
+        elif node.op_type == "Dequantize":
+            scale, zero = self.params(src.type, node)
+            node.op_type, node.domain = "DequantizeLinear", ""
+            node.inputs = [src, scale, zero]
+            node.attrs = self.axis_attrs(src.type)
+        elif node.op_type == "Requantize":
+            real = self.dequantize(src, node)
+            scale, zero = self.params(out.type, node)
+            node.op_type, node.domain = "QuantizeLinear", ""
+            node.inputs = [real, scale, zero]
+            node.attrs = self.axis_attrs(out.type)
+        else:
+            raise UnsupportedError(f"{node.describe()}: no ONNX form for lowbit op")
+
+    def qdq(self, node: Node) -> None:
+        """DequantizeLinear on each integer input, the float op, QuantizeLinear on each integer
+        output."""
+        for i, v in enumerate(node.inputs):
+            if _quantized(v):
+                node.inputs[i] = self.dequantize(v, node)
+        node.attrs.pop(REQUANT, None)
+        for i, v in enumerate(list(node.outputs)):
+            if _quantized(v):
+                self.quantize_after(node, i, v.type)
+
+    # -- QOperator ------------------------------------------------------------------------------
+    def qoperator(self, node: Node) -> bool:
+        """Rewrite `node` as an integer ONNX / ONNX Runtime operator; False to fall back to
+        QDQ."""
+        ins = node.inputs
+        out = node.outputs[0]
+        if not _quantized(out) or not all(_quantized(v) or v is None or not _float(v)
+                                          for v in ins):
+            return False
+        op = lookup(node.op_type, node.domain)
+        rule = op.quant_rule if op is not None else None
+        if node.op_type in ("Relu", "Clip"):
+            return self._integer_clamp(node)
+        if rule == KEEP and node.op_type in _INTEGER_EXACT:
+            return not node.attrs.get(FUSED_CLIP) and ins[0].type.quant == out.type.quant
+        if node.attrs.get(FUSED_CLIP) is not None:
+            bounds = arith.output_bounds(node, out.type)
+            if bounds != (out.type.dtype.qmin, out.type.dtype.qmax):
+                return False
+        pq = [self._pq(v, node) for v in ins]
+        y = self._pq(out, node)[1:]
+        attrs = {k: v for k, v in node.attrs.items() if k not in (FUSED_CLIP, REQUANT)}
+        if node.op_type == "Conv":
+            new_in = [*pq[0], *pq[1], *y] + ([ins[2]] if len(ins) > 2 and ins[2] else [])
+            return self._replace(node, "QLinearConv", "", new_in, attrs)
+        if node.op_type == "MatMul" and ins[0].type.quant.per_tensor:
+            return self._replace(node, "QLinearMatMul", "", [*pq[0], *pq[1], *y], {})
+        if node.op_type == "Gemm" and not attrs.get("transA"):
+            c = [ins[2]] if len(ins) > 2 and ins[2] is not None else [None]
+            gemm_attrs = {"transA": 0, "transB": int(attrs.get("transB", 0)),
+                          "alpha": float(attrs.get("alpha", 1.0))}
+            return self._replace(node, "QGemm", MS_DOMAIN, [*pq[0], *pq[1], *c, *y], gemm_attrs)
+        if node.op_type in ("Add", "Mul") and all(v.type.quant.per_tensor for v in ins):
+            return self._replace(node, f"QLinear{node.op_type}", MS_DOMAIN,
+                                 [*pq[0], *pq[1], *y], {})
+        if node.op_type == "Concat" and all(v.type.quant.per_tensor for v in ins):
+            flat = [x for v, p in zip(ins, pq, strict=True) for x in p]
+            return self._replace(node, "QLinearConcat", MS_DOMAIN, [*y, *flat],
+                                 {"axis": int(attrs["axis"])})
+        if node.op_type == "GlobalAveragePool":
+            return self._replace(node, "QLinearGlobalAveragePool", MS_DOMAIN, [*pq[0], *y],
+                                 {"channels_last": 0})
+        if node.op_type in ("Sigmoid", "LeakyRelu"):
+            extra = {"alpha": float(attrs["alpha"])} if node.op_type == "LeakyRelu" else {}
+            return self._replace(node, f"QLinear{node.op_type}", MS_DOMAIN, [*pq[0], *y], extra)
+        return False
+
+    def _pq(self, v: Value | None, node: Node) -> list[Value]:
+        if v is None or not _quantized(v):
+            return []
+        scale, zero = self.params(v.type, node)
+        return [v, scale, zero]
+
+    def _replace(self, node: Node, op_type: str, domain: str, inputs: list, attrs: dict
+                 ) -> bool:
+        node.op_type, node.domain = op_type, domain
+        node.inputs = [v for v in inputs]
+        node.attrs = attrs
+        return True
+
+    def _integer_clamp(self, node: Node) -> bool:
+        x, out = node.inputs[0], node.outputs[0]
+        if x.type.dtype != out.type.dtype or x.type.quant != out.type.quant or \
+                not out.type.quant.per_tensor:
+            return False
+        s, z = float(arith.scale_of(out.type)), int(arith.zero_of(out.type))
+        lo, hi = 0.0, math.inf
+        if node.op_type == "Clip":
+            lo = -math.inf if len(node.inputs) < 2 or node.inputs[1] is None else \
+                float(node.inputs[1].const_value)
+            hi = math.inf if len(node.inputs) < 3 or node.inputs[2] is None else \
+                float(node.inputs[2].const_value)
+        dt = out.type.dtype
+        qlo = dt.qmin if math.isinf(lo) else max(dt.qmin, z + math.ceil(lo / s - 1e-9))
+        qhi = dt.qmax if math.isinf(hi) else min(dt.qmax, z + math.floor(hi / s + 1e-9))
+        bounds = [self.g.add_constant(np.asarray(b, dt.np_dtype),
+                                      f"{out.name}_{k}", before=node)
+                  for b, k in ((qlo, "qmin"), (max(qlo, qhi), "qmax"))]
+        node.op_type = "Clip"
+        node.inputs = [x, *bounds]
+        node.attrs = {}
+        return True
+
+
+def _quantized(v: Value | None) -> bool:
+    return v is not None and v.type is not None and v.type.quant is not None
+
+
+def _float(v: Value) -> bool:
+    return v.type is not None and v.type.dtype.is_float
+
+
+def lower(graph: Graph, form: str) -> Graph:
+    """A plain-ONNX copy of the quantized `graph` in `form` ("qdq" or "qoperator")."""
+    if form not in FORMATS:
+        raise UnsupportedError(f"unknown quantized export format '{form}'; choose one of "
+                               f"{', '.join(FORMATS)}")
+    g = fold_quantized_constants(graph.copy())
+    lowered = eliminate_dead_code(_Lowering(g, form).run())
+    for v in lowered.values():
+        if v.type is not None and v.type.quant is not None:
+            v.type = TensorType(v.type.dtype, v.type.shape)
+    for node in lowered.nodes:
+        if node.op_type == "Constant":
+            t = node.output.type
+            if t is not None and t.quant is not None:
+                node.output.type = TensorType(t.dtype, t.shape)
+    return lowered

@@ -1,0 +1,459 @@
+"""Static post-training quantization: a float graph and its profile become a graph whose value
+types carry quantization parameters.
+
+Each node is decided in topological order from its QuantConfig settings and its op's
+quantization rule (`lowbit.ops.registry`):
+
+- COMPUTE (Conv, Gemm, MatMul) computes in integers whenever its settings are integer: the
+  input is quantized per tensor from the profile, a constant weight per output channel (or per
+  tensor), the bias to int32 at scale s_in * s_w with zero point 0. Where a bias would not fit
+  in +-2**30 at that scale, the channel's weight scale grows until it does
+  (`schemes.fit_weight_scale_for_bias`), so the bias never saturates.
+- RESCALE (Add, Sub, Mul, Concat, averages) and TABLE (Sigmoid, Tanh, ...) compute in integers
+  too: their output parameters come from the profile, except the fixed ranges of Sigmoid,
+  HardSigmoid and Softmax ([0, 1]) and Tanh ([-1, 1]), which also quantize a float Softmax's
+  output for an integer consumer.
+- KEEP (Relu, MaxPool, Reshape, Transpose, ...) follows its input: integer in, integer out with
+  the same parameters.
+
+Float values entering integer nodes get a Quantize (weights too: the float payload stays in the
+graph until `fold_quantized_constants`), integer values read by float nodes or graph outputs a
+Dequantize. A COMPUTE node whose result is only a graph output returns it in float straight
+from its int32 accumulator (s_in * s_w * acc), so final logits are not rounded to 8 bits.
+int16 activations are always symmetric (zero point 0, as TFLite's 16x8 mode), so
+their products stay within int32. Every node ends up in the summary: how it was quantized, or
+why it stayed in float.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from lowbit.errors import ModelError
+from lowbit.ir import dtypes
+from lowbit.ir.dtypes import DType
+from lowbit.ir.graph import CONSTANT, Graph, Node, Value
+from lowbit.ir.types import QuantParams, TensorType
+from lowbit.ir.verifier import verify
+from lowbit.ops import infer_node, lookup
+from lowbit.ops.registry import COMPUTE, KEEP, QUANT_DOMAIN, REQUANT, RESCALE, TABLE
+from lowbit.passes.quant_cleanup import simplify_quantize
+from lowbit.quant import calibration, schemes
+from lowbit.quant.config import NodeSettings, QuantConfig
+from lowbit.quant.profile import Profile
+
+FIXED_RANGES: dict[str, tuple[float, float]] = {
+    "Softmax": (0.0, 1.0),
+    "Sigmoid": (0.0, 1.0),
+    "HardSigmoid": (0.0, 1.0),
+    "Tanh": (-1.0, 1.0),
+}
+"""Ops whose output range is known without calibration."""
+
+WEIGHT_INPUT = {"Conv": 1, "Gemm": 1, "MatMul": 1}
+BIAS_INPUT = {"Conv": 2, "Gemm": 2}
+
+
+class QuantizationError(ModelError):
+    """A node could not be quantized as asked (e.g. `assert_all_quantized`)."""
+
+
+@dataclass
+class NodeReport:
+    """How one node computes after quantization."""
+
+    name: str
+    op_type: str
+    mode: str
+    """"int8", "int16", "uint8" (integer), "fp16", "float", or "-" (no float computation)."""
+    detail: str
+
+
+@dataclass
+class QuantSummary:
+    rows: list[NodeReport] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def float_nodes(self) -> list[NodeReport]:
+        return [r for r in self.rows if r.mode in ("float", "fp16")]
+
+    @property
+    def integer_nodes(self) -> list[NodeReport]:
+        return [r for r in self.rows if r.mode.startswith(("int", "uint"))]
+
+    def text(self) -> str:
+        """A plain-text table, one line per node."""
+        width = max([len(r.name) for r in self.rows] + [4])
+        ops = max([len(r.op_type) for r in self.rows] + [2])
+        lines = [f"{'node':<{width}}  {'op':<{ops}}  {'mode':<6}  detail"]
+        lines += [f"{r.name:<{width}}  {r.op_type:<{ops}}  {r.mode:<6}  {r.detail}"
+                  for r in self.rows]
+        n_int, n_float = len(self.integer_nodes), len(self.float_nodes)
+        lines.append(f"{n_int} nodes compute in integers, {n_float} in float")
+        return "\n".join(lines)
+
+
+@dataclass
+class QuantResult:
+    graph: Graph
+    summary: QuantSummary
+
+
+def quantize(graph: Graph, profile: Profile, config: QuantConfig | None = None, *,
+             assert_all_quantized: bool = False) -> QuantResult:
+    """Quantize a copy of `graph` (see the module docstring); `profile` must have been taken on
+    `graph`. With `assert_all_quantized`, any node left computing in float is an error."""
+    config = config or QuantConfig()
+    profile.check(graph)
+    warnings = config.check(graph)
+    g = graph.copy()
+    builder = _Builder(g, profile, config)
+    builder.run()
+    g = simplify_quantize(g)
+    summary = QuantSummary(builder.rows, list(warnings))
+    if assert_all_quantized and summary.float_nodes:
+        listed = ", ".join(f"{r.name} ({r.op_type}: {r.detail})" for r in summary.float_nodes)
+        raise QuantizationError(f"--assert-all-quantized: {len(summary.float_nodes)} node(s) "
+                                f"stay in float: {listed}")
+    g.metadata["lowbit.quant_config"] = config.to_yaml()
+    verify(g)
+    return QuantResult(g, summary)
+
+
+class _Builder:
+    def __init__(self, graph: Graph, profile: Profile, config: QuantConfig) -> None:
+        self.g = graph
+        self.profile = profile
+        self.config = config
+        self.rows: list[NodeReport] = []
+        self._quantized: dict[tuple[Value, TensorType], Value] = {}
+        self._dequantized: dict[Value, Value] = {}
+
+    # -- driver ---------------------------------------------------------------------------------
+    def run(self) -> None:
+        for node in list(self.g.nodes):
+            if node.op_type == CONSTANT or node.domain == QUANT_DOMAIN:
+                continue
+            settings = self.config.settings_for(node)
+            reason = self._float_reason(node, settings)
+            if reason is None:
+                self._quantize_node(node, settings)
+            elif settings.precision == "fp16" and reason.startswith("config"):
+                self._half(node)
+            else:
+                self._keep_float(node, reason)
+        self._dequantize_outputs()
+
+    def _float_reason(self, node: Node, settings: NodeSettings) -> str | None:
+        """Why `node` stays in float, or None if it computes in integers."""
+        op = lookup(node.op_type, node.domain)
+        data = [v for v in node.inputs if v is not None and _is_data(node, v)]
+        if not any(_is_float(v) or _is_int(v) for v in data):
+            return "-"
+        if not settings.quantized:
+            return f"config: precision {settings.precision}"
+        rule = op.quant_rule if op is not None else None
+        if rule is None:
+            return f"{node.op_type} has no integer kernel"
+        if any(v.type is None or not (_is_float(v) or _is_int(v)) for v in data):
+            return "an input is neither float32 nor quantized"
+        if rule == COMPUTE:
+            return self._compute_reason(node)
+        if rule == KEEP and not _is_int(node.inputs[0]):
+            return "its input is float (it moves values: integer only after an integer node)"
+        if not any(not v.is_constant for v in data):
+            return "all its inputs are constant"
+        if rule in (RESCALE, TABLE) or rule == KEEP:
+            if rule == RESCALE and node.op_type == "ReduceMean" and \
+                    node.input_or_none(1) is not None and not node.inputs[1].is_constant:
+                return "axes are not constant"
+            for v in node.outputs:
+                if rule != KEEP and node.op_type not in FIXED_RANGES and v.name not in self.profile:
+                    return f"no profile statistics for '{v.name}'"
+            return None
+        return f"unknown quantization rule {rule!r}"
+
+    def _compute_reason(self, node: Node) -> str | None:
+        x = node.inputs[0]
+        if _is_float(x) and x.name not in self.profile:
+            return f"no profile statistics for input '{x.name}'"
+        if node.outputs[0].name not in self.profile:
+            return f"no profile statistics for '{node.outputs[0].name}'"
+        if node.op_type == "Gemm":
+            c = node.input_or_none(2)
+            if float(node.attrs.get("alpha", 1.0)) != 1.0 or (
+                    c is not None and float(node.attrs.get("beta", 1.0)) != 1.0):
+                return "Gemm with alpha or beta other than 1"
+            if node.attrs.get("transA"):
+                return "Gemm with transA"
+        w = node.inputs[1]
+        if not w.is_constant and _is_float(w) and w.name not in self.profile:
+            return f"no profile statistics for weight '{w.name}'"
+        bias_at = BIAS_INPUT.get(node.op_type)
+        if bias_at is not None:
+            b = node.input_or_none(bias_at)
+            if b is not None and not b.is_constant:
+                return "the bias is not constant"
+            if b is not None and node.op_type == "Gemm" and _channels(node) is not None and \
+                    int(np.prod(b.type.shape)) not in (1, _channels(node)):
+                return "the bias is not a vector over output channels"
+        return None
+
+    # -- integer nodes --------------------------------------------------------------------------
+    def _quantize_node(self, node: Node, s: NodeSettings) -> None:
+        op = lookup(node.op_type, node.domain)
+        rule = op.quant_rule
+        if rule == COMPUTE:
+            detail = self._prepare_compute(node, s)
+        else:
+            detail = self._prepare_other(node, s, rule)
+        if s.requant != "auto" and op.quant_rule in (COMPUTE, RESCALE):
+            node.attrs[REQUANT] = s.requant
+        float_out = rule == COMPUTE and self._feeds_only_outputs(node.outputs[0])
+        for value in node.outputs:
+            if not float_out:
+                value.type = self._result_type(node, value, s, rule)
+        if float_out:
+            detail += "; float output from the int32 accumulator (graph output)"
+        self.rows.append(NodeReport(node.name, node.op_type, s.dtype.name if float_out
+                                    else node.outputs[0].type.dtype.name, detail))
+
+    def _feeds_only_outputs(self, value: Value) -> bool:
+        """Whether `value` is a graph output read by no node: the last layer, whose result
+        needs no integer rounding."""
+        return value in self.g.outputs and not any(
+            value in n.inputs for n in self.g.nodes if n.op_type != CONSTANT)
+
+    def _result_type(self, node: Node, value: Value, s: NodeSettings, rule: str) -> TensorType:
+        if rule == KEEP:
+            value.type = None
+            return infer_node(node)[node.outputs.index(value)]
+        shape = value.type.shape if value.type is not None else None
+        return self._activation_type(value, s, shape)
+
+    def _activation_type(self, value: Value, s: NodeSettings, shape) -> TensorType:
+        fixed = FIXED_RANGES.get(value.producer.op_type) if value.producer is not None else None
+        if fixed is not None:
+            storage = _storage(s, fixed[0] >= 0)
+            return TensorType(storage, shape, schemes.quant_params(*fixed, storage,
+                                                                   _scheme(s, storage)))
+        stats = self.profile[value.name]
+        scheme = _scheme(s, s.dtype)
+        storage, params = calibration.activation_params(
+            stats, dtype=s.dtype, scheme=scheme, method=s.calibration, percentile=s.percentile)
+        return TensorType(storage, shape, params)
+
+    def _prepare_compute(self, node: Node, s: NodeSettings) -> str:
+        x = self._int_input(node, 0, s)
+        w_at = WEIGHT_INPUT[node.op_type]
+        w = node.inputs[w_at]
+        axis = _weight_axis(node) if s.per_channel and w.is_constant else None
+        if w.is_constant:
+            w_params = calibration.weight_params(w.const_value, dtype=s.weight_dtype,
+                                                 scheme=s.weight_scheme, axis=axis)
+        else:
+            self._int_input(node, w_at, s)
+            w_params = None
+        bias_at = BIAS_INPUT.get(node.op_type)
+        b = node.input_or_none(bias_at) if bias_at is not None else None
+        s_in = x.type.quant.scale
+        if w_params is not None:
+            if b is not None:
+                w_params = _fit_for_bias(w.const_value, b.const_value, s_in, w_params,
+                                         s.weight_dtype, axis)
+            wt = TensorType(s.weight_dtype, w.type.shape, w_params)
+            node.inputs[w_at] = self._quantize_value(w, wt, node, f"{w.name}_q")
+        if b is not None:
+            s_w = node.inputs[w_at].type.quant.scale
+            if s_w.ndim and int(np.prod(b.type.shape)) != s_w.size:
+                b = self.g.add_constant(np.broadcast_to(b.const_value.reshape(-1), s_w.shape),
+                                        self.g.unique_name(f"{b.name}_per_channel"), before=node)
+            bias_q = schemes.bias_params(s_in, s_w, axis=0 if s_w.ndim else None)
+            bt = TensorType(dtypes.INT32, b.type.shape, _bias_shape(bias_q, b.type.shape))
+            node.inputs[bias_at] = self._quantize_value(b, bt, node, f"{b.name}_q")
+        wt = node.inputs[w_at].type
+        granularity = "per-channel" if wt.quant.axis is not None else "per-tensor"
+        return f"{wt.dtype.name} {granularity} weights, {s.calibration} activations"
+
+    def _prepare_other(self, node: Node, s: NodeSettings, rule: str) -> str:
+        for i, v in enumerate(node.inputs):
+            if v is None or not _is_data(node, v) or _is_int(v):
+                continue
+            if v.is_constant:
+                node.inputs[i] = self._quantize_constant_operand(node, v, s)
+            else:
+                self._int_input(node, i, s)
+        if node.op_type == "Pad":
+            self._quantize_pad_value(node)
+        names = {KEEP: "keeps its input's parameters", RESCALE: "rescaled in integers",
+                 TABLE: "lookup table"}
+        return names[rule]
+
+    def _int_input(self, node: Node, index: int, s: NodeSettings) -> Value:
+        v = node.inputs[index]
+        if _is_int(v):
+            return v
+        t = self._activation_type(v, s, v.type.shape)
+        q = self._quantize_value(v, t, node, f"{v.name}_q")
+        node.inputs[index] = q
+        return q
+
+    def _quantize_constant_operand(self, node: Node, v: Value, s: NodeSettings) -> Value:
+        array = v.const_value
+        storage = _storage(s, bool(np.all(array >= 0)))
+        params = calibration.weight_params(array, dtype=storage, scheme="asymmetric"
+                                           if storage.bits == 8 else "symmetric")
+        return self._quantize_value(v, TensorType(storage, v.type.shape, params), node,
+                                    f"{v.name}_q")
+
+    def _quantize_pad_value(self, node: Node) -> None:
+        data = node.inputs[0].type
+        pad_value = node.input_or_none(2)
+        real = 0.0 if pad_value is None else float(np.asarray(pad_value.const_value).reshape(()))
+        from lowbit.quant.arith import quantize as quantize_array
+
+        code = quantize_array(np.asarray(real, np.float32), TensorType(data.dtype, (), data.quant))
+        const = self.g.add_constant(code, self.g.unique_name(f"{node.name}_pad_value"),
+                                    before=node)
+        while len(node.inputs) < 3:
+            node.inputs.append(None)
+        node.inputs[2] = const
+
+    def _quantize_value(self, v: Value, t: TensorType, before: Node, name: str) -> Value:
+        key = (v, t)
+        done = self._quantized.get(key)
+        if done is not None:
+            return done
+        q = self.g.make_node("Quantize", [v], domain=QUANT_DOMAIN, name=f"{name}_quantize",
+                             output_names=[name], output_types=[t], before=before).output
+        self._quantized[key] = q
+        return q
+
+    # -- float nodes ----------------------------------------------------------------------------
+    def _keep_float(self, node: Node, reason: str) -> None:
+        for i, v in enumerate(node.inputs):
+            if v is not None and _is_int(v):
+                node.inputs[i] = self._dequantize(v, node)
+        mode = "-" if reason == "-" else "float"
+        self.rows.append(NodeReport(node.name, node.op_type, mode,
+                                    "not a float computation" if reason == "-" else reason))
+
+    def _half(self, node: Node) -> None:
+        for i, v in enumerate(node.inputs):
+            if v is None:
+                continue
+            if _is_int(v):
+                v = self._dequantize(v, node)
+            if v.type is not None and v.type.dtype == dtypes.FLOAT32 and _is_data(node, v):
+                cast = self.g.make_node("Cast", [v], {"to": dtypes.FLOAT16.onnx,
+                                                      "saturate": 1, "round_mode": "up"},
+                                        name=f"{node.name}_in{i}_fp16", before=node)
+                cast.output.type = TensorType(dtypes.FLOAT16, v.type.shape)
+                node.inputs[i] = cast.output
+        position = self.g.nodes.index(node)
+        for value in node.outputs:
+            if value.type is None or value.type.dtype != dtypes.FLOAT32:
+                continue
+            half = self.g.unique_name(f"{value.name}_fp16")
+            inner = Value(half, TensorType(dtypes.FLOAT16, value.type.shape))
+            node.outputs[node.outputs.index(value)] = inner
+            inner.producer = node
+            cast = Node("Cast", [inner], [value], {"to": dtypes.FLOAT32.onnx, "saturate": 1,
+                                                   "round_mode": "up"},
+                        self.g.unique_node_name(f"{node.name}_out_fp32"))
+            position += 1
+            self.g.nodes.insert(position, cast)
+        self.rows.append(NodeReport(node.name, node.op_type, "fp16", "computes in float16"))
+
+    def _dequantize(self, v: Value, before: Node | None) -> Value:
+        done = self._dequantized.get(v)
+        if done is not None:
+            return done
+        d = self.g.make_node("Dequantize", [v], domain=QUANT_DOMAIN,
+                             name=f"{v.name}_dequantize", output_names=[f"{v.name}_dq"],
+                             output_types=[TensorType(dtypes.FLOAT32, v.type.shape)],
+                             before=before).output
+        self._dequantized[v] = d
+        return d
+
+    def _dequantize_outputs(self) -> None:
+        """Graph outputs stay float and keep their names: the integer value is renamed."""
+        for i, v in enumerate(self.g.outputs):
+            if not _is_int(v):
+                continue
+            d = self._dequantize(v, None)
+            v.name, d.name = d.name, v.name
+            self.g.outputs[i] = d
+
+
+def _is_float(v: Value | None) -> bool:
+    return v is not None and v.type is not None and v.type.dtype == dtypes.FLOAT32 and \
+        v.type.quant is None
+
+
+def _is_int(v: Value | None) -> bool:
+    return v is not None and v.type is not None and v.type.quant is not None
+
+
+def _is_data(node: Node, v: Value) -> bool:
+    """Whether input `v` carries real numbers the op computes on (not shapes, indices, axes or
+    clip bounds)."""
+    index = node.inputs.index(v)
+    if node.op_type == "Clip" and index > 0:
+        return False
+    if node.op_type == "Pad" and index > 0:
+        return False
+    return v.type is not None and (v.type.dtype.is_float or v.type.quant is not None)
+
+
+def _storage(s: NodeSettings, nonnegative: bool) -> DType:
+    return schemes.storage_dtype(_scheme(s, s.dtype), s.dtype, nonnegative)
+
+
+def _scheme(s: NodeSettings, dtype: DType) -> str:
+    """int16 activations are symmetric (see the module docstring)."""
+    if dtype.bits == 16 and s.scheme == "asymmetric":
+        return "symmetric"
+    return s.scheme
+
+
+def _weight_axis(node: Node) -> int:
+    w = node.inputs[WEIGHT_INPUT[node.op_type]]
+    if node.op_type == "Conv":
+        return 0
+    if node.op_type == "Gemm":
+        return 0 if node.attrs.get("transB") else 1
+    return len(w.type.shape) - 1
+
+
+def _channels(node: Node) -> int | None:
+    w = node.inputs[WEIGHT_INPUT[node.op_type]]
+    if w.type is None or w.type.shape is None:
+        return None
+    d = w.type.shape[_weight_axis(node)]
+    return d if isinstance(d, int) else None
+
+
+def _fit_for_bias(weight: np.ndarray, bias: np.ndarray, s_in, params: QuantParams,
+                  dtype: DType, axis: int | None) -> QuantParams:
+    """Weight parameters whose scale is large enough that the int32 bias never saturates."""
+    b = np.asarray(bias, np.float64).reshape(-1)
+    scale = schemes.fit_weight_scale_for_bias(b, float(s_in), params.scale)
+    if np.array_equal(scale, params.scale):
+        return params
+    if np.all(params.zero_point == 0):
+        return QuantParams(scale, params.zero_point, params.axis)
+    w = np.asarray(weight, np.float64)
+    lo = w.min() if axis is None else w.min(axis=tuple(i for i in range(w.ndim) if i != axis))
+    zero = np.clip(np.round(dtype.qmin - np.minimum(lo, 0) / scale), dtype.qmin, dtype.qmax)
+    return QuantParams(scale, zero.astype(np.int64), params.axis)
+
+
+def _bias_shape(params: QuantParams, shape) -> QuantParams:
+    """Per-channel bias parameters run along the bias's last axis (a [1, N] Gemm bias too)."""
+    if params.axis is None or shape is None:
+        return params
+    return QuantParams(params.scale, params.zero_point, len(shape) - 1)

@@ -1,0 +1,121 @@
+"""The `lowbit` command, run as users run it: in a subprocess."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+
+from lowbit.cli.demo import bundled
+
+SRC = str(Path(__file__).resolve().parents[2] / "src")
+
+
+def lowbit(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": SRC}
+    return subprocess.run([sys.executable, "-m", "lowbit", *args], capture_output=True,
+                          text=True, env=env, cwd=cwd, timeout=300)
+
+
+MODEL = str(bundled("mnistnet.onnx"))
+
+
+def test_inspect_shows_types_ops_and_parameters():
+    r = lowbit("inspect", MODEL, "--nodes")
+    assert r.returncode == 0, r.stderr
+    assert "input: f32<N x 1 x 28 x 28>" in r.stdout
+    assert "Conv                     2" in r.stdout
+    assert "parameters: 421,642" in r.stdout
+    assert "= Gemm(" in r.stdout
+
+
+@pytest.mark.parametrize("verb", ["inspect", "run", "profile", "quantize", "demo"])
+def test_every_verb_help_shows_an_example(verb):
+    r = lowbit(verb, "--help")
+    assert r.returncode == 0 and "example:" in r.stdout
+
+
+def test_run_writes_outputs(tmp_path):
+    x = np.load(bundled("digits.npz"))["images"][:3]
+    np.save(tmp_path / "x.npy", x)
+    r = lowbit("run", MODEL, "--input", f"input={tmp_path / 'x.npy'}", "--output",
+               str(tmp_path / "out.npz"))
+    assert r.returncode == 0, r.stderr
+    assert np.load(tmp_path / "out.npz")["logits"].shape == (3, 10)
+
+
+def test_quantize_writes_a_model_onnxruntime_runs(tmp_path):
+    data = np.load(bundled("digits.npz"))
+    np.save(tmp_path / "calib.npy", data["images"][:64])
+    out = tmp_path / "q.onnx"
+    r = lowbit("quantize", MODEL, "-o", str(out), "--calib", str(tmp_path / "calib.npy"),
+               "--format", "qoperator", "--assert-all-quantized")
+    assert r.returncode == 0, r.stderr
+    assert "7 nodes compute in integers, 0 in float" in r.stdout
+    ops = {n.op_type for n in onnx.load(out).graph.node}
+    assert "QLinearConv" in ops
+    import onnxruntime as ort
+
+    y = ort.InferenceSession(str(out)).run(None, {"input": data["images"][64:128]})[0]
+    assert (y.argmax(1) == data["labels"][64:128]).mean() > 0.95
+
+
+def test_profile_then_quantize_with_the_profile(tmp_path):
+    np.save(tmp_path / "calib.npy", np.load(bundled("digits.npz"))["images"][:32])
+    prof = tmp_path / "p.yaml"
+    r = lowbit("profile", MODEL, "--calib", str(tmp_path / "calib.npy"), "-o", str(prof))
+    assert r.returncode == 0, r.stderr
+    r = lowbit("quantize", MODEL, "--profile", str(prof), "-o", str(tmp_path / "q.onnx"),
+               "--quiet", "--per-tensor")
+    assert r.returncode == 0, r.stderr and (tmp_path / "q.onnx").exists()
+
+
+@pytest.mark.parametrize("make, expected", [
+    (lambda d: d / "missing.onnx", "missing.onnx"),
+    (lambda d: (d / "r.onnx").write_bytes(os.urandom(300)) and d / "r.onnx", "r.onnx"),
+    (lambda d: (d / "e.onnx").write_bytes(b"") or d / "e.onnx", "e.onnx"),
+])
+def test_bad_model_is_one_line_error(tmp_path, make, expected):
+    path = make(tmp_path)
+    r = lowbit("inspect", str(path))
+    assert r.returncode == 1
+    assert r.stderr.startswith("lowbit: error:") and expected in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_bad_input_spec_and_shape_are_refused(tmp_path):
+    r = lowbit("run", MODEL, "--input", "nonsense=missing.npy")
+    assert r.returncode == 1 and "missing.npy" in r.stderr
+    np.save(tmp_path / "bad.npy", np.zeros((2, 3, 28, 28), np.float32))
+    r = lowbit("run", MODEL, "--input", f"input={tmp_path / 'bad.npy'}", "--output",
+               str(tmp_path / "o.npz"))
+    assert r.returncode == 1 and "input 'input'" in r.stderr
+    assert not (tmp_path / "o.npz").exists()
+
+
+def test_quantize_refusals_write_nothing(tmp_path):
+    out = tmp_path / "q.onnx"
+    nan = np.zeros((4, 1, 28, 28), np.float32)
+    nan[0, 0, 0, 0] = np.nan
+    np.save(tmp_path / "nan.npy", nan)
+    r = lowbit("quantize", MODEL, "-o", str(out), "--calib", str(tmp_path / "nan.npy"))
+    assert r.returncode == 1 and "NaN" in r.stderr and not out.exists()
+    (tmp_path / "q.yaml").write_text("rules:\n  - name: no_such_node\n    precision: float\n")
+    np.save(tmp_path / "ok.npy", np.zeros((4, 1, 28, 28), np.float32))
+    r = lowbit("quantize", MODEL, "-o", str(out), "--calib", str(tmp_path / "ok.npy"),
+               "--config", str(tmp_path / "q.yaml"))
+    assert r.returncode == 1 and "no_such_node" in r.stderr and not out.exists()
+    r = lowbit("quantize", MODEL, "-o", str(out), "--calib", str(tmp_path / "ok.npy"),
+               "--calibration", "magic")
+    assert r.returncode == 2 and "magic" in r.stderr
+
+
+def test_demo_runs_offline():
+    r = lowbit("demo")
+    assert r.returncode == 0, r.stderr
+    assert "accuracy   float" in r.stdout and "int8" in r.stdout

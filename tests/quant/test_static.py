@@ -1,0 +1,313 @@
+"""Static quantization end to end on small graphs: decisions, integer execution, config rules,
+ONNX export agreement with ONNX Runtime, and refusals."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import lowbit
+from lowbit.errors import ConfigError, InputError
+from lowbit.frontends.onnx_import import import_model
+from lowbit.ir.verifier import verify
+from lowbit.passes import optimize
+from lowbit.quant.config import QuantConfig
+from lowbit.quant.static import QuantizationError, quantize
+
+RNG = np.random.default_rng(7)
+
+
+def _init(name, shape, scale=0.3):
+    return numpy_helper.from_array((RNG.normal(size=shape) * scale).astype(np.float32), name)
+
+
+def small_cnn() -> lowbit.Graph:
+    """conv(3->8) + BN + relu -> depthwise conv + relu6 -> maxpool -> conv -> add skip ->
+    GAP -> flatten-free Gemm via Reshape-free path (GAP output squeezed by a MatMul)."""
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], name="conv1", pads=[1, 1, 1, 1]),
+        helper.make_node("BatchNormalization", ["c1", "g", "beta", "mu", "var"], ["bn1"],
+                         name="bn1"),
+        helper.make_node("Relu", ["bn1"], ["r1"], name="relu1"),
+        helper.make_node("Conv", ["r1", "w2", "b2"], ["c2"], name="dw", group=8,
+                         pads=[1, 1, 1, 1]),
+        helper.make_node("Clip", ["c2", "lo", "hi"], ["r2"], name="relu6"),
+        helper.make_node("MaxPool", ["r2"], ["p"], name="pool", kernel_shape=[2, 2],
+                         strides=[2, 2]),
+        helper.make_node("Conv", ["p", "w3"], ["c3"], name="conv3"),
+        helper.make_node("Add", ["c3", "p"], ["s"], name="skip"),
+        helper.make_node("Sigmoid", ["s"], ["sg"], name="gate"),
+        helper.make_node("Mul", ["s", "sg"], ["sw"], name="swish"),
+        helper.make_node("GlobalAveragePool", ["sw"], ["gap"], name="gap"),
+        helper.make_node("Conv", ["gap", "w4", "b4"], ["logits"], name="head"),
+    ]
+    inits = [
+        _init("w1", (8, 3, 3, 3)), _init("b1", (8,)),
+        numpy_helper.from_array(RNG.uniform(0.5, 1.5, 8).astype(np.float32), "g"),
+        _init("beta", (8,)), _init("mu", (8,), 0.1),
+        numpy_helper.from_array(RNG.uniform(0.5, 2, 8).astype(np.float32), "var"),
+        _init("w2", (8, 1, 3, 3)), _init("b2", (8,)),
+        numpy_helper.from_array(np.array(0, np.float32), "lo"),
+        numpy_helper.from_array(np.array(6, np.float32), "hi"),
+        _init("w3", (8, 8, 1, 1)), _init("w4", (10, 8, 1, 1)), _init("b4", (10,)),
+    ]
+    g = helper.make_graph(nodes, "cnn", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                        ["N", 3, 12, 12])],
+                          [helper.make_tensor_value_info("logits", TensorProto.FLOAT, None)],
+                          inits)
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)])
+    return optimize(import_model(model, "cnn"))
+
+
+def batches(n=6, batch=4):
+    return [{"x": RNG.normal(size=(batch, 3, 12, 12)).astype(np.float32)} for _ in range(n)]
+
+
+@pytest.fixture(scope="module")
+def cnn():
+    graph = small_cnn()
+    data = batches()
+    return graph, data, lowbit.profile(graph, data, progress=False)
+
+
+def _cos(a, b):
+    a, b = a.ravel().astype(np.float64), b.ravel().astype(np.float64)
+    return float(a @ b / np.linalg.norm(a) / np.linalg.norm(b))
+
+
+def test_every_node_computes_in_integers_and_tracks_float(cnn):
+    graph, _, prof = cnn
+    result = quantize(graph, prof, assert_all_quantized=True)
+    q = result.graph
+    verify(q)
+    ops = {r.op_type: r.mode for r in result.summary.rows}
+    assert ops == {"Conv": "int8", "MaxPool": "int8", "Add": "int8", "Sigmoid": "int8",
+                   "Mul": "int8", "GlobalAveragePool": "int8"}
+    assert "BatchNormalization" not in q.op_histogram()
+    x = batches(1)[0]
+    ref = lowbit.run(graph, x)["logits"]
+    got = lowbit.run(q, x)["logits"]
+    assert _cos(ref, got) > 0.995
+    # The conv weights are per-channel int8 and the biases int32 at s_in * s_w.
+    conv = next(n for n in q.nodes if n.name == "conv1")
+    w_t, b_t = conv.inputs[1].type, conv.inputs[2].type
+    assert w_t.dtype.name == "int8" and w_t.quant.axis == 0 and w_t.quant.channels == 8
+    assert b_t.dtype.name == "int32" and np.all(b_t.quant.zero_point == 0)
+    np.testing.assert_allclose(b_t.quant.scale, (conv.inputs[0].type.quant.scale *
+                                                 w_t.quant.scale).astype(np.float32))
+
+
+def test_fused_relu6_becomes_the_output_range(cnn):
+    graph, _, prof = cnn
+    q = quantize(graph, prof).graph
+    dw = next(n for n in q.nodes if n.name == "dw")
+    lo, hi = dw.outputs[0].type.quant.real_range(dw.outputs[0].type.dtype)
+    assert lo == 0.0 and 5.0 < hi <= 6.05
+
+
+@pytest.mark.parametrize("form", ["qdq", "qoperator"])
+def test_exported_model_agrees_with_onnxruntime(cnn, tmp_path, form):
+    graph, _, prof = cnn
+    q = quantize(graph, prof).graph
+    path = tmp_path / f"m_{form}.onnx"
+    lowbit.save(q, path, format=form)
+    onnx.checker.check_model(onnx.load(path))
+    x = batches(1, batch=8)[0]
+    ours = lowbit.run(q, x)["logits"]
+    # ONNX Runtime's QDQS8ToU8Transformer moves int8 activations to uint8 for its u8s8 x86
+    # kernels, whose int16 pair sums saturate with full-range 8-bit weights (up to 24 ulp off
+    # here; ORT's own quantizer avoids it with 7-bit weights, reduce_range). The QDQ graph itself
+    # is computed exactly as written with that rewrite off.
+    disabled = ["QDQS8ToU8Transformer"] if form == "qdq" else []
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"],
+                                   disabled_optimizers=disabled)
+    theirs = session.run(None, x)[0]
+    # The head returns float straight from its accumulator: one unit of its int8 input moves
+    # an output by at most s_in * max|w|.
+    head = next(n for n in q.nodes if n.name == "head")
+    assert head.outputs[0].type.quant is None and head.inputs[0].type.quant is not None
+    w_q = head.inputs[1].producer.inputs[0].const_value
+    unit = float(head.inputs[0].type.quant.scale) * float(np.abs(w_q).max())
+    ulps = np.abs(ours - theirs) / unit
+    assert np.mean(ulps <= 1.0 + 1e-3) >= 0.99, np.max(ulps)
+    if form == "qoperator":
+        ops = {n.op_type for n in onnx.load(path).graph.node}
+        assert {"QLinearConv", "QLinearAdd", "QLinearMul", "QLinearSigmoid",
+                "QLinearGlobalAveragePool"} <= ops
+
+
+def test_config_rules_change_the_result(cnn):
+    graph, _, prof = cnn
+    first_float = QuantConfig.from_dict({"rules": [{"name": "conv1", "precision": "float"}]})
+    res = quantize(graph, prof, first_float)
+    row = next(r for r in res.summary.rows if r.name == "conv1")
+    assert row.mode == "float" and "config" in row.detail
+    conv1 = next(n for n in res.graph.nodes if n.name == "conv1")
+    assert conv1.outputs[0].type.dtype.name == "float32"
+
+    wide = QuantConfig.from_dict({"rules": [{"name": "conv3", "precision": "int16"}]})
+    res = quantize(graph, prof, wide)
+    conv3 = next(n for n in res.graph.nodes if n.name == "conv3")
+    assert conv3.outputs[0].type.dtype.name == "int16"
+    assert int(conv3.outputs[0].type.quant.zero_point) == 0
+
+    by_regex = QuantConfig.from_dict({"rules": [{"regex": "conv[0-9]", "per_channel": False}]})
+    res = quantize(graph, prof, by_regex)
+    for n in res.graph.nodes:
+        if n.name in ("conv1", "conv3"):
+            assert n.inputs[1].type.quant.axis is None
+        if n.name == "head":
+            assert n.inputs[1].type.quant.axis == 0
+    with pytest.raises(QuantizationError, match="conv1"):
+        quantize(graph, prof, first_float, assert_all_quantized=True)
+
+
+def test_int16_layer_is_more_accurate_than_int8(cnn):
+    graph, data, prof = cnn
+    x = data[0]  # calibrated inputs: no clipping, so the error is all rounding
+    ref = lowbit.run(graph, x)["logits"]
+    all16 = QuantConfig.from_dict({"default": {"precision": "int16", "weight_precision": "int16"}})
+    err8 = np.abs(lowbit.run(quantize(graph, prof).graph, x)["logits"] - ref).max()
+    err16 = np.abs(lowbit.run(quantize(graph, prof, all16).graph, x)["logits"] - ref).max()
+    assert err16 < err8 / 20
+
+
+def test_bias_never_saturates():
+    w = np.full((2, 1, 1, 1), 1e-3, np.float32)
+    b = np.array([1e6, -1.0], np.float32)
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["y"], name="c")]
+    g = helper.make_graph(nodes, "b", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                      [1, 1, 2, 2])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                          [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")])
+    graph = import_model(helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)]), "b")
+    x = [{"x": RNG.uniform(-1e-3, 1e-3, (1, 1, 2, 2)).astype(np.float32)}]
+    q = quantize(graph, lowbit.profile(graph, x, progress=False)).graph
+    conv = next(n for n in q.nodes if n.op_type == "Conv")
+    s = conv.inputs[2].type.quant.scale.astype(np.float64)
+    assert np.all(np.abs(b / s) <= 2**30)
+    got = lowbit.run(q, x[0])["y"]
+    ref = lowbit.run(graph, x[0])["y"]
+    np.testing.assert_allclose(got[0, 0], ref[0, 0], rtol=1e-2)
+
+
+def test_zero_weights_get_a_valid_scale():
+    w = np.zeros((3, 2, 1, 1), np.float32)
+    w[1] = 0.5
+    nodes = [helper.make_node("Conv", ["x", "w"], ["y"], name="c")]
+    g = helper.make_graph(nodes, "z", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                      [1, 2, 2, 2])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                          [numpy_helper.from_array(w, "w")])
+    graph = import_model(helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)]), "z")
+    x = [{"x": np.zeros((1, 2, 2, 2), np.float32)}]
+    q = quantize(graph, lowbit.profile(graph, x, progress=False)).graph
+    for v in q.values():
+        if v.type is not None and v.type.quant is not None:
+            s = v.type.quant.scale
+            assert np.all(np.isfinite(s)) and np.all(s > 0)
+    assert np.all(lowbit.run(q, x[0])["y"] == 0)
+
+
+def test_profile_of_another_graph_is_refused(cnn):
+    graph, data, _ = cnn
+    other = small_cnn()
+    other.nodes[-1].attrs["group"] = 1
+    other_profile = lowbit.profile(other, data[:1], progress=False)
+    other_profile.graph_hash = "0" * 64
+    with pytest.raises(InputError, match="different graph"):
+        quantize(graph, other_profile)
+
+
+def test_rule_naming_a_missing_node_is_refused(cnn):
+    graph, _, prof = cnn
+    config = QuantConfig.from_dict({"rules": [{"name": "conv_missing", "precision": "float"}]})
+    with pytest.raises(ConfigError, match="conv_missing"):
+        quantize(graph, prof, config)
+
+
+@pytest.mark.parametrize("attrs", [
+    {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]},
+    {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "count_include_pad": 1},
+    {"kernel_shape": [2, 2], "strides": [2, 2], "ceil_mode": 1},
+])
+def test_integer_average_pool_matches_float_and_onnxruntime(attrs, tmp_path):
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="conv"),
+             helper.make_node("AveragePool", ["c"], ["p"], name="avg", **attrs),
+             helper.make_node("Relu", ["p"], ["y"], name="relu")]
+    g = helper.make_graph(nodes, "a", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                      [2, 3, 7, 7])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                          [_init("w", (4, 3, 1, 1))])
+    graph = import_model(helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)]), "a")
+    data = [{"x": RNG.normal(size=(2, 3, 7, 7)).astype(np.float32)} for _ in range(4)]
+    q = quantize(graph, lowbit.profile(graph, data, progress=False),
+                 assert_all_quantized=True).graph
+    pool = next(n for n in q.nodes if n.name == "avg")
+    step = float(pool.outputs[0].type.quant.scale)
+    ours = lowbit.run(q, data[0])["y"]
+    assert np.abs(ours - lowbit.run(graph, data[0])["y"]).max() < 3 * step
+    path = tmp_path / "a.onnx"
+    lowbit.save(q, path, format="qdq")
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"],
+                                   disabled_optimizers=["QDQS8ToU8Transformer"])
+    theirs = session.run(None, data[0])[0]
+    assert np.mean(np.abs(ours - theirs) <= step * 1.001) >= 0.99
+
+
+def test_requant_encoding_is_selectable_and_both_stay_close(cnn):
+    graph, data, prof = cnn
+    results = {}
+    for method in ("q31", "prescale"):
+        q = quantize(graph, prof, QuantConfig.from_dict({"default": {"requant": method}})).graph
+        assert {n.attrs.get("requant") for n in q.nodes if n.op_type == "Conv"} == {method}
+        results[method] = lowbit.run(q, data[0])["logits"]
+    default = lowbit.run(quantize(graph, prof).graph, data[0])["logits"]
+    np.testing.assert_array_equal(default, results["prescale"])  # the 8-bit default
+    assert np.abs(results["q31"] - results["prescale"]).max() < 0.05
+
+
+def test_softmax_output_uses_its_fixed_range():
+    nodes = [helper.make_node("Softmax", ["x"], ["p"], name="sm", axis=-1),
+             helper.make_node("MatMul", ["p", "w"], ["y"], name="mm")]
+    g = helper.make_graph(nodes, "s", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                      [2, 6])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                          [_init("w", (6, 3))])
+    graph = import_model(helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)]), "s")
+    data = [{"x": RNG.normal(size=(2, 6)).astype(np.float32)}]
+    res = quantize(graph, lowbit.profile(graph, data, progress=False))
+    mm = next(n for n in res.graph.nodes if n.name == "mm")
+    assert mm.inputs[0].type.quant.real_range(mm.inputs[0].type.dtype) == pytest.approx(
+        (0.0, 1.0), abs=1e-6)
+    assert next(r for r in res.summary.rows if r.name == "sm").mode == "float"
+
+
+def test_quantize_dequantize_simplification():
+    from lowbit.ir import dtypes
+    from lowbit.ir.graph import Graph
+    from lowbit.ir.types import QuantParams, TensorType
+    from lowbit.passes.quant_cleanup import simplify_quantize
+
+    g = Graph("q")
+    x = g.add_input("x", TensorType(dtypes.FLOAT32, (4,)))
+    t8 = TensorType(dtypes.INT8, (4,), QuantParams(0.1, 0))
+    t8b = TensorType(dtypes.INT8, (4,), QuantParams(0.2, 3))
+    q = g.make_node("Quantize", [x], domain="lowbit", output_types=[t8]).output
+    dq = g.make_node("Dequantize", [q], domain="lowbit",
+                     output_types=[TensorType(dtypes.FLOAT32, (4,))]).output
+    q_again = g.make_node("Quantize", [dq], domain="lowbit", output_types=[t8b]).output
+    r1 = g.make_node("Requantize", [q_again], domain="lowbit", output_types=[t8]).output
+    back = g.make_node("Dequantize", [r1], domain="lowbit",
+                       output_types=[TensorType(dtypes.FLOAT32, (4,))]).output
+    total = g.make_node("Add", [back, dq], output_types=[TensorType(dtypes.FLOAT32, (4,))])
+    g.outputs.append(total.output)
+    simplify_quantize(g)
+    verify(g)
+    # Q(DQ(q)) becomes Requantize(q); the Requantize chain back to q's own type disappears,
+    # leaving DQ(q) = DQ(Q(x)), which becomes x like the Add's other operand.
+    assert [n.op_type for n in g.nodes] == ["Add"]
+    assert g.nodes[0].inputs == [x, x]

