@@ -88,6 +88,12 @@ class Window:
     def output_dims(self, spatial: Sequence[Dim]) -> tuple[Dim, ...]:
         return tuple(self.output_dim(a, d) for a, d in enumerate(spatial))
 
+    def axis(self, a: int) -> Window:
+        """The one-axis window of spatial axis `a`."""
+        n = self.rank
+        return Window((self.kernel[a],), (self.strides[a],), (self.dilations[a],), self.auto_pad,
+                      (self.pads[a], self.pads[a + n]), self.ceil_mode)
+
 
 def window_from_attrs(node: Node, kernel: Sequence[int] | None, spatial_rank: int,
                       ceil_mode: bool = False) -> Window:
@@ -123,3 +129,52 @@ def window_from_attrs(node: Node, kernel: Sequence[int] | None, spatial_rank: in
     return Window(tuple(int(k) for k in ks), tuple(int(s) for s in strides),
                   tuple(int(d) for d in dilations), auto_pad, tuple(int(p) for p in pads),
                   ceil_mode)
+
+
+@dataclass(frozen=True)
+class TransposeGeometry:
+    """Resolved ConvTranspose geometry for static input spatial sizes.
+
+    The full (unpadded) output of a transposed convolution along an axis has size
+    `full = s * (i - 1) + d * (k - 1) + 1`; the node's output is the slice of it that starts at
+    `begins[axis]` and has `out[axis]` elements, zeros where it runs past the end (that is what
+    `output_padding` and a large `output_shape` add).
+    """
+
+    begins: tuple[int, ...]
+    out: tuple[int, ...]
+
+
+def transpose_geometry(node: Node, window: Window, spatial: Sequence[int],
+                       output_padding: Sequence[int], output_shape: Sequence[int] | None
+                       ) -> TransposeGeometry:
+    """Pads and output sizes of a ConvTranspose, following the ONNX spec:
+
+    - `output_shape` given: out = output_shape and total padding
+      `t = s * (i - 1) + output_padding + d * (k - 1) + 1 - out`, clamped at 0 (a larger
+      output grows at the end), split with the odd element at the end for SAME_UPPER and at the
+      beginning otherwise (begin = t - t // 2), as the spec writes it.
+    - SAME_UPPER / SAME_LOWER without output_shape: out = i * s, same split.
+    - otherwise (NOTSET, VALID): out = s * (i - 1) + output_padding + d * (k - 1) + 1
+      - pad_begin - pad_end with the explicit pads (zero for VALID).
+    """
+    n = window.rank
+    begins: list[int] = []
+    outs: list[int] = []
+    for a in range(n):
+        i, k, s, d = spatial[a], window.kernel[a], window.strides[a], window.dilations[a]
+        natural = s * (i - 1) + output_padding[a] + d * (k - 1) + 1
+        if output_shape is not None or window.auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+            out = int(output_shape[a]) if output_shape is not None else i * s
+            total = max(0, natural - out)
+            begin = total // 2 if window.auto_pad == "SAME_UPPER" else total - total // 2
+        else:
+            pads = window.pads if window.auto_pad == "NOTSET" else (0,) * (2 * n)
+            begin = pads[a]
+            out = natural - pads[a] - pads[a + n]
+        if out < 0:
+            raise fail(node, f"output size along spatial axis {a} would be {out}: pads are "
+                             f"larger than the transposed convolution's output")
+        begins.append(begin)
+        outs.append(out)
+    return TransposeGeometry(tuple(begins), tuple(outs))

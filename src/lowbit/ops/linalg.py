@@ -1,23 +1,46 @@
-"""Matrix products: Gemm and MatMul."""
+"""Matrix products: Gemm and MatMul (ONNX version 13).
+
+Float products are accumulated in float64 by the reference kernels and rounded once. Integer
+products (int32, int64, uint32, uint64) wrap around in the operands' width, as the sum of
+products computed in that width would. Quantized operands (of different integer dtypes) are
+accepted: the COMPUTE rule decides how they are computed.
+"""
 
 from __future__ import annotations
 
+from lowbit.ir import dtypes as dt
 from lowbit.ir.graph import Node
 from lowbit.ir.types import Dim, TensorType
-from lowbit.ops.common import broadcast_dim
-from lowbit.ops.elementwise_rules import FLOATS, INTS, broadcast_to, check_dtype, known_types
+from lowbit.ops.common import broadcast_shapes
+from lowbit.ops.elementwise_rules import (
+    FLOATS,
+    broadcast_to,
+    check_dtype,
+    known_types,
+    same_dtype,
+)
 from lowbit.ops.registry import COMPUTE, Attr, OpDef, fail, register
 
+MATMUL_TYPES = FLOATS | {dt.INT32, dt.INT64, dt.UINT32, dt.UINT64}
 
-def _inner(node: Node, k1: Dim, k2: Dim) -> None:
+
+def _inner_dims_agree(node: Node, k1: Dim, k2: Dim, a_shape, b_shape) -> None:
     if isinstance(k1, int) and isinstance(k2, int) and k1 != k2:
-        raise fail(node, f"inner dimensions differ: {k1} and {k2}")
+        raise fail(node, f"inner dimensions differ: A is {a_shape} and B is {b_shape}")
+
+
+def _same_unless_quantized(node: Node, types: list[TensorType | None]) -> None:
+    if not any(t is not None and t.quant is not None for t in types):
+        same_dtype(node, types, range(len(types)))
 
 
 @register
 class Gemm(OpDef):
-    """Y = alpha * A' @ B' + beta * C, where A' = A^T if transA, B' = B^T if transB, and C
-    broadcasts to [M, N] (unidirectionally)."""
+    """Y = alpha * A' B' + beta * C, with A' = transpose(A) if transA (same for B); A' is
+    (M, K), B' is (K, N), and C (optional) broadcasts unidirectionally to (M, N).
+
+    Integer Gemm needs integral alpha and beta, so that the result stays exact.
+    """
 
     op_type = "Gemm"
     inputs = ("A", "B", "C?")
@@ -26,54 +49,44 @@ class Gemm(OpDef):
     fusable = True
     quant_rule = COMPUTE
 
+    def check(self, node: Node, in_types: list[TensorType | None]) -> None:
+        self.infer(node, in_types)
+        a = in_types[0]
+        assert a is not None
+        if a.dtype.is_integer and a.quant is None:
+            for name in ("alpha", "beta"):
+                value = float(node.attrs.get(name, 1.0))
+                if value != int(value):
+                    raise fail(node, f"{name} = {value} is not an integer; integer Gemm "
+                                     f"computes exactly and needs integral alpha and beta")
+
     def infer(self, node: Node, in_types: list[TensorType | None]) -> list[TensorType]:
-        a, b = known_types(node, in_types)[:2]
+        types = known_types(node, in_types)
+        a, b = types[0], types[1]
         assert a is not None and b is not None
-        allowed = FLOATS | INTS
-        check_dtype(node, 0, a, allowed)
-        check_dtype(node, 1, b, allowed)
+        for i, t in enumerate(types):
+            if t is not None:
+                check_dtype(node, i, t, MATMUL_TYPES)
+        _same_unless_quantized(node, types)
         if a.shape is None or b.shape is None:
-            raise fail(node, "A and B must have known ranks")
-        if len(a.shape) != 2 or len(b.shape) != 2:
-            raise fail(node, f"A {list(a.shape)} and B {list(b.shape)} must be 2-D")
-        m, ka = a.shape[::-1] if node.attrs["transA"] else a.shape
-        kb, n = b.shape[::-1] if node.attrs["transB"] else b.shape
-        _inner(node, ka, kb)
-        shape = (m, n)
-        c = in_types[2] if len(in_types) > 2 else None
+            return [TensorType(a.dtype, (None, None))]
+        for label, t in (("A", a), ("B", b)):
+            if len(t.shape) != 2:  # type: ignore[arg-type]
+                raise fail(node, f"{label} must be a matrix, got shape {t.shape}")
+        m, k1 = reversed(a.shape) if node.attrs.get("transA", 0) else a.shape
+        k2, n = reversed(b.shape) if node.attrs.get("transB", 0) else b.shape
+        _inner_dims_agree(node, k1, k2, a.shape, b.shape)
+        shape: tuple[Dim, ...] | None = (m, n)
+        c = types[2] if len(types) > 2 else None
         if c is not None:
-            broadcast_to(node, shape, c, "C")
+            shape = broadcast_to(node, shape, c, "C")
         return [TensorType(a.dtype, shape)]
-
-
-def matmul_shape(node: Node, a: tuple[Dim, ...], b: tuple[Dim, ...]) -> tuple[Dim, ...]:
-    """numpy.matmul's result shape: 1-D operands are promoted and the added axis removed; batch
-    dimensions broadcast."""
-    if not a or not b:
-        raise fail(node, "MatMul operands must be at least 1-D")
-    a2 = (1, *a) if len(a) == 1 else a
-    b2 = (*b, 1) if len(b) == 1 else b
-    _inner(node, a2[-1], b2[-2])
-    batch_a, batch_b = a2[:-2], b2[:-2]
-    rank = max(len(batch_a), len(batch_b))
-    batch_a = (1,) * (rank - len(batch_a)) + tuple(batch_a)
-    batch_b = (1,) * (rank - len(batch_b)) + tuple(batch_b)
-    try:
-        batch = tuple(broadcast_dim(x, y) for x, y in zip(batch_a, batch_b, strict=True))
-    except ValueError as exc:
-        raise fail(node, f"batch dimensions of {list(a)} and {list(b)} do not broadcast: "
-                   f"{exc}") from None
-    shape = (*batch, a2[-2], b2[-1])
-    if len(a) == 1:
-        shape = shape[:-2] + shape[-1:]
-    if len(b) == 1:
-        shape = shape[:-1]
-    return shape
 
 
 @register
 class MatMul(OpDef):
-    """Y = A @ B with numpy.matmul semantics (batch broadcasting, 1-D promotion)."""
+    """Matrix product with numpy.matmul semantics: a 1-D A is a row vector and a 1-D B a
+    column vector (the added axis is removed again); leading (batch) axes broadcast."""
 
     op_type = "MatMul"
     inputs = ("A", "B")
@@ -83,11 +96,31 @@ class MatMul(OpDef):
     def infer(self, node: Node, in_types: list[TensorType | None]) -> list[TensorType]:
         a, b = known_types(node, in_types)
         assert a is not None and b is not None
-        allowed = FLOATS | INTS
-        check_dtype(node, 0, a, allowed)
-        check_dtype(node, 1, b, allowed)
-        if a.dtype != b.dtype and a.quant is None:
-            raise fail(node, f"A and B have dtypes {a.dtype} and {b.dtype}; insert a Cast")
-        if a.shape is None or b.shape is None:
-            return [TensorType(a.dtype, None)]
+        check_dtype(node, 0, a, MATMUL_TYPES)
+        check_dtype(node, 1, b, MATMUL_TYPES)
+        _same_unless_quantized(node, [a, b])
         return [TensorType(a.dtype, matmul_shape(node, a.shape, b.shape))]
+
+
+def matmul_shape(node: Node, a: tuple[Dim, ...] | None, b: tuple[Dim, ...] | None
+                 ) -> tuple[Dim, ...] | None:
+    """numpy.matmul's result shape, with symbolic and unknown dims; refuses rank-0 operands,
+    inner dims that differ and batch dims that do not broadcast."""
+    if a is None or b is None:
+        return None
+    if len(a) == 0 or len(b) == 0:
+        raise fail(node, "MatMul operands must have rank 1 or more")
+    a2 = (1, *a) if len(a) == 1 else a
+    b2 = (*b, 1) if len(b) == 1 else b
+    _inner_dims_agree(node, a2[-1], b2[-2], a, b)
+    try:
+        batch = broadcast_shapes(a2[:-2], b2[:-2])
+    except ValueError as exc:
+        raise fail(node, f"batch dimensions of {a} and {b} do not broadcast ({exc})") from None
+    assert batch is not None
+    out = [*batch]
+    if len(a) > 1:
+        out.append(a2[-2])
+    if len(b) > 1:
+        out.append(b2[-1])
+    return tuple(out)

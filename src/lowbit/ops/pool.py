@@ -1,91 +1,144 @@
-"""Pooling: MaxPool, AveragePool, GlobalAveragePool, GlobalMaxPool."""
+"""Pooling: MaxPool, AveragePool, LpPool over sliding windows, and their global forms
+(ONNX version 22). X is (N, C, D1, ..., Dn); Y is (N, C, O1, ..., On) with the window output
+sizes of `conv_geometry` (ceil_mode rounds up, but a window must start inside the input or its
+begin padding), or (N, C, 1, ..., 1) for the global pools.
+"""
 
 from __future__ import annotations
 
-from lowbit.ir import dtypes
+from typing import ClassVar
+
+from lowbit.ir import dtypes as dt
+from lowbit.ir.dtypes import DType
 from lowbit.ir.graph import Node
 from lowbit.ir.types import TensorType
 from lowbit.ops.conv_geometry import WINDOW_ATTRS, Window, window_from_attrs
 from lowbit.ops.elementwise_rules import FLOATS, check_dtype, known_types
-from lowbit.ops.registry import KEEP, RESCALE, Attr, OpDef, fail, register
+from lowbit.ops.registry import KEEP, REQUIRED, RESCALE, Attr, OpDef, fail, register
 
-MAXPOOL_TYPES = FLOATS | {dtypes.INT8, dtypes.UINT8}
-
-
-def pool_window(node: Node, rank: int) -> Window:
-    if not node.attrs.get("kernel_shape"):
-        raise fail(node, "kernel_shape is required")
-    return window_from_attrs(node, None, rank, bool(node.attrs.get("ceil_mode", 0)))
+POOL_ATTRS = {**WINDOW_ATTRS, "kernel_shape": Attr("ints", REQUIRED),
+              "ceil_mode": Attr("int", 0)}
 
 
-def _input(node: Node, in_types: list[TensorType | None], allowed) -> TensorType:
-    x = known_types(node, in_types)[0]
+def pool_window(node: Node, spatial_rank: int) -> Window:
+    """The validated window of a pooling node with `spatial_rank` spatial axes."""
+    return window_from_attrs(node, None, spatial_rank, bool(node.attrs.get("ceil_mode", 0)))
+
+
+def _spatial_input(node: Node, in_types: list[TensorType | None], allowed: frozenset[DType]
+                   ) -> TensorType:
+    (x,) = known_types(node, in_types)
     assert x is not None
     check_dtype(node, 0, x, allowed)
     if x.shape is not None and len(x.shape) < 3:
-        raise fail(node, f"input must be N x C x spatial..., got shape {list(x.shape)}")
+        raise fail(node, f"the input has shape {x.shape}; pooling needs (N, C, D1, ...) with "
+                         f"at least one spatial axis")
     return x
 
 
-def _pooled(node: Node, x: TensorType) -> tuple:
-    if x.shape is None:
-        return None
-    window = pool_window(node, len(x.shape) - 2)
-    return (*x.shape[:2], *window.output_dims(x.shape[2:]))
+class WindowPool(OpDef):
+    """A pool over sliding windows; `allowed` are the accepted input dtypes."""
+
+    inputs = ("X",)
+    outputs = ("Y",)
+    attrs = POOL_ATTRS
+    allowed: ClassVar[frozenset[DType]] = FLOATS
+
+    def check(self, node: Node, in_types: list[TensorType | None]) -> None:
+        self.infer(node, in_types)
+
+    def infer(self, node: Node, in_types: list[TensorType | None]) -> list[TensorType]:
+        x = _spatial_input(node, in_types, self.allowed)
+        kernel = node.attrs.get("kernel_shape") or []
+        window = pool_window(node, len(x.shape) - 2 if x.shape is not None else len(kernel))
+        if x.shape is None:
+            return [TensorType(x.dtype, None), TensorType(dt.INT64, None)]
+        spatial = window.output_dims(x.shape[2:])
+        if any(isinstance(d, int) and d <= 0 for d in spatial):
+            raise fail(node, f"the window does not fit the input {x.shape}: output spatial "
+                             f"size {spatial}")
+        shape = (x.shape[0], x.shape[1], *spatial)
+        return [TensorType(x.dtype, shape), TensorType(dt.INT64, shape)]
 
 
 @register
-class MaxPool(OpDef):
-    """Y = max over each window (padding never wins); Indices = the flat index of that
-    maximum in the unpadded input (row-major, or column-major with storage_order 1)."""
+class MaxPool(WindowPool):
+    """Y = the maximum over each window; padding never wins (it is below every value).
+    Indices (optional) are the positions of the first maximum in the flattened X, row-major
+    (storage_order 0) or with the spatial axes column-major (storage_order 1). Exact for int8
+    and uint8."""
 
     op_type = "MaxPool"
-    inputs = ("X",)
     outputs = ("Y", "Indices?")
-    attrs = {**WINDOW_ATTRS, "ceil_mode": Attr("int", 0), "storage_order": Attr("int", 0)}
+    attrs = {**POOL_ATTRS, "storage_order": Attr("int", 0)}
+    allowed = FLOATS | {dt.INT8, dt.UINT8}
     quant_rule = KEEP
 
-    def infer(self, node: Node, in_types: list[TensorType | None]) -> list[TensorType]:
-        x = _input(node, in_types, MAXPOOL_TYPES)
-        shape = _pooled(node, x)
-        return [TensorType(x.dtype, shape), TensorType(dtypes.INT64, shape)]
+    def check(self, node: Node, in_types: list[TensorType | None]) -> None:
+        super().check(node, in_types)
+        if node.attrs.get("storage_order", 0) not in (0, 1):
+            raise fail(node, f"storage_order must be 0 or 1, got {node.attrs['storage_order']}")
 
 
 @register
-class AveragePool(OpDef):
-    """Y = mean over each window; padding counts only with count_include_pad, and the extra
-    positions ceil_mode adds never count."""
+class AveragePool(WindowPool):
+    """Y = the mean of each window. Padding counts in the divisor when count_include_pad is
+    1 (explicit or SAME_* pads, not the overhang that ceil_mode adds at the end)."""
 
     op_type = "AveragePool"
-    inputs = ("X",)
-    attrs = {**WINDOW_ATTRS, "ceil_mode": Attr("int", 0), "count_include_pad": Attr("int", 0)}
+    attrs = {**POOL_ATTRS, "count_include_pad": Attr("int", 0)}
     quant_rule = RESCALE
-
-    def infer(self, node: Node, in_types: list[TensorType | None]) -> list[TensorType]:
-        x = _input(node, in_types, FLOATS)
-        return [TensorType(x.dtype, _pooled(node, x))]
-
-
-class _GlobalPool(OpDef):
-    inputs = ("X",)
-
-    def infer(self, node: Node, in_types: list[TensorType | None]) -> list[TensorType]:
-        x = _input(node, in_types, FLOATS)
-        shape = None if x.shape is None else (*x.shape[:2], *(1,) * (len(x.shape) - 2))
-        return [TensorType(x.dtype, shape)]
 
 
 @register
-class GlobalAveragePool(_GlobalPool):
-    """Y[n, c] = mean of X[n, c] over all spatial positions (spatial dims kept as 1)."""
+class LpPool(WindowPool):
+    """Y = (sum over each window of |X| ** p) ** (1 / p); padding adds nothing."""
+
+    op_type = "LpPool"
+    attrs = {**POOL_ATTRS, "p": Attr("int", 2)}
+
+    def check(self, node: Node, in_types: list[TensorType | None]) -> None:
+        super().check(node, in_types)
+        if int(node.attrs.get("p", 2)) <= 0:
+            raise fail(node, f"p must be positive, got {node.attrs['p']}")
+
+
+class GlobalPool(OpDef):
+    """A pool over all spatial axes: Y is (N, C, 1, ..., 1)."""
+
+    inputs = ("X",)
+    outputs = ("Y",)
+
+    def infer(self, node: Node, in_types: list[TensorType | None]) -> list[TensorType]:
+        x = _spatial_input(node, in_types, FLOATS)
+        if x.shape is None:
+            return [TensorType(x.dtype, None)]
+        return [TensorType(x.dtype, (x.shape[0], x.shape[1]) + (1,) * (len(x.shape) - 2))]
+
+
+@register
+class GlobalAveragePool(GlobalPool):
+    """Y = the mean over the spatial axes."""
 
     op_type = "GlobalAveragePool"
     quant_rule = RESCALE
 
 
 @register
-class GlobalMaxPool(_GlobalPool):
-    """Y[n, c] = max of X[n, c] over all spatial positions (spatial dims kept as 1)."""
+class GlobalMaxPool(GlobalPool):
+    """Y = the maximum over the spatial axes."""
 
     op_type = "GlobalMaxPool"
     quant_rule = KEEP
+
+
+@register
+class GlobalLpPool(GlobalPool):
+    """Y = (sum over the spatial axes of |X| ** p) ** (1 / p)."""
+
+    op_type = "GlobalLpPool"
+    attrs = {"p": Attr("int", 2)}
+
+    def check(self, node: Node, in_types: list[TensorType | None]) -> None:
+        if int(node.attrs.get("p", 2)) <= 0:
+            raise fail(node, f"p must be positive, got {node.attrs['p']}")

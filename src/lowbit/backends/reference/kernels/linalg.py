@@ -1,39 +1,56 @@
-"""Reference kernels of Gemm and MatMul: floats accumulate in float64 and round once (float16:
-numpy's float16 product, as ONNX's reference computes it); integer products are exact (wrapping
-to the type like ONNX Runtime's integer GEMM)."""
+"""Reference kernels of Gemm and MatMul (lowbit.ops.linalg).
+
+Floats are multiplied and accumulated in float64 and rounded once to the operands' dtype,
+except float16 MatMul, which is numpy's float16 product as ONNX's reference computes it (its
+conformance data expect those bits).
+Integers are computed in 64 bits, where numpy's integer arithmetic wraps around, then cast to
+the operands' width: the result is the exact product modulo 2**width.
+"""
 
 from __future__ import annotations
 
 import numpy as np
 
-from lowbit.backends.reference.floatmath import is_float
 from lowbit.backends.reference.kernels import kernel
 
 
-def _product(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    if a.dtype == np.float16:
-        return np.matmul(a, b)  # as ONNX's reference: numpy's float16 product
-    if is_float(a.dtype):
-        return np.matmul(a.astype(np.float64), b.astype(np.float64))
-    return np.matmul(a.astype(np.int64), b.astype(np.int64))
+def _wide(x: np.ndarray) -> np.ndarray:
+    """`x` in its accumulation dtype: float64, int64 or uint64."""
+    if x.dtype.kind == "u":
+        return x.astype(np.uint64, copy=False)
+    if x.dtype.kind == "i":
+        return x.astype(np.int64, copy=False)
+    return x.astype(np.float64, copy=False)
+
+
+def _scale(y: np.ndarray, factor: float) -> np.ndarray:
+    if factor == 1.0:
+        return y
+    if y.dtype.kind in "iu":
+        return y * y.dtype.type(int(factor) % 2**64 if y.dtype.kind == "u" else int(factor))
+    return y * factor
 
 
 @kernel("Gemm")
 def gemm(node, inputs):
     a, b = inputs[0], inputs[1]
     c = inputs[2] if len(inputs) > 2 else None
-    x = a.T if node.attrs["transA"] else a
-    y = b.T if node.attrs["transB"] else b
-    result = float(node.attrs["alpha"]) * _product(x, y) if is_float(a.dtype) else \
-        int(node.attrs["alpha"]) * _product(x, y)
-    if c is not None:
-        beta = node.attrs["beta"]
-        result = result + (beta * c.astype(np.float64) if is_float(a.dtype)
-                           else int(beta) * c.astype(np.int64))
-    return [result.astype(a.dtype)]
+    aw, bw = _wide(a), _wide(b)
+    if node.attrs["transA"]:
+        aw = aw.T
+    if node.attrs["transB"]:
+        bw = bw.T
+    with np.errstate(over="ignore"):
+        y = _scale(np.matmul(aw, bw), float(node.attrs["alpha"]))
+        if c is not None:
+            y = y + _scale(_wide(c), float(node.attrs["beta"]))
+    return [y.astype(a.dtype)]
 
 
 @kernel("MatMul")
 def matmul(node, inputs):
     a, b = inputs
-    return [_product(a, b).astype(a.dtype)]
+    if a.dtype == np.float16:
+        return [np.matmul(a, b)]
+    with np.errstate(over="ignore"):
+        return [np.matmul(_wide(a), _wide(b)).astype(a.dtype)]

@@ -1,4 +1,8 @@
-"""Reference kernels of the reductions: floats accumulate in float64 and round once."""
+"""Reference kernels of the reductions (lowbit.ops.reduce).
+
+Floats reduce in float64 and round once to the input dtype; ReduceMax/ReduceMin are exact in
+every dtype; integer sums, products and sums of squares wrap in the input's width.
+"""
 
 from __future__ import annotations
 
@@ -6,107 +10,143 @@ from collections.abc import Callable
 
 import numpy as np
 
+from lowbit.backends.reference.floatmath import narrow, widen
 from lowbit.backends.reference.kernels import kernel
-from lowbit.ops.reduce import reduced_axes
+from lowbit.errors import KernelError
+from lowbit.ops.reduce import reduce_axes
 
-_FLOAT_REDUCERS: dict[str, Callable] = {
-    "ReduceMean": lambda x, a, k: np.mean(x, axis=a, keepdims=k),
-    "ReduceSum": lambda x, a, k: np.sum(x, axis=a, keepdims=k),
-    "ReduceProd": lambda x, a, k: np.prod(x, axis=a, keepdims=k),
-    "ReduceL1": lambda x, a, k: np.sum(np.abs(x), axis=a, keepdims=k),
-    "ReduceL2": lambda x, a, k: np.sqrt(np.sum(x * x, axis=a, keepdims=k)),
-    "ReduceSumSquare": lambda x, a, k: np.sum(x * x, axis=a, keepdims=k),
-    "ReduceLogSum": lambda x, a, k: np.log(np.sum(x, axis=a, keepdims=k)),
-    "ReduceLogSumExp": lambda x, a, k: _logsumexp(x, a, k),
-}
+Reduction = Callable[[np.ndarray, tuple[int, ...], bool], np.ndarray]
 
 
-def _logsumexp(x: np.ndarray, axes, keep: bool) -> np.ndarray:
-    m = np.max(x, axis=axes, keepdims=True) if x.size else np.zeros((1,) * x.ndim)
-    m = np.where(np.isfinite(m), m, 0.0)
-    s = np.log(np.sum(np.exp(x - m), axis=axes, keepdims=True)) + m
-    return s if keep else np.squeeze(s, axis=axes)
+def reduction(op_type: str) -> Callable[[Reduction], Reduction]:
+    """Register `fn(x, axes, keepdims)` as the kernel of the Reduce op `op_type`; it sees the
+    resolved axes (never empty unless X is a scalar)."""
+
+    def deco(fn: Reduction) -> Reduction:
+        def run(node, inputs):
+            x = inputs[0]
+            axes_in = inputs[1] if len(inputs) > 1 else None
+            axes = reduce_axes(node, x.ndim, axes_in)
+            if axes is None:
+                if node.attrs["noop_with_empty_axes"]:
+                    return [x]
+                axes = tuple(range(x.ndim))
+            with np.errstate(all="ignore"):
+                y = fn(x, axes, bool(node.attrs["keepdims"]))
+            return [np.asarray(y).astype(x.dtype, copy=False)]
+
+        kernel(op_type)(run)
+        return fn
+
+    return deco
 
 
-def _axes(node, inputs) -> tuple[int, ...]:
-    """The reduced axes, from the constant input or (at run time) from the axes tensor; ()
-    means no reduction."""
-    x = inputs[0]
-    axes = reduced_axes(node, x.ndim)
-    if axes is not None:
-        return axes
-    given = tuple(sorted({int(a) % x.ndim for a in inputs[1].reshape(-1)}))
-    if not given and not node.attrs.get("noop_with_empty_axes"):
-        return tuple(range(x.ndim))
-    return given
+def _is_int(x: np.ndarray) -> bool:
+    return x.dtype.kind in "iu"
 
 
-def _make(op_type: str, fn: Callable) -> None:
-    @kernel(op_type)
+@reduction("ReduceSum")
+def reduce_sum(x, axes, keep):
+    if _is_int(x):
+        return np.sum(x, axis=axes, keepdims=keep, dtype=x.dtype)
+    return np.sum(x.astype(np.float64), axis=axes, keepdims=keep)
+
+
+@reduction("ReduceMean")
+def reduce_mean(x, axes, keep):
+    if not _is_int(x):
+        return np.mean(x.astype(np.float64), axis=axes, keepdims=keep)
+    count = int(np.prod([x.shape[a] for a in axes]))
+    if count == 0:
+        raise KernelError("integer ReduceMean over an empty set has no value")
+    wide = np.uint64 if x.dtype.kind == "u" else np.int64
+    total = np.sum(x, axis=axes, keepdims=keep, dtype=wide)
+    quotient = np.abs(total) // wide(count)
+    return np.where(total < 0, -quotient, quotient) if x.dtype.kind == "i" else quotient
+
+
+def _extreme(x: np.ndarray, axes, keep, largest: bool) -> np.ndarray:
+    xc = widen(x)
+    if xc.dtype == np.bool_:
+        initial = not largest
+    elif _is_int(xc):
+        info = np.iinfo(xc.dtype)
+        initial = info.min if largest else info.max
+    else:
+        initial = -np.inf if largest else np.inf
+    fn = np.max if largest else np.min
+    return narrow(fn(xc, axis=axes, keepdims=keep, initial=initial), x.dtype)
+
+
+@reduction("ReduceMax")
+def reduce_max(x, axes, keep):
+    return _extreme(x, axes, keep, largest=True)
+
+
+@reduction("ReduceMin")
+def reduce_min(x, axes, keep):
+    return _extreme(x, axes, keep, largest=False)
+
+
+@reduction("ReduceProd")
+def reduce_prod(x, axes, keep):
+    if _is_int(x):
+        return np.prod(x, axis=axes, keepdims=keep, dtype=x.dtype)
+    return np.prod(x.astype(np.float64), axis=axes, keepdims=keep)
+
+
+@reduction("ReduceL1")
+def reduce_l1(x, axes, keep):
+    if _is_int(x):
+        return np.sum(np.abs(x), axis=axes, keepdims=keep, dtype=x.dtype)
+    return np.sum(np.abs(x.astype(np.float64)), axis=axes, keepdims=keep)
+
+
+@reduction("ReduceL2")
+def reduce_l2(x, axes, keep):
+    xf = x.astype(np.float64)
+    y = np.sqrt(np.sum(xf * xf, axis=axes, keepdims=keep))
+    return np.trunc(y) if _is_int(x) else y
+
+
+@reduction("ReduceSumSquare")
+def reduce_sum_square(x, axes, keep):
+    if _is_int(x):
+        return np.sum(x * x, axis=axes, keepdims=keep, dtype=x.dtype)
+    xf = x.astype(np.float64)
+    return np.sum(xf * xf, axis=axes, keepdims=keep)
+
+
+@reduction("ReduceLogSum")
+def reduce_log_sum(x, axes, keep):
+    return np.log(np.sum(x.astype(np.float64), axis=axes, keepdims=keep))
+
+
+@reduction("ReduceLogSumExp")
+def reduce_log_sum_exp(x, axes, keep):
+    xf = x.astype(np.float64)
+    m = np.max(xf, axis=axes, keepdims=True, initial=-np.inf)
+    shift = np.where(np.isfinite(m), m, 0.0)
+    y = np.log(np.sum(np.exp(xf - shift), axis=axes, keepdims=True)) + shift
+    return y if keep else np.squeeze(y, axis=axes)
+
+
+def _arg_kernel(largest: bool):
     def run(node, inputs):
-        x, axes, keep = inputs[0], _axes(node, inputs), bool(node.attrs["keepdims"])
-        if not axes:
-            return [x.copy()]
-        if x.dtype.kind == "f" or x.dtype.kind == "V":
-            work = x.astype(np.float64)
+        (x,) = inputs
+        axis = node.attrs["axis"] % x.ndim
+        xc = widen(x)
+        fn = np.argmax if largest else np.argmin
+        if node.attrs["select_last_index"]:
+            idx = x.shape[axis] - 1 - fn(np.flip(xc, axis=axis), axis=axis)
         else:
-            work = x.astype(np.int64) if x.dtype.kind in "iu" else x
-        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            y = fn(work, axes, keep)
-        return [np.asarray(y).astype(x.dtype)]
-
-
-for _op, _fn in _FLOAT_REDUCERS.items():
-    _make(_op, _fn)
-
-
-def _extreme(op_type: str, fn: Callable, empty) -> None:
-    @kernel(op_type)
-    def run(node, inputs):
-        x, axes, keep = inputs[0], _axes(node, inputs), bool(node.attrs["keepdims"])
-        if not axes:
-            return [x.copy()]
-        if any(x.shape[a] == 0 for a in axes):
-            shape = tuple(1 if i in axes else d for i, d in enumerate(x.shape)) if keep else \
-                tuple(d for i, d in enumerate(x.shape) if i not in axes)
-            return [np.full(shape, empty(x.dtype), dtype=x.dtype)]
-        return [fn(x, axis=axes, keepdims=keep).astype(x.dtype)]
-
-
-def _lowest(dtype):
-    if dtype.kind == "f":
-        return -np.inf
-    if dtype.kind == "b":
-        return False
-    return np.iinfo(dtype).min
-
-
-def _highest(dtype):
-    if dtype.kind == "f":
-        return np.inf
-    if dtype.kind == "b":
-        return True
-    return np.iinfo(dtype).max
-
-
-_extreme("ReduceMax", np.max, _lowest)
-_extreme("ReduceMin", np.min, _highest)
-
-
-def _arg(op_type: str, fn: Callable) -> None:
-    @kernel(op_type)
-    def run(node, inputs):
-        x = inputs[0]
-        axis = int(node.attrs["axis"]) % x.ndim
-        if node.attrs.get("select_last_index"):
-            flipped = np.flip(x, axis=axis)
-            idx = x.shape[axis] - 1 - fn(flipped, axis=axis)
-        else:
-            idx = fn(x, axis=axis)
+            idx = fn(xc, axis=axis)
         if node.attrs["keepdims"]:
             idx = np.expand_dims(idx, axis)
-        return [idx.astype(np.int64)]
+        return [np.asarray(idx, dtype=np.int64)]
+
+    return run
 
 
-_arg("ArgMax", np.argmax)
-_arg("ArgMin", np.argmin)
+kernel("ArgMax")(_arg_kernel(largest=True))
+kernel("ArgMin")(_arg_kernel(largest=False))
