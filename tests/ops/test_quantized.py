@@ -704,8 +704,8 @@ def ref_dynamic(x: np.ndarray) -> tuple[np.ndarray, np.float32, np.uint8]:
 
 
 @SETTINGS
-@given(st.lists(st.floats(-1e4, 1e4, width=32, allow_subnormal=False) | st.sampled_from([np.nan, 0.0]),
-                min_size=0, max_size=30),
+@given(st.lists(st.floats(-1e4, 1e4, width=32, allow_subnormal=False)
+                | st.sampled_from([np.nan, 0.0]), min_size=0, max_size=30),
        st.sampled_from([1.0, 1e-3, 1e3]))
 def test_dynamic_quantize_linear_matches_the_formula_and_onnxruntime(values, factor):
     x = (np.array(values, np.float32) * np.float32(factor)).astype(np.float32)
