@@ -110,9 +110,6 @@ class Conv(OpDef):
     fusable = True
     quant_rule = COMPUTE
 
-    def check(self, node: Node, in_types: list[TensorType | None]) -> None:
-        self.infer(node, in_types)
-
     def infer(self, node: Node, in_types: list[TensorType | None]) -> list[TensorType]:
         x, w, window = conv_operands(node, in_types)
         m = w.shape[0]  # type: ignore[index]
@@ -143,9 +140,6 @@ class ConvTranspose(OpDef):
     attrs = {**WINDOW_ATTRS, "group": Attr("int", 1), "output_padding": Attr("ints"),
              "output_shape": Attr("ints")}
     fusable = True
-
-    def check(self, node: Node, in_types: list[TensorType | None]) -> None:
-        self.infer(node, in_types)
 
     def infer(self, node: Node, in_types: list[TensorType | None]) -> list[TensorType]:
         x, w, window = conv_operands(node, in_types)

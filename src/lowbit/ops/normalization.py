@@ -94,9 +94,6 @@ class LayerNormalization(OpDef):
              "stash_type": Attr("int", 1)}
     min_version = 17
 
-    def check(self, node: Node, in_types: list[TensorType | None]) -> None:
-        self.infer(node, in_types)
-
     def infer(self, node: Node, in_types: list[TensorType | None]) -> list[TensorType]:
         types = known_types(node, in_types)
         x = types[0]

@@ -44,9 +44,6 @@ class WindowPool(OpDef):
     attrs = POOL_ATTRS
     allowed: ClassVar[frozenset[DType]] = FLOATS
 
-    def check(self, node: Node, in_types: list[TensorType | None]) -> None:
-        self.infer(node, in_types)
-
     def infer(self, node: Node, in_types: list[TensorType | None]) -> list[TensorType]:
         x = _spatial_input(node, in_types, self.allowed)
         kernel = node.attrs.get("kernel_shape") or []

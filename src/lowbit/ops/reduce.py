@@ -54,9 +54,6 @@ class Reduce(OpDef):
     allowed: ClassVar[frozenset[DType]] = WIDE_NUMERIC
     min_version = 18
 
-    def check(self, node: Node, in_types: list[TensorType | None]) -> None:
-        self.infer(node, in_types)
-
     def infer(self, node: Node, in_types: list[TensorType | None]) -> list[TensorType]:
         types = known_types(node, in_types)
         x = types[0]
@@ -171,9 +168,6 @@ class ArgReduce(OpDef):
     outputs = ("reduced",)
     attrs = {"axis": Attr("int", 0), "keepdims": Attr("int", 1),
              "select_last_index": Attr("int", 0)}
-
-    def check(self, node: Node, in_types: list[TensorType | None]) -> None:
-        self.infer(node, in_types)
 
     def infer(self, node: Node, in_types: list[TensorType | None]) -> list[TensorType]:
         (x,) = known_types(node, in_types)

@@ -131,6 +131,9 @@ class _Builder:
         self.rows: list[NodeReport] = []
         self._quantized: dict[tuple[Value, TensorType], Value] = {}
         self._dequantized: dict[Value, Value] = {}
+        self._read = {v for n in graph.nodes for v in n.inputs if v is not None}
+        """Values some node reads (in the float graph: quantizing only adds readers of new
+        values)."""
 
     # -- driver ---------------------------------------------------------------------------------
     def run(self) -> None:
@@ -224,8 +227,7 @@ class _Builder:
     def _feeds_only_outputs(self, value: Value) -> bool:
         """Whether `value` is a graph output read by no node: the last layer, whose result
         needs no integer rounding."""
-        return value in self.g.outputs and not any(
-            value in n.inputs for n in self.g.nodes if n.op_type != CONSTANT)
+        return value in self.g.outputs and value not in self._read
 
     def _result_type(self, node: Node, value: Value, s: NodeSettings, rule: str) -> TensorType:
         if rule == KEEP:
