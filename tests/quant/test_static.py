@@ -175,6 +175,28 @@ def test_int16_layer_is_more_accurate_than_int8(cnn):
     assert err16 < err8 / 20
 
 
+def test_fp16_rule_computes_the_layer_in_half_precision(cnn, tmp_path):
+    graph, data, prof = cnn
+    x = data[0]
+    ref = lowbit.run(graph, x)["logits"]
+    config = QuantConfig.from_dict({"default": {"precision": "fp16"}})
+    result = quantize(graph, prof, config)
+    modes = {r.op_type: r.mode for r in result.summary.rows}
+    assert modes["Conv"] == "fp16"
+    conv = next(n for n in result.graph.nodes if n.op_type == "Conv")
+    assert str(conv.inputs[0].type).startswith("f16")
+    assert str(conv.outputs[0].type).startswith("f16")
+    got = lowbit.run(result.graph, x)["logits"]
+    assert got.dtype == np.float32
+    err16 = np.abs(got - ref).max()
+    err8 = np.abs(lowbit.run(quantize(graph, prof).graph, x)["logits"] - ref).max()
+    assert 0 < err16 < err8 / 10
+    path = tmp_path / "fp16.onnx"
+    lowbit.save(result.graph, path)
+    theirs = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, x)[0]
+    np.testing.assert_allclose(theirs, got, rtol=1e-2, atol=1e-2 * np.abs(ref).max())
+
+
 def test_bias_never_saturates():
     w = np.full((2, 1, 1, 1), 1e-3, np.float32)
     b = np.array([1e6, -1.0], np.float32)

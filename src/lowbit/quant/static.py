@@ -350,8 +350,7 @@ class _Builder:
             if _is_int(v):
                 v = self._dequantize(v, node)
             if v.type is not None and v.type.dtype == dtypes.FLOAT32 and _is_data(node, v):
-                cast = self.g.make_node("Cast", [v], {"to": dtypes.FLOAT16.onnx,
-                                                      "saturate": 1, "round_mode": "up"},
+                cast = self.g.make_node("Cast", [v], {"to": dtypes.FLOAT16.onnx_code},
                                         name=f"{node.name}_in{i}_fp16", before=node)
                 cast.output.type = TensorType(dtypes.FLOAT16, v.type.shape)
                 node.inputs[i] = cast.output
@@ -363,8 +362,7 @@ class _Builder:
             inner = Value(half, TensorType(dtypes.FLOAT16, value.type.shape))
             node.outputs[node.outputs.index(value)] = inner
             inner.producer = node
-            cast = Node("Cast", [inner], [value], {"to": dtypes.FLOAT32.onnx, "saturate": 1,
-                                                   "round_mode": "up"},
+            cast = Node("Cast", [inner], [value], {"to": dtypes.FLOAT32.onnx_code},
                         self.g.unique_node_name(f"{node.name}_out_fp32"))
             position += 1
             self.g.nodes.insert(position, cast)

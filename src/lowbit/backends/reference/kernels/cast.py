@@ -35,9 +35,9 @@ def convert(x: np.ndarray, target: np.dtype, saturate: bool = True) -> np.ndarra
 @kernel("Cast")
 def cast(node, inputs):
     target = dtypes.from_onnx(node.attrs["to"]).np_dtype
-    return [convert(inputs[0], target, bool(node.attrs["saturate"]))]
+    return [convert(inputs[0], target, bool(node.attrs.get("saturate", 1)))]
 
 
 @kernel("CastLike")
 def cast_like(node, inputs):
-    return [convert(inputs[0], inputs[1].dtype, bool(node.attrs["saturate"]))]
+    return [convert(inputs[0], inputs[1].dtype, bool(node.attrs.get("saturate", 1)))]
