@@ -14,6 +14,9 @@ matching rule in order, field by field, so later rules win. In YAML::
       weight_precision: int8      # int8 | int16
       weight_scheme: symmetric    # symmetric | asymmetric | power_of_2
       requant: auto               # auto | q31 | prescale (integer rescale encoding)
+      granularity: row            # dynamic: activation parameters per row | head | tensor
+      reduce_range: false         # dynamic: 7-bit activation codes
+      activation_products: true   # dynamic: also MatMuls of two activations (attention)
     rules:
       - name: conv1               # the first conv stays in float
         precision: float
@@ -67,6 +70,13 @@ DEFAULT_SCHEME = "asymmetric"
 DEFAULT_WEIGHT_PRECISION = "int8"
 DEFAULT_WEIGHT_SCHEME = "symmetric"
 DEFAULT_REQUANT = "auto"
+DEFAULT_GRANULARITY = "row"
+DEFAULT_REDUCE_RANGE = False
+DEFAULT_ACTIVATION_PRODUCTS = True
+GRANULARITIES: tuple[str, ...] = ("row", "head", "tensor")
+"""Dynamic quantization: one set of run-time activation parameters per row (token) of a
+product's left operand (per column of a right activation operand), per matrix of a batched
+product (per attention head for [B, H, S, D]; per sequence for [B, S, K]), or per tensor."""
 REQUANT_METHODS: tuple[str, ...] = ("auto", "q31", "prescale")
 """auto: the more accurate encoding for the output width (lowbit.quant.fixed_point)."""
 
@@ -78,6 +88,7 @@ _CHOICES: dict[str, tuple[str, ...]] = {
     "weight_precision": WEIGHT_PRECISIONS,
     "weight_scheme": WEIGHT_SCHEMES,
     "requant": REQUANT_METHODS,
+    "granularity": GRANULARITIES,
 }
 _DTYPES: dict[str, DType] = {
     "int8": dtypes.INT8, "uint8": dtypes.UINT8, "int16": dtypes.INT16,
@@ -101,6 +112,9 @@ class NodeSettings:
     weight_precision: str = DEFAULT_WEIGHT_PRECISION
     weight_scheme: str = DEFAULT_WEIGHT_SCHEME
     requant: str = DEFAULT_REQUANT
+    granularity: str = DEFAULT_GRANULARITY
+    reduce_range: bool = DEFAULT_REDUCE_RANGE
+    activation_products: bool = DEFAULT_ACTIVATION_PRODUCTS
     matched_rules: tuple[int, ...] = field(default=(), compare=False)
 
     def __post_init__(self) -> None:
@@ -152,6 +166,9 @@ class Rule:
     weight_precision: str | None = None
     weight_scheme: str | None = None
     requant: str | None = None
+    granularity: str | None = None
+    reduce_range: bool | None = None
+    activation_products: bool | None = None
     _pattern: re.Pattern | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -342,9 +359,9 @@ def _check_setting(key: str, value: Any) -> Any:
                 f"valid: {', '.join(choices)}"
             )
         return value
-    if key == "per_channel":
+    if key in ("per_channel", "reduce_range", "activation_products"):
         if not isinstance(value, bool):
-            raise ConfigError(f"per_channel must be true or false, got {value!r}")
+            raise ConfigError(f"{key} must be true or false, got {value!r}")
         return value
     if key == "percentile":
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 100:
