@@ -86,7 +86,7 @@ class _Emit:
     # -- DynamicQuantize ------------------------------------------------------------------------
     def quantize(self) -> None:
         x = self.node.inputs[0]
-        rank = len(x.type.shape)
+        rank = len(self.node.outputs[1].type.shape)  # x may be a fresh, untyped value
         axes = normalize_axes(self.node.attrs["axes"], rank)
         symmetric = bool(self.node.attrs.get("symmetric", 0))
         reduce_range = bool(self.node.attrs.get("reduce_range", 0))

@@ -1,0 +1,155 @@
+"""Dynamic quantization: the run-time parameter formula, the integer product, config rules, the
+ONNX Runtime export, and MiniLM accuracy."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import lowbit
+from lowbit.errors import LowbitError
+from lowbit.quant.config import QuantConfig, Rule
+from lowbit.quant.dynamic import quantize_dynamic
+from lowbit.quant.dynamic_params import dynamic_params
+
+
+def _reference_row(row: np.ndarray, symmetric: bool, top: int):
+    """The formula written out element by element (independent of the vectorised kernel)."""
+    f = np.float32
+    if symmetric:
+        m = f(max(abs(float(v)) for v in row))
+        scale = f(1) if m == 0 else f(m / f(top))
+        codes = [int(np.clip(np.rint(f(v) / scale), -top, top)) for v in row]
+        return codes, scale, 0
+    lo = f(min(min(float(v) for v in row), 0.0))
+    hi = f(max(max(float(v) for v in row), 0.0))
+    scale = f(1) if hi == lo else f(f(hi - lo) / f(top))
+    zero = int(np.rint(np.clip(f(0) - f(lo / scale), 0, top)))
+    codes = [int(np.clip(np.rint(f(v) / scale) + zero, 0, top)) for v in row]
+    return codes, scale, zero
+
+
+@pytest.mark.parametrize("symmetric", [False, True])
+@pytest.mark.parametrize("reduce_range", [False, True])
+def test_per_row_parameters_follow_the_formula_with_all_zero_rows(symmetric, reduce_range):
+    rng = np.random.default_rng(1)
+    x = (rng.standard_normal((3, 4, 17)) * rng.uniform(0.01, 20, (3, 4, 1))).astype(np.float32)
+    x[0, 1] = 0.0          # an all-zero row (a padded token)
+    x[2, 3] = np.abs(x[2, 3])  # a row that is never negative
+    q, scale, zero = dynamic_params(x, [-1], symmetric, reduce_range)
+    top = (63 if reduce_range else 127) if symmetric else (127 if reduce_range else 255)
+    assert q.dtype == (np.int8 if symmetric else np.uint8) and scale.shape == (3, 4, 1)
+    for i in range(3):
+        for j in range(4):
+            codes, s, z = _reference_row(x[i, j], symmetric, top)
+            assert q[i, j].tolist() == codes and scale[i, j, 0] == s and zero[i, j, 0] == z
+    assert scale[0, 1, 0] == 1.0 and np.all(q[0, 1] == zero[0, 1, 0])
+    real = (q.astype(np.float64) - zero) * scale
+    assert np.all(np.abs(real - x) <= scale / 2 + 1e-6 * np.abs(x))
+
+
+def test_per_tensor_uint8_equals_dynamic_quantize_linear():
+    from lowbit.backends.reference.kernels.quantized import dynamic_quantize_linear
+
+    x = np.random.default_rng(2).normal(size=(2, 5, 8)).astype(np.float32) * 4
+    q, s, z = dynamic_params(x, [0, 1, 2], False, False)
+    q2, s2, z2 = dynamic_quantize_linear(None, [x])
+    assert np.array_equal(q, q2) and s.item() == s2.item() and z.item() == z2.item()
+    q0, s0, _ = dynamic_params(np.zeros((2, 3), np.float32), [0, 1], False, False)
+    assert s0.item() == 1.0 and np.all(q0 == 0)
+
+
+def _model(path, k=24, n=8, gemm=False, attention=False):
+    rng = np.random.default_rng(3)
+    w = rng.normal(size=(n, k) if gemm else (k, n)).astype(np.float32)
+    b = rng.normal(size=(n,)).astype(np.float32)
+    inits = [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")]
+    if gemm:
+        nodes = [helper.make_node("Gemm", ["x", "w", "b"], ["y"], transB=1, name="fc")]
+        x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["B", k])
+    else:
+        nodes = [helper.make_node("MatMul", ["x", "w"], ["h"], name="proj"),
+                 helper.make_node("Add", ["h", "b"], ["y0"], name="bias")]
+        last = "y0"
+        if attention:
+            nodes += [helper.make_node("Transpose", ["y0"], ["t"], perm=[0, 2, 1], name="tr"),
+                      helper.make_node("MatMul", ["y0", "t"], ["y"], name="scores")]
+        else:
+            nodes += [helper.make_node("Identity", [last], ["y"], name="out")]
+        x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["B", "S", k])
+    g = helper.make_graph(nodes, "g", [x], [helper.make_tensor_value_info("y", TensorProto.FLOAT,
+                                                                          None)], inits)
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 20)]), path)
+    return w, b
+
+
+def test_integer_product_equals_an_int64_computation(tmp_path):
+    w, b = _model(tmp_path / "m.onnx")
+    x = np.random.default_rng(4).normal(size=(2, 5, 24)).astype(np.float32)
+    x[1, 2] = 0
+    q = quantize_dynamic(lowbit.load(tmp_path / "m.onnx")).graph
+    y = lowbit.run(q, {"x": x})["y"]
+    codes, s_a, z_a = dynamic_params(x, [-1], False, False)
+    s_w = np.abs(w.astype(np.float64)).max(axis=0) / 127
+    wq = np.clip(np.rint(w / s_w.astype(np.float32)), -127, 127).astype(np.int64)
+    acc = (codes.astype(np.int64) - z_a.astype(np.int64)) @ wq
+    expect = (acc * (s_a.astype(np.float64) * s_w.astype(np.float32))).astype(np.float32) + b
+    np.testing.assert_allclose(y, expect, rtol=1e-6, atol=1e-6)
+    assert np.allclose(y[1, 2], b)  # an all-zero token gives exactly the bias
+
+
+def test_activation_products_and_config_rules(tmp_path):
+    _model(tmp_path / "m.onnx", attention=True)
+    g = lowbit.load(tmp_path / "m.onnx")
+    x = np.random.default_rng(5).normal(size=(2, 6, 24)).astype(np.float32)
+    ref = lowbit.run(g, {"x": x})["y"]
+    full = quantize_dynamic(g)
+    modes = {r.name: r.mode for r in full.summary.rows}
+    assert modes == {"proj": "int8", "scores": "int8"}
+    no_act = quantize_dynamic(g, QuantConfig(rules=(Rule(name="scores",
+                                                         activation_products=False),)))
+    assert {r.name: r.mode for r in no_act.summary.rows} == {"proj": "int8", "scores": "float"}
+    outs = {}
+    for label, cfg in [("row", QuantConfig()),
+                       ("head", QuantConfig().with_default(granularity="head")),
+                       ("float proj", QuantConfig(rules=(Rule(name="proj", precision="float"),
+                                                         Rule(name="scores",
+                                                              precision="float"))))]:
+        outs[label] = lowbit.run(quantize_dynamic(g, cfg).graph, {"x": x})["y"]
+    assert np.array_equal(outs["float proj"], ref)
+    assert not np.array_equal(outs["row"], outs["head"])
+    for label in ("row", "head"):
+        assert np.abs(outs[label] - ref).max() < 0.05 * np.abs(ref).max()
+
+
+def test_bad_settings_are_refused(tmp_path):
+    _model(tmp_path / "m.onnx")
+    g = lowbit.load(tmp_path / "m.onnx")
+    with pytest.raises(LowbitError, match="8 bits"):
+        quantize_dynamic(g, QuantConfig().with_default(precision="int16"))
+    with pytest.raises(LowbitError, match="granularity"):
+        QuantConfig.from_yaml_text("default:\n  granularity: token\n")
+
+
+@pytest.mark.parametrize("settings", [{}, {"granularity": "tensor"},
+                                      {"scheme": "symmetric", "granularity": "head"},
+                                      {"reduce_range": True, "weight_scheme": "asymmetric",
+                                       "per_channel": False}])
+def test_onnxruntime_runs_the_export_and_agrees(tmp_path, settings):
+    import onnxruntime as ort
+    _model(tmp_path / "m.onnx", attention=True)
+    _model(tmp_path / "g.onnx", gemm=True)
+    rng = np.random.default_rng(6)
+    for name, x in (("m", rng.normal(size=(2, 6, 24))), ("g", rng.normal(size=(5, 24)))):
+        x = (x * 3).astype(np.float32)
+        x[0, 1] = 0
+        q = quantize_dynamic(lowbit.load(tmp_path / f"{name}.onnx"),
+                             QuantConfig().with_default(**settings)).graph
+        lowbit.save(q, tmp_path / "q.onnx")
+        ops = {n.op_type for n in onnx.load(tmp_path / "q.onnx").graph.node}
+        assert "MatMulInteger" in ops
+        got = ort.InferenceSession(str(tmp_path / "q.onnx")).run(None, {"x": x})[0]
+        want = lowbit.run(q, {"x": x})["y"]
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4 * np.abs(want).max())
