@@ -153,3 +153,54 @@ def test_onnxruntime_runs_the_export_and_agrees(tmp_path, settings):
         got = ort.InferenceSession(str(tmp_path / "q.onnx")).run(None, {"x": x})[0]
         want = lowbit.run(q, {"x": x})["y"]
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4 * np.abs(want).max())
+
+
+def _layernorm_model(path, k=16, n=6):
+    rng = np.random.default_rng(7)
+    gamma = rng.uniform(0.5, 1.5, k).astype(np.float32)
+    gamma[3] = 25.0  # an outlier channel, as transformer LayerNorms have
+    inits = [numpy_helper.from_array(gamma, "gamma"),
+             numpy_helper.from_array(rng.normal(size=k).astype(np.float32) * 0.1, "beta"),
+             numpy_helper.from_array(rng.normal(size=(k, n)).astype(np.float32), "w"),
+             numpy_helper.from_array(rng.normal(size=(k, n)).astype(np.float32), "w2")]
+    nodes = [helper.make_node("LayerNormalization", ["x", "gamma", "beta"], ["ln"], axis=-1,
+                              name="ln"),
+             helper.make_node("MatMul", ["ln", "w"], ["y1"], name="q"),
+             helper.make_node("MatMul", ["ln", "w2"], ["y2"], name="k"),
+             helper.make_node("Add", ["y1", "y2"], ["y"], name="sum")]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["B", "S", k])
+    g = helper.make_graph(nodes, "g", [x], [helper.make_tensor_value_info("y", TensorProto.FLOAT,
+                                                                          None)], inits)
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 20)]), path)
+
+
+def test_layernorm_smoothing_is_exact_in_float_and_reduces_error(tmp_path):
+    from lowbit.quant.smoothing import layernorm_ranges, smoothing_factors
+
+    _layernorm_model(tmp_path / "ln.onnx")
+    g = lowbit.load(tmp_path / "ln.onnx")
+    ln = next(n for n in g.nodes if n.op_type == "LayerNormalization")
+    ranges = layernorm_ranges(ln.outputs[0])
+    gamma, beta = (np.abs(ln.inputs[i].const_value.astype(np.float64)) for i in (1, 2))
+    np.testing.assert_allclose(ranges, gamma + beta)
+    ws = [n.inputs[1].const_value for n in g.nodes if n.op_type == "MatMul"]
+    t = smoothing_factors(ranges, ws, 0.5)
+    w_max = np.maximum(np.abs(ws[0]).max(1), np.abs(ws[1]).max(1)).astype(np.float64)
+    np.testing.assert_allclose(t, np.sqrt(np.maximum(ranges, 1e-5) / w_max), rtol=1e-6)
+    x = np.random.default_rng(8).normal(size=(3, 9, 16)).astype(np.float32)
+    ref = lowbit.run(g, {"x": x})["y"]
+    smoothed = quantize_dynamic(g)
+    assert sum("LayerNorm-smoothed" in r.detail for r in smoothed.summary.rows) == 2
+    dq = [n for n in smoothed.graph.nodes if n.op_type == "DynamicQuantize"]
+    assert len(dq) == 1 and dq[0].inputs[1].const_value.shape == (16,)  # shared by q and k
+    errors = {}
+    for alpha in (0.5, 0.0):
+        q = quantize_dynamic(g, QuantConfig().with_default(smoothing=alpha)).graph
+        errors[alpha] = np.abs(lowbit.run(q, {"x": x})["y"] - ref).mean()
+    assert errors[0.5] < 0.7 * errors[0.0]
+    import onnxruntime as ort
+
+    lowbit.save(smoothed.graph, tmp_path / "q.onnx")
+    got = ort.InferenceSession(str(tmp_path / "q.onnx")).run(None, {"x": x})[0]
+    want = lowbit.run(smoothed.graph, {"x": x})["y"]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4 * np.abs(want).max())

@@ -1,6 +1,7 @@
 """Lowering lowbit's dynamic-quantization ops to standard ONNX, so ONNX Runtime runs them.
 
-DynamicQuantize becomes DynamicQuantizeLinear where it is that op (per tensor, uint8, 8 bits),
+DynamicQuantize becomes (after a Div by its channel scale, if any) DynamicQuantizeLinear where
+it is that op (per tensor, uint8, 8 bits),
 else the formula of `lowbit.quant.dynamic_params` in float32 ONNX ops (ReduceMin/ReduceMax with
 keepdims, Div, Round = round half to even, Clip, Cast). DynamicMatMul becomes:
 
@@ -86,6 +87,8 @@ class _Emit:
     # -- DynamicQuantize ------------------------------------------------------------------------
     def quantize(self) -> None:
         x = self.node.inputs[0]
+        if self.node.input_or_none(1) is not None:
+            x = self.one("Div", x, self.node.inputs[1])
         rank = len(self.node.outputs[1].type.shape)  # x may be a fresh, untyped value
         axes = normalize_axes(self.node.attrs["axes"], rank)
         symmetric = bool(self.node.attrs.get("symmetric", 0))

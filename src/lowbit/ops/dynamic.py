@@ -4,8 +4,9 @@ A static quantized tensor carries its parameters in its type (`QuantParams`); a 
 quantized one cannot, since they depend on the input. Here they travel as tensors beside the
 codes, shaped to broadcast against them (a reduced axis has length 1):
 
-    DynamicQuantize(x) -> (q, scale, zero_point)
-        the formula of `lowbit.quant.dynamic_params`, per slice over `axes`;
+    DynamicQuantize(x, channel_scale?) -> (q, scale, zero_point)
+        the formula of `lowbit.quant.dynamic_params`, per slice over `axes`, applied to
+        float32(x / channel_scale) when a (constant, last-axis) channel_scale is given;
     DynamicMatMul(A, A_scale, A_zero, B, B_scale?, B_zero?, C?) -> Y (float32)
         acc = matmul(A - A_zero, B - B_zero)                      exact integers
         Y   = float32(acc * (A_scale * B_scale)) + C               (product in float64)
@@ -42,7 +43,7 @@ class DynamicQuantize(OpDef):
 
     op_type = "DynamicQuantize"
     domain = QUANT_DOMAIN
-    inputs = ("x",)
+    inputs = ("x", "channel_scale?")
     outputs = ("y", "y_scale", "y_zero_point")
     attrs = {"axes": Attr("ints", REQUIRED), "symmetric": Attr("int", 0),
              "reduce_range": Attr("int", 0)}
@@ -58,6 +59,11 @@ class DynamicQuantize(OpDef):
             axes = normalize_axes(node.attrs["axes"], len(x.shape))
         except ValueError as e:
             raise fail(node, str(e)) from None
+        c = in_types[1] if len(in_types) > 1 else None
+        if c is not None and (c.dtype != dt.FLOAT32 or c.shape is None or len(c.shape) != 1
+                              or c.shape[0] != x.shape[-1]):
+            raise fail(node, f"channel_scale must be a float32 vector as long as x's last axis "
+                             f"({x.shape[-1]}), got {c}")
         p = _param_shape(node, x.shape, axes)
         return [TensorType(codes, x.shape), TensorType(dt.FLOAT32, p), TensorType(codes, p)]
 

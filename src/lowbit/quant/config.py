@@ -17,6 +17,7 @@ matching rule in order, field by field, so later rules win. In YAML::
       granularity: row            # dynamic: activation parameters per row | head | tensor
       reduce_range: false         # dynamic: 7-bit activation codes
       activation_products: true   # dynamic: also MatMuls of two activations (attention)
+      smoothing: 0.5              # dynamic: LayerNorm-based channel smoothing exponent (0: off)
     rules:
       - name: conv1               # the first conv stays in float
         precision: float
@@ -73,6 +74,9 @@ DEFAULT_REQUANT = "auto"
 DEFAULT_GRANULARITY = "row"
 DEFAULT_REDUCE_RANGE = False
 DEFAULT_ACTIVATION_PRODUCTS = True
+DEFAULT_SMOOTHING = 0.5
+"""Dynamic quantization of a product reading a LayerNormalization: exponent alpha of the
+per-channel smoothing factors (`lowbit.quant.smoothing`); 0 turns smoothing off."""
 GRANULARITIES: tuple[str, ...] = ("row", "head", "tensor")
 """Dynamic quantization: one set of run-time activation parameters per row (token) of a
 product's left operand (per column of a right activation operand), per matrix of a batched
@@ -115,6 +119,7 @@ class NodeSettings:
     granularity: str = DEFAULT_GRANULARITY
     reduce_range: bool = DEFAULT_REDUCE_RANGE
     activation_products: bool = DEFAULT_ACTIVATION_PRODUCTS
+    smoothing: float = DEFAULT_SMOOTHING
     matched_rules: tuple[int, ...] = field(default=(), compare=False)
 
     def __post_init__(self) -> None:
@@ -169,6 +174,7 @@ class Rule:
     granularity: str | None = None
     reduce_range: bool | None = None
     activation_products: bool | None = None
+    smoothing: float | None = None
     _pattern: re.Pattern | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -363,6 +369,10 @@ def _check_setting(key: str, value: Any) -> Any:
         if not isinstance(value, bool):
             raise ConfigError(f"{key} must be true or false, got {value!r}")
         return value
+    if key == "smoothing":
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
+            raise ConfigError(f"smoothing must be a number in [0, 1), got {value!r}")
+        return float(value)
     if key == "percentile":
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 100:
             raise ConfigError(f"percentile must be a number in (0, 100], got {value!r}")

@@ -10,6 +10,9 @@ becomes a `DynamicMatMul` (`lowbit.ops.dynamic`) reading 8-bit codes:
   values it holds: per row (token) by default, per matrix ("head") or per tensor
   (`granularity`); uint8 asymmetric (`scheme: asymmetric`, the default) or int8 symmetric
   (`scheme: symmetric`), 7-bit with `reduce_range`;
+- a product reading a LayerNormalization is smoothed (`smoothing`, lowbit.quant.smoothing):
+  its activation is divided by constant per-channel factors before quantization, its weight
+  rows multiplied by them, so outlier channels no longer set every token's scale;
 - the product accumulates exactly in int32 and is dequantized once with s_a * s_w; a Gemm's
   bias C is added in float.
 
@@ -35,7 +38,7 @@ from lowbit.ir.types import TensorType
 from lowbit.ir.verifier import verify
 from lowbit.ops import infer_node
 from lowbit.ops.registry import QUANT_DOMAIN
-from lowbit.quant import calibration
+from lowbit.quant import calibration, smoothing
 from lowbit.quant.config import NodeSettings, QuantConfig
 from lowbit.quant.static import NodeReport, QuantizationError, QuantResult, QuantSummary
 
@@ -85,6 +88,7 @@ class _Builder:
         self.config = config
         self.rows: list[NodeReport] = []
         self._quantized: dict[tuple, tuple[Value, Value, Value]] = {}
+        self._smooth: dict[tuple, np.ndarray | None] = {}
 
     def product(self, node: Node) -> None:
         s = self.config.settings_for(node)
@@ -97,7 +101,11 @@ class _Builder:
         if node.op_type == "Gemm" and node.attrs.get("transB"):
             b = self.g.add_constant(np.ascontiguousarray(b.const_value.T),
                                     self.g.unique_name(f"{b.name}_t"), before=node)
-        qa = self._dynamic(a, s, right=False, before=node)
+        smooth = self._smoothing(a, s) if b.is_constant else None
+        if smooth is not None:
+            b = self.g.add_constant(b.const_value * smooth.reshape(-1, 1),
+                                    self.g.unique_name(f"{b.name}_smoothed"), before=node)
+        qa = self._dynamic(a, s, right=False, before=node, channel_scale=smooth)
         if b.is_constant:
             w_params = calibration.weight_params(
                 b.const_value, dtype=s.weight_dtype, scheme=s.weight_scheme,
@@ -120,6 +128,7 @@ class _Builder:
         new.outputs[0].type = infer_node(new)[0]
         codes = "int8 symmetric" if s.scheme == "symmetric" else "uint8 asymmetric"
         bits = ", 7-bit" if s.reduce_range else ""
+        bits += ", LayerNorm-smoothed" if smooth is not None else ""
         self.rows.append(NodeReport(node.name, node.op_type, "int8",
                                     f"{weights}; activations {codes}{bits} per {s.granularity}"))
 
@@ -156,16 +165,35 @@ class _Builder:
             return "a product of two activations (config: activation_products false)"
         return None
 
-    def _dynamic(self, v: Value, s: NodeSettings, right: bool, before: Node
-                 ) -> tuple[Value, Value, Value]:
+    def _smoothing(self, a: Value, s: NodeSettings) -> np.ndarray | None:
+        """Channel smoothing factors for products reading LayerNorm output `a` (shared by every
+        constant-weight product reading it with the same exponent), or None."""
+        if s.smoothing == 0:
+            return None
+        key = (a, s.smoothing)
+        if key not in self._smooth:
+            ranges = smoothing.layernorm_ranges(a)
+            weights = [w for n in self.g.nodes if n.op_type in PRODUCTS and n.inputs[0] is a
+                       for w in [smoothing.weight_of(n)] if w is not None]
+            self._smooth[key] = None if ranges is None or not weights else \
+                smoothing.smoothing_factors(ranges, weights, s.smoothing)
+        return self._smooth[key]
+
+    def _dynamic(self, v: Value, s: NodeSettings, right: bool, before: Node,
+                 channel_scale: np.ndarray | None = None) -> tuple[Value, Value, Value]:
         axes = activation_axes(s.granularity, len(v.type.shape), right)
         symmetric = int(s.scheme == "symmetric")
-        key = (v, tuple(axes), symmetric, int(s.reduce_range))
+        key = (v, tuple(axes), symmetric, int(s.reduce_range),
+               None if channel_scale is None else id(channel_scale))
         found = self._quantized.get(key)
         if found is not None:
             return found
+        inputs = [v]
+        if channel_scale is not None:
+            inputs.append(self.g.add_constant(channel_scale, self.g.unique_name(
+                f"{v.name}_channel_scale"), before=self._first_reader(v, before)))
         node = self.g.make_node(
-            "DynamicQuantize", [v],
+            "DynamicQuantize", inputs,
             {"axes": axes, "symmetric": symmetric, "reduce_range": int(s.reduce_range)},
             domain=QUANT_DOMAIN, name=f"{v.name}_dynamic_quantize",
             output_names=[f"{v.name}_q", f"{v.name}_scale", f"{v.name}_zero_point"],

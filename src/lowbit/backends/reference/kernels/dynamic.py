@@ -1,6 +1,7 @@
 """Reference kernels of lowbit's dynamic-quantization ops (`lowbit.ops.dynamic`).
 
-DynamicQuantize computes `lowbit.quant.dynamic_params` exactly. DynamicMatMul centres both
+DynamicQuantize computes `lowbit.quant.dynamic_params` exactly, on float32(x / channel_scale)
+when a channel scale is given. DynamicMatMul centres both
 operands on their zero points in int64, multiplies them exactly (`int_linear.matmul_exact`),
 checks the int32 bound, and dequantizes once:
 
@@ -25,7 +26,9 @@ from lowbit.quant.fixed_point import INT32_MAX, INT32_MIN
 
 @kernel("DynamicQuantize", QUANT_DOMAIN)
 def dynamic_quantize(node, inputs):
-    (x,) = inputs
+    x, channel_scale = (list(inputs) + [None])[:2]
+    if channel_scale is not None:
+        x = (np.asarray(x, np.float32) / channel_scale.astype(np.float32)).astype(np.float32)
     q, scale, zero = dynamic_params(x, node.attrs["axes"], bool(node.attrs.get("symmetric", 0)),
                                     bool(node.attrs.get("reduce_range", 0)))
     return [q, scale, zero]
