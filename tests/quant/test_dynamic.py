@@ -204,3 +204,36 @@ def test_layernorm_smoothing_is_exact_in_float_and_reduces_error(tmp_path):
     got = ort.InferenceSession(str(tmp_path / "q.onnx")).run(None, {"x": x})[0]
     want = lowbit.run(smoothed.graph, {"x": x})["y"]
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4 * np.abs(want).max())
+
+
+def test_decomposed_layernorm_is_smoothed_too(tmp_path):
+    """Opset-14 exporters write LayerNorm as ReduceMean/Sub/Pow/Sqrt/Div/Mul/Add."""
+    rng = np.random.default_rng(9)
+    k = 8
+    gamma = rng.uniform(0.5, 2, k).astype(np.float32)
+    beta = rng.normal(size=k).astype(np.float32)
+    inits = [numpy_helper.from_array(gamma, "gamma"), numpy_helper.from_array(beta, "beta"),
+             numpy_helper.from_array(np.array(2.0, np.float32), "two"),
+             numpy_helper.from_array(np.array(1e-5, np.float32), "eps"),
+             numpy_helper.from_array(rng.normal(size=(k, 4)).astype(np.float32), "w")]
+    nodes = [helper.make_node("ReduceMean", ["x"], ["m"], axes=[-1]),
+             helper.make_node("Sub", ["x", "m"], ["d"]),
+             helper.make_node("Pow", ["d", "two"], ["d2"]),
+             helper.make_node("ReduceMean", ["d2"], ["v"], axes=[-1]),
+             helper.make_node("Add", ["v", "eps"], ["ve"]),
+             helper.make_node("Sqrt", ["ve"], ["sd"]),
+             helper.make_node("Div", ["d", "sd"], ["n"]),
+             helper.make_node("Mul", ["n", "gamma"], ["ng"]),
+             helper.make_node("Add", ["ng", "beta"], ["ln"]),
+             helper.make_node("MatMul", ["ln", "w"], ["y"], name="proj")]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["B", k])
+    g = helper.make_graph(nodes, "g", [x], [helper.make_tensor_value_info("y", TensorProto.FLOAT,
+                                                                          None)], inits)
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 14)]),
+              tmp_path / "d.onnx")
+    q = quantize_dynamic(lowbit.load(tmp_path / "d.onnx"))
+    assert "LayerNorm-smoothed" in q.summary.rows[0].detail
+    scale = next(n for n in q.graph.nodes if n.op_type == "DynamicQuantize").inputs[1]
+    w = lowbit.load(tmp_path / "d.onnx").nodes[-1].inputs[1].const_value
+    expect = np.sqrt((np.abs(gamma) + np.abs(beta)) / np.abs(w).max(1))
+    np.testing.assert_allclose(scale.const_value, expect, rtol=1e-6)
