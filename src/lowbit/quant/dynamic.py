@@ -118,7 +118,8 @@ class _Builder:
             weights = f"int8 {'per-channel' if s.per_channel else 'per-tensor'} weights"
         else:
             qb = self._dynamic(b, s, right=True, before=node)
-            weights = f"right operand per {s.granularity} at run time"
+            weights = "two activations (right operand per column)" if s.granularity == "row" \
+                else "two activations"
         bias = node.input_or_none(2) if node.op_type == "Gemm" else None
         inputs = [*qa, *qb, bias]
         while inputs[-1] is None:
