@@ -187,12 +187,16 @@ def test_layernorm_smoothing_is_exact_in_float_and_reduces_error(tmp_path):
     t = smoothing_factors(ranges, ws, 0.5)
     w_max = np.maximum(np.abs(ws[0]).max(1), np.abs(ws[1]).max(1)).astype(np.float64)
     np.testing.assert_allclose(t, np.sqrt(np.maximum(ranges, 1e-5) / w_max), rtol=1e-6)
+    own = np.sqrt(np.maximum(ranges, 1e-5) / np.abs(ws[0]).max(1))
     x = np.random.default_rng(8).normal(size=(3, 9, 16)).astype(np.float32)
     ref = lowbit.run(g, {"x": x})["y"]
     smoothed = quantize_dynamic(g)
     assert sum("LayerNorm-smoothed" in r.detail for r in smoothed.summary.rows) == 2
     dq = [n for n in smoothed.graph.nodes if n.op_type == "DynamicQuantize"]
-    assert len(dq) == 1 and dq[0].inputs[1].const_value.shape == (16,)  # shared by q and k
+    assert len(dq) == 2  # q and k each divide by their own factors
+    q_node = next(n for n in smoothed.graph.nodes if n.name == "q")
+    q_dq = q_node.inputs[0].producer
+    np.testing.assert_allclose(q_dq.inputs[1].const_value, own, rtol=1e-6)
     errors = {}
     for alpha in (0.5, 0.0):
         q = quantize_dynamic(g, QuantConfig().with_default(smoothing=alpha)).graph
