@@ -37,14 +37,14 @@ def test_minilm_dynamic_defaults_keep_embeddings(tmp_path):
     ref = _embed_each(lambda e: lowbit.run(graph, e)["last_hidden_state"], TEXTS)
     got = _embed_each(lambda e: lowbit.run(result.graph, e)["last_hidden_state"], TEXTS)
     cos = (ref * got).sum(1)
-    # measured: 0.9937 ("Ok"), 0.9920, 0.9990, 0.9990; the target (mean 0.999 on short
+    # measured: 0.9957 ("Ok"), 0.9943, 0.9992, 0.9993; the target (mean 0.999 on short
     # words too) is not reached yet, see benchmarks/dynamic_vs_peers.py
-    assert cos.min() >= 0.99 and cos.mean() >= 0.995, cos
+    assert cos.min() >= 0.993 and cos.mean() >= 0.997 and cos[2:].min() >= 0.999, cos
     lowbit.save(result.graph, tmp_path / "q.onnx")
     session = ort.InferenceSession(str(tmp_path / "q.onnx"), providers=["CPUExecutionProvider"])
     names = [i.name for i in session.get_inputs()]
     via_ort = _embed_each(lambda e: session.run(None, {k: e[k] for k in names})[0], TEXTS)
     # ONNX Runtime's float ops round differently in places, so a few codes flip and the
-    # difference compounds over 6 layers (0.99974 measured on the long text, 1.0 on the
+    # difference compounds over 6 layers (0.99978 measured on the long text, 1.0 on the
     # others); one layer agrees to 1e-5 (tests/quant/test_dynamic.py)
     assert (via_ort * got).sum(1).min() >= 0.999
