@@ -241,3 +241,58 @@ def test_decomposed_layernorm_is_smoothed_too(tmp_path):
     w = lowbit.load(tmp_path / "d.onnx").nodes[-1].inputs[1].const_value
     expect = np.sqrt((np.abs(gamma) + np.abs(beta)) / np.abs(w).max(1))
     np.testing.assert_allclose(scale.const_value, expect, rtol=1e-6)
+
+
+def _ffn_model(path, k=12, hidden=24, n=6):
+    """LayerNorm -> up projection (+bias) -> Gelu -> down projection, with one LayerNorm
+    channel large and one up-projection weight driving a massive GELU channel from it."""
+    rng = np.random.default_rng(10)
+    gamma = rng.uniform(0.5, 1.5, k).astype(np.float32)
+    gamma[2] = 20.0
+    w_up = (rng.normal(size=(k, hidden)) * 0.1).astype(np.float32)
+    w_up[2, 5] = 2.0  # neuron 5 follows LayerNorm channel 2: massive
+    inits = [numpy_helper.from_array(gamma, "gamma"),
+             numpy_helper.from_array(np.zeros(k, np.float32), "beta"),
+             numpy_helper.from_array(w_up, "w_up"),
+             numpy_helper.from_array(rng.normal(size=hidden).astype(np.float32) * 0.1, "b_up"),
+             numpy_helper.from_array(rng.normal(size=(hidden, n)).astype(np.float32), "w_down")]
+    nodes = [helper.make_node("LayerNormalization", ["x", "gamma", "beta"], ["ln"], axis=-1),
+             helper.make_node("MatMul", ["ln", "w_up"], ["u0"], name="up"),
+             helper.make_node("Add", ["u0", "b_up"], ["u"]),
+             helper.make_node("Gelu", ["u"], ["h"]),
+             helper.make_node("MatMul", ["h", "w_down"], ["y"], name="down")]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["B", "S", k])
+    g = helper.make_graph(nodes, "g", [x], [helper.make_tensor_value_info("y", TensorProto.FLOAT,
+                                                                          None)], inits)
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 20)]), path)
+    return gamma, w_up
+
+
+def test_gelu_outlier_channels_get_their_own_integer_product(tmp_path):
+    import onnxruntime as ort
+
+    from lowbit.quant.smoothing import gelu_outlier_channels
+
+    gamma, w_up = _ffn_model(tmp_path / "ffn.onnx")
+    g = lowbit.load(tmp_path / "ffn.onnx")
+    gelu = next(n for n in g.nodes if n.op_type == "Gelu")
+    e = (np.abs(w_up.astype(np.float64)) * gamma[:, None]).max(0)
+    expect = np.sort(np.argsort(-e)[:2])
+    assert gelu_outlier_channels(gelu.outputs[0], 2).tolist() == expect.tolist()
+    assert 5 in expect
+    x = np.random.default_rng(11).normal(size=(2, 7, 12)).astype(np.float32)
+    ref = lowbit.run(g, {"x": x})["y"]
+    split = quantize_dynamic(g)
+    down = next(r for r in split.summary.rows if r.name == "down")
+    assert f"GELU channels {expect.tolist()}" in down.detail and down.mode == "int8"
+    ops = [n.op_type for n in split.graph.nodes]
+    assert ops.count("DynamicMatMul") == 3 and "Gather" in ops
+    errors = {}
+    for count in (2, 0):
+        q = quantize_dynamic(g, QuantConfig().with_default(outlier_channels=count)).graph
+        errors[count] = np.abs(lowbit.run(q, {"x": x})["y"] - ref).mean()
+    assert errors[2] < 0.7 * errors[0]
+    lowbit.save(split.graph, tmp_path / "q.onnx")
+    got = ort.InferenceSession(str(tmp_path / "q.onnx")).run(None, {"x": x})[0]
+    want = lowbit.run(split.graph, {"x": x})["y"]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4 * np.abs(want).max())

@@ -18,6 +18,7 @@ matching rule in order, field by field, so later rules win. In YAML::
       reduce_range: false         # dynamic: 7-bit activation codes
       activation_products: true   # dynamic: also MatMuls of two activations (attention)
       smoothing: 0.5              # dynamic: LayerNorm-based channel smoothing exponent (0: off)
+      outlier_channels: 2         # dynamic: GELU outlier channels in a product of their own
     rules:
       - name: conv1               # the first conv stays in float
         precision: float
@@ -75,6 +76,9 @@ DEFAULT_GRANULARITY = "row"
 DEFAULT_REDUCE_RANGE = False
 DEFAULT_ACTIVATION_PRODUCTS = True
 DEFAULT_SMOOTHING = 0.5
+DEFAULT_OUTLIER_CHANNELS = 2
+"""Dynamic quantization of a product reading a GELU: how many estimated outlier channels get
+an integer product of their own (`lowbit.quant.smoothing.gelu_outlier_channels`); 0: none."""
 """Dynamic quantization of a product reading a LayerNormalization: exponent alpha of the
 per-channel smoothing factors (`lowbit.quant.smoothing`); 0 turns smoothing off."""
 GRANULARITIES: tuple[str, ...] = ("row", "head", "tensor")
@@ -120,6 +124,7 @@ class NodeSettings:
     reduce_range: bool = DEFAULT_REDUCE_RANGE
     activation_products: bool = DEFAULT_ACTIVATION_PRODUCTS
     smoothing: float = DEFAULT_SMOOTHING
+    outlier_channels: int = DEFAULT_OUTLIER_CHANNELS
     matched_rules: tuple[int, ...] = field(default=(), compare=False)
 
     def __post_init__(self) -> None:
@@ -175,6 +180,7 @@ class Rule:
     reduce_range: bool | None = None
     activation_products: bool | None = None
     smoothing: float | None = None
+    outlier_channels: int | None = None
     _pattern: re.Pattern | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -368,6 +374,10 @@ def _check_setting(key: str, value: Any) -> Any:
     if key in ("per_channel", "reduce_range", "activation_products"):
         if not isinstance(value, bool):
             raise ConfigError(f"{key} must be true or false, got {value!r}")
+        return value
+    if key == "outlier_channels":
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ConfigError(f"outlier_channels must be a whole number >= 0, got {value!r}")
         return value
     if key == "smoothing":
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:

@@ -13,6 +13,9 @@ becomes a `DynamicMatMul` (`lowbit.ops.dynamic`) reading 8-bit codes:
 - a product reading a LayerNormalization is smoothed (`smoothing`, lowbit.quant.smoothing):
   its activation is divided by constant per-channel factors before quantization, its weight
   rows multiplied by them, so outlier channels no longer set every token's scale;
+- a product reading a GELU gives its (estimated) outlier channels a separate integer product
+  (`outlier_channels`, lowbit.quant.smoothing), so they neither set the row's scale nor
+  multiply their weights' rounding error;
 - the product accumulates exactly in int32 and is dequantized once with s_a * s_w; a Gemm's
   bias C is added in float.
 
@@ -58,9 +61,11 @@ def quantize_dynamic(graph: Graph, config: QuantConfig | None = None, *,
                              f"takes a float graph")
     g = graph.copy()
     builder = _Builder(g, config)
-    for node in list(g.nodes):
-        if node.op_type in PRODUCTS and node.domain in ("", "ai.onnx"):
-            builder.product(node)
+    products = [n for n in g.nodes if n.op_type in PRODUCTS and n.domain in ("", "ai.onnx")]
+    for node in products:  # estimated from the float up-projections, before they change
+        builder.find_outliers(node)
+    for node in products:
+        builder.product(node)
     summary = QuantSummary(builder.rows, list(warnings))
     if assert_all_quantized and summary.float_nodes:
         listed = ", ".join(f"{r.name} ({r.detail})" for r in summary.float_nodes)
@@ -88,6 +93,13 @@ class _Builder:
         self.config = config
         self.rows: list[NodeReport] = []
         self._quantized: dict[tuple, tuple[Value, Value, Value]] = {}
+        self._outliers: dict[str, np.ndarray] = {}
+
+    def find_outliers(self, node: Node) -> None:
+        count = self.config.settings_for(node).outlier_channels
+        found = smoothing.gelu_outlier_channels(node.inputs[0], count)
+        if found is not None:
+            self._outliers[node.name] = found
 
     def product(self, node: Node) -> None:
         s = self.config.settings_for(node)
@@ -104,33 +116,83 @@ class _Builder:
         if smooth is not None:
             b = self.g.add_constant(b.const_value * smooth.reshape(-1, 1),
                                     self.g.unique_name(f"{b.name}_smoothed"), before=node)
-        qa = self._dynamic(a, s, right=False, before=node, channel_scale=smooth)
-        if b.is_constant:
-            w_params = calibration.weight_params(
-                b.const_value, dtype=s.weight_dtype, scheme=s.weight_scheme,
-                axis=len(b.type.shape) - 1 if s.per_channel else None)
-            wt = TensorType(s.weight_dtype, b.type.shape, w_params)
-            wq = self.g.make_node("Quantize", [b], domain=QUANT_DOMAIN,
-                                  name=f"{b.name}_quantize", output_names=[f"{b.name}_q"],
-                                  output_types=[wt], before=node).output
-            qb: tuple[Value | None, ...] = (wq, None, None)
-            weights = f"int8 {'per-channel' if s.per_channel else 'per-tensor'} weights"
-        else:
-            qb = self._dynamic(b, s, right=True, before=node)
-            weights = "two activations (right operand per column)" if s.granularity == "row" \
-                else "two activations"
+        outliers = None
+        if b.is_constant and smooth is None:
+            outliers = self._outliers.get(node.name)
         bias = node.input_or_none(2) if node.op_type == "Gemm" else None
-        inputs = [*qa, *qb, bias]
-        while inputs[-1] is None:
-            inputs.pop()
-        new = Node("DynamicMatMul", inputs, node.outputs, {}, node.name, QUANT_DOMAIN)
-        self.g.nodes[self.g.nodes.index(node)] = new
-        new.outputs[0].type = infer_node(new)[0]
+        if outliers is not None:
+            self._split_product(node, a, b, bias, outliers, s)
+            weights = (f"int8 {'per-channel' if s.per_channel else 'per-tensor'} weights "
+                       f"(GELU channels {outliers.tolist()} in a product of their own)")
+        else:
+            qa = self._dynamic(a, s, right=False, before=node, channel_scale=smooth)
+            if b.is_constant:
+                qb: tuple[Value | None, ...] = (self._weight(b, s, node), None, None)
+                weights = f"int8 {'per-channel' if s.per_channel else 'per-tensor'} weights"
+            else:
+                qb = self._dynamic(b, s, right=True, before=node)
+                weights = "two activations (right operand per column)" \
+                    if s.granularity == "row" else "two activations"
+            self._int_product(qa, qb, bias, node.outputs, node.name, node)
+            self.g.nodes.remove(node)
         codes = "int8 symmetric" if s.scheme == "symmetric" else "uint8 asymmetric"
         bits = ", 7-bit" if s.reduce_range else ""
         bits += ", LayerNorm-smoothed" if smooth is not None else ""
         self.rows.append(NodeReport(node.name, node.op_type, "int8",
                                     f"{weights}; activations {codes}{bits} per {s.granularity}"))
+
+    def _weight(self, b: Value, s: NodeSettings, before: Node) -> Value:
+        """Quantize(b): int8 per output channel (the last axis) or per tensor."""
+        w_params = calibration.weight_params(
+            b.const_value, dtype=s.weight_dtype, scheme=s.weight_scheme,
+            axis=len(b.type.shape) - 1 if s.per_channel else None)
+        wt = TensorType(s.weight_dtype, b.type.shape, w_params)
+        return self.g.make_node("Quantize", [b], domain=QUANT_DOMAIN,
+                                name=f"{b.name}_quantize", output_names=[f"{b.name}_q"],
+                                output_types=[wt], before=before).output
+
+    def _int_product(self, qa, qb, bias: Value | None, outputs: list[Value] | None,
+                     name: str, before: Node) -> Node:
+        inputs = [*qa, *qb, bias]
+        while inputs[-1] is None:
+            inputs.pop()
+        if outputs is None:
+            new = self.g.make_node("DynamicMatMul", inputs, {}, name=name, domain=QUANT_DOMAIN,
+                                   before=before)
+        else:
+            new = Node("DynamicMatMul", inputs, outputs, {}, name, QUANT_DOMAIN)
+            self.g.nodes.insert(self.g.nodes.index(before), new)
+        new.outputs[0].type = infer_node(new)[0]
+        return new
+
+    def _split_product(self, node: Node, a: Value, b: Value, bias: Value | None,
+                       outliers: np.ndarray, s: NodeSettings) -> None:
+        """a W = (a * mask) W_main + a[..., outliers] W[outliers], both integer products; the
+        mask zeroes the outlier channels, W_main their weight rows."""
+        k = b.type.shape[0]
+        mask = np.ones(k, np.float32)
+        mask[outliers] = 0
+        w = np.asarray(b.const_value)
+        const = self.g.add_constant
+        main_w = const(w * mask[:, None], self.g.unique_name(f"{b.name}_main"), before=node)
+        out_w = const(w[outliers], self.g.unique_name(f"{b.name}_outliers"), before=node)
+        masked = self.g.make_node("Mul", [a, const(mask, self.g.unique_name(f"{a.name}_mask"),
+                                                   before=node)],
+                                  name=f"{node.name}_main_input", before=node)
+        gathered = self.g.make_node("Gather", [a, const(outliers, self.g.unique_name(
+            f"{a.name}_outlier_index"), before=node)], {"axis": -1},
+                                    name=f"{node.name}_outlier_input", before=node)
+        for helper in (masked, gathered):
+            helper.outputs[0].type = infer_node(helper)[0]
+        main = self._int_product(self._dynamic(masked.outputs[0], s, False, node),
+                                 (self._weight(main_w, s, node), None, None), bias, None,
+                                 f"{node.name}_main", node)
+        extra = self._int_product(self._dynamic(gathered.outputs[0], s, False, node),
+                                  (self._weight(out_w, s, node), None, None), None, None,
+                                  f"{node.name}_outliers", node)
+        add = Node("Add", [main.outputs[0], extra.outputs[0]], node.outputs, {},
+                   self.g.unique_node_name(f"{node.name}_sum"))
+        self.g.nodes[self.g.nodes.index(node)] = add
 
     def _float_reason(self, node: Node, s: NodeSettings) -> str | None:
         if s.precision in ("float", "fp16"):
