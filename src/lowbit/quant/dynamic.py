@@ -117,7 +117,7 @@ class _Builder:
             b = self.g.add_constant(b.const_value * smooth.reshape(-1, 1),
                                     self.g.unique_name(f"{b.name}_smoothed"), before=node)
         outliers = None
-        if b.is_constant and smooth is None:
+        if b.is_constant and smooth is None and len(b.type.shape) == 2:
             outliers = self._outliers.get(node.name)
         bias = node.input_or_none(2) if node.op_type == "Gemm" else None
         if outliers is not None:
