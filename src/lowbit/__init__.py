@@ -9,7 +9,16 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-from lowbit.api import compile, from_torch, load, profile, quantize, run, save
+from lowbit.api import (
+    compile,
+    from_torch,
+    load,
+    profile,
+    quantize,
+    quantize_dynamic,
+    run,
+    save,
+)
 from lowbit.errors import LowbitError
 from lowbit.ir import Graph, Node, QuantParams, TensorType, Value
 from lowbit.quant.config import QuantConfig
@@ -30,6 +39,7 @@ __all__ = [
     "load",
     "profile",
     "quantize",
+    "quantize_dynamic",
     "run",
     "save",
 ]

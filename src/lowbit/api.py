@@ -12,6 +12,7 @@ from lowbit.frontends import onnx_export, onnx_import
 from lowbit.ir.graph import Graph
 from lowbit.passes import canonicalize
 from lowbit.passes import optimize as _optimize
+from lowbit.quant import dynamic as _dynamic
 from lowbit.quant import profile as _profile
 from lowbit.quant import static as _static
 from lowbit.quant.config import QuantConfig
@@ -70,6 +71,16 @@ def quantize(graph: Graph, profile: Profile, config: QuantConfig | None = None, 
     summary. With `assert_all_quantized`, a node left in float raises QuantizationError."""
     return _static.quantize(graph, profile, config,
                             assert_all_quantized=assert_all_quantized).graph
+
+
+def quantize_dynamic(graph: Graph, config: QuantConfig | None = None, *,
+                     assert_all_quantized: bool = False) -> Graph:
+    """Dynamically quantize `graph`: no calibration data; MatMul/Gemm with constant weights (and,
+    by default, attention's activation products) compute in 8-bit integers with activation
+    parameters computed at run time, per token by default (`lowbit.quant.dynamic`).
+    `lowbit.quant.dynamic.quantize_dynamic` also returns the per-node summary."""
+    return _dynamic.quantize_dynamic(graph, config,
+                                     assert_all_quantized=assert_all_quantized).graph
 
 
 def from_torch(module, example_inputs, **options) -> Graph:

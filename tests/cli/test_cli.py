@@ -9,9 +9,13 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import onnxruntime as ort
 import pytest
 
+import lowbit as lb
 from lowbit.cli.demo import bundled
+from lowbit.quant.config import QuantConfig
+from lowbit.quant.dynamic import quantize_dynamic
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 
@@ -119,3 +123,28 @@ def test_demo_runs_offline():
     r = lowbit("demo")
     assert r.returncode == 0, r.stderr
     assert "accuracy   float" in r.stdout and "int8" in r.stdout
+
+def test_dynamic_quantize_writes_a_model_onnxruntime_runs(tmp_path):
+    out = tmp_path / "q.onnx"
+    config = tmp_path / "q.yaml"
+    config.write_text("default:\n  granularity: row\nrules:\n  - op_type: Gemm\n"
+                      "    per_channel: false\n")
+    r = lowbit("quantize", MODEL, "--dynamic", "-o", str(out), "--config", str(config),
+               "--assert-all-quantized")
+    assert r.returncode == 0, r.stderr
+    assert "per-tensor weights" in r.stdout and "wrote" in r.stdout
+    ops = {n.op_type for n in onnx.load(out).graph.node}
+    assert "MatMulInteger" in ops
+    x = np.load(bundled("digits.npz"))["images"][:8]
+    got = ort.InferenceSession(str(out)).run(None, {"input": x})[0]
+    cfg = QuantConfig.from_yaml(config)
+    want = lb.run(quantize_dynamic(lb.load(MODEL), cfg).graph, {"input": x})["logits"]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+    assert (got.argmax(1) == lb.run(lb.load(MODEL), {"input": x})["logits"].argmax(1)).all()
+
+
+def test_dynamic_refuses_calibration_data_and_writes_nothing(tmp_path):
+    out = tmp_path / "q.onnx"
+    r = lowbit("quantize", MODEL, "--dynamic", "-o", str(out), "--calib", "x.npy")
+    assert r.returncode != 0 and "--dynamic needs no calibration data" in r.stderr
+    assert not out.exists()

@@ -1,4 +1,5 @@
-"""`lowbit quantize MODEL -o OUT.onnx --calib DATA`: static post-training quantization."""
+"""`lowbit quantize MODEL -o OUT.onnx --calib DATA`: static post-training quantization;
+`lowbit quantize MODEL --dynamic -o OUT.onnx`: dynamic quantization (no calibration data)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from lowbit.quant.config import CALIBRATION_METHODS, INTEGER_PRECISIONS, SCHEMES
 
 EXAMPLE = """example:
   lowbit quantize model.onnx -o model.int8.onnx --calib calib.npz
+  lowbit quantize bert.onnx --dynamic -o bert.dynamic.onnx --config q.yaml
   lowbit quantize model.onnx -o model.int8.onnx --calib images/ --mean 123.7 116.3 103.5 \\
       --std 58.4 57.1 57.4 --config q.yaml --format qoperator"""
 
@@ -21,6 +23,9 @@ def add_parser(sub) -> None:
     p.add_argument("-o", "--output", required=True, metavar="OUT.onnx")
     add_calibration_args(p, required=False)
     p.add_argument("--profile", metavar="PROFILE.yaml", help="a saved `lowbit profile`")
+    p.add_argument("--dynamic", action="store_true",
+                   help="dynamic quantization: int8 weights, activation parameters computed at "
+                        "run time (no --calib); written as ONNX MatMulInteger and friends")
     p.add_argument("--config", metavar="Q.yaml", help="QuantConfig YAML (default and rules)")
     p.add_argument("--calibration", choices=CALIBRATION_METHODS)
     p.add_argument("--scheme", choices=SCHEMES)
@@ -49,6 +54,8 @@ def run(args) -> int:
     from lowbit.quant.profile import Profile
     from lowbit.quant.static import quantize
 
+    if args.dynamic:
+        return _run_dynamic(args)
     if (args.calib is None) == (args.profile is None):
         raise InputError("give calibration data with --calib DATA or a saved profile with "
                          "--profile PROFILE.yaml (one of them)")
@@ -65,4 +72,25 @@ def run(args) -> int:
         print(result.summary.text())
     lowbit.save(result.graph, args.output, format=args.format)
     print(f"wrote {args.output} ({args.format})")
+    return 0
+
+
+def _run_dynamic(args) -> int:
+    import lowbit
+    from lowbit.quant.dynamic import quantize_dynamic
+
+    if args.calib is not None or args.profile is not None:
+        raise InputError("--dynamic needs no calibration data; drop --calib/--profile")
+    if args.calibration is not None or args.format != "qdq":
+        raise InputError("--dynamic takes neither --calibration nor --format (it writes "
+                         "DynamicQuantizeLinear/MatMulInteger ONNX)")
+    graph = lowbit.load(args.model)
+    result = quantize_dynamic(graph, config_from_args(args),
+                              assert_all_quantized=args.assert_all_quantized)
+    for warning in result.summary.warnings:
+        print(f"warning: {warning}")
+    if not args.quiet:
+        print(result.summary.text())
+    lowbit.save(result.graph, args.output)
+    print(f"wrote {args.output} (dynamic)")
     return 0

@@ -174,15 +174,19 @@ def _relocate_external(model_path: str, old: str, new: str) -> None:
 def save(graph: Graph, path: str | os.PathLike, format: str = "onnx") -> None:
     """Export `graph` to an ONNX file.
 
-    Formats: `onnx` (float graphs, graphs of plain ONNX ops), and for quantized graphs `qdq`
-    (QuantizeLinear/DequantizeLinear around float ops) or `qoperator` (QLinearConv,
+    Formats: `onnx` (float graphs, graphs of plain ONNX ops, dynamically quantized graphs as
+    MatMulInteger and friends, see `lowbit.frontends.dynamic_export`), and for quantized graphs
+    `qdq` (QuantizeLinear/DequantizeLinear around float ops) or `qoperator` (QLinearConv,
     QLinearMatMul, ... of ONNX and ONNX Runtime); see `lowbit.frontends.qdq_export`.
     """
+    from lowbit.frontends.dynamic_export import has_dynamic_ops, lower_dynamic
     from lowbit.frontends.qdq_export import FORMATS, lower
 
     if format not in ("onnx", *FORMATS):
         raise UnsupportedError(f"unknown export format '{format}'; available: onnx, "
                                f"{', '.join(FORMATS)}")
+    if has_dynamic_ops(graph):
+        graph = lower_dynamic(graph)
     if format == "onnx":
         computing = _computes_on_quantized_types(graph)
         if computing is not None:

@@ -14,6 +14,11 @@ matching rule in order, field by field, so later rules win. In YAML::
       weight_precision: int8      # int8 | int16
       weight_scheme: symmetric    # symmetric | asymmetric | power_of_2
       requant: auto               # auto | q31 | prescale (integer rescale encoding)
+      granularity: row            # dynamic: activation parameters per row | head | tensor
+      reduce_range: false         # dynamic: 7-bit activation codes
+      activation_products: true   # dynamic: also MatMuls of two activations (attention)
+      smoothing: 0.5              # dynamic: LayerNorm-based channel smoothing exponent (0: off)
+      outlier_channels: 2         # dynamic: GELU outlier channels in a product of their own
     rules:
       - name: conv1               # the first conv stays in float
         precision: float
@@ -67,6 +72,19 @@ DEFAULT_SCHEME = "asymmetric"
 DEFAULT_WEIGHT_PRECISION = "int8"
 DEFAULT_WEIGHT_SCHEME = "symmetric"
 DEFAULT_REQUANT = "auto"
+DEFAULT_GRANULARITY = "row"
+DEFAULT_REDUCE_RANGE = False
+DEFAULT_ACTIVATION_PRODUCTS = True
+DEFAULT_SMOOTHING = 0.5
+DEFAULT_OUTLIER_CHANNELS = 2
+"""Dynamic quantization of a product reading a GELU: how many estimated outlier channels get
+an integer product of their own (`lowbit.quant.smoothing.gelu_outlier_channels`); 0: none."""
+"""Dynamic quantization of a product reading a LayerNormalization: exponent alpha of the
+per-channel smoothing factors (`lowbit.quant.smoothing`); 0 turns smoothing off."""
+GRANULARITIES: tuple[str, ...] = ("row", "head", "tensor")
+"""Dynamic quantization: one set of run-time activation parameters per row (token) of a
+product's left operand (per column of a right activation operand), per matrix of a batched
+product (per attention head for [B, H, S, D]; per sequence for [B, S, K]), or per tensor."""
 REQUANT_METHODS: tuple[str, ...] = ("auto", "q31", "prescale")
 """auto: the more accurate encoding for the output width (lowbit.quant.fixed_point)."""
 
@@ -78,6 +96,7 @@ _CHOICES: dict[str, tuple[str, ...]] = {
     "weight_precision": WEIGHT_PRECISIONS,
     "weight_scheme": WEIGHT_SCHEMES,
     "requant": REQUANT_METHODS,
+    "granularity": GRANULARITIES,
 }
 _DTYPES: dict[str, DType] = {
     "int8": dtypes.INT8, "uint8": dtypes.UINT8, "int16": dtypes.INT16,
@@ -101,6 +120,11 @@ class NodeSettings:
     weight_precision: str = DEFAULT_WEIGHT_PRECISION
     weight_scheme: str = DEFAULT_WEIGHT_SCHEME
     requant: str = DEFAULT_REQUANT
+    granularity: str = DEFAULT_GRANULARITY
+    reduce_range: bool = DEFAULT_REDUCE_RANGE
+    activation_products: bool = DEFAULT_ACTIVATION_PRODUCTS
+    smoothing: float = DEFAULT_SMOOTHING
+    outlier_channels: int = DEFAULT_OUTLIER_CHANNELS
     matched_rules: tuple[int, ...] = field(default=(), compare=False)
 
     def __post_init__(self) -> None:
@@ -152,6 +176,11 @@ class Rule:
     weight_precision: str | None = None
     weight_scheme: str | None = None
     requant: str | None = None
+    granularity: str | None = None
+    reduce_range: bool | None = None
+    activation_products: bool | None = None
+    smoothing: float | None = None
+    outlier_channels: int | None = None
     _pattern: re.Pattern | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -342,10 +371,18 @@ def _check_setting(key: str, value: Any) -> Any:
                 f"valid: {', '.join(choices)}"
             )
         return value
-    if key == "per_channel":
+    if key in ("per_channel", "reduce_range", "activation_products"):
         if not isinstance(value, bool):
-            raise ConfigError(f"per_channel must be true or false, got {value!r}")
+            raise ConfigError(f"{key} must be true or false, got {value!r}")
         return value
+    if key == "outlier_channels":
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ConfigError(f"outlier_channels must be a whole number >= 0, got {value!r}")
+        return value
+    if key == "smoothing":
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
+            raise ConfigError(f"smoothing must be a number in [0, 1), got {value!r}")
+        return float(value)
     if key == "percentile":
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 100:
             raise ConfigError(f"percentile must be a number in (0, 100], got {value!r}")

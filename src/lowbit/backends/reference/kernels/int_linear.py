@@ -111,7 +111,7 @@ def gemm(node, inputs):
     trans_b = bool(node.attrs["transB"])
     if trans_b:
         xb = xb.T
-    acc = _matmul_exact(xa, xb)
+    acc = matmul_exact(xa, xb)
     s_w = _weight_axis_scale(tb, 0 if trans_b else 1)
     s_in = arith.scale_of(ta)
     acc = _add_bias(node, acc, c, tc, s_in * s_w, 1)
@@ -129,7 +129,7 @@ def matmul(node, inputs):
     if ta.quant.axis is not None:
         raise KernelError(f"{node.describe()}: the left operand of a quantized MatMul must be "
                           f"quantized per tensor")
-    acc = _matmul_exact(arith.centred(a, ta), arith.centred(bmat, tb))
+    acc = matmul_exact(arith.centred(a, ta), arith.centred(bmat, tb))
     s_w = _weight_axis_scale(tb, -1)
     axis = acc.ndim - 1 if s_w.ndim else None
     if out.quant is None:
@@ -139,7 +139,7 @@ def matmul(node, inputs):
     return [_finish(node, acc, M, out, axis, None)]
 
 
-def _matmul_exact(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+def matmul_exact(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Exact integer matmul of int64 operands (float64 BLAS is exact below 2**53; the operands
     here are at most 17-bit and K < 2**19, so every partial sum is)."""
     k = a.shape[-1]

@@ -1,0 +1,154 @@
+"""Lowering lowbit's dynamic-quantization ops to standard ONNX, so ONNX Runtime runs them.
+
+DynamicQuantize becomes (after a Div by its channel scale, if any) DynamicQuantizeLinear where
+it is that op (per tensor, uint8, 8 bits),
+else the formula of `lowbit.quant.dynamic_params` in float32 ONNX ops (ReduceMin/ReduceMax with
+keepdims, Div, Round = round half to even, Clip, Cast). DynamicMatMul becomes:
+
+- with int8 weights (B a constant): MatMulInteger(A, B, -, B_zero) on the codes, minus the zero
+  point correction A_zero * colsum(B - B_zero) (a constant int32 vector) in int32, exactly
+  sum((A - A_zero)(B - B_zero));
+- with two activations: int32 MatMul of the centred codes (A - A_zero)(B - B_zero);
+
+then Y = float32(acc) * (A_scale * B_scale) + C. ONNX Runtime's float32 product can differ from
+lowbit's float64 one in the last bits (and int32 -> float32 rounds above 2**24).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from lowbit.ir import dtypes
+from lowbit.ir.graph import Graph, Node, Value
+from lowbit.ops import infer_graph
+from lowbit.ops.registry import QUANT_DOMAIN, REQUIRED, lookup
+from lowbit.passes.dead_code import eliminate_dead_code
+from lowbit.passes.quant_cleanup import fold_quantized_constants
+from lowbit.quant.dynamic_params import normalize_axes, qmax
+
+DYNAMIC_OPS = ("DynamicQuantize", "DynamicMatMul")
+
+
+def has_dynamic_ops(graph: Graph) -> bool:
+    return any(n.domain == QUANT_DOMAIN and n.op_type in DYNAMIC_OPS for n in graph.nodes)
+
+
+def lower_dynamic(graph: Graph) -> Graph:
+    """A copy of `graph` with DynamicQuantize/DynamicMatMul written in standard ONNX ops."""
+    g = fold_quantized_constants(graph.copy())
+    for node in list(g.nodes):
+        if node.domain != QUANT_DOMAIN:
+            continue
+        if node.op_type == "DynamicQuantize":
+            _Emit(g, node).quantize()
+        elif node.op_type == "DynamicMatMul":
+            _Emit(g, node).matmul()
+    g = eliminate_dead_code(g)
+    infer_graph(g, keep_quant=False)
+    return g
+
+
+class _Emit:
+    def __init__(self, graph: Graph, node: Node) -> None:
+        self.g = graph
+        self.node = node
+
+    def op(self, op_type: str, inputs: list[Value | None], attrs: dict | None = None,
+           outputs: int = 1) -> list[Value]:
+        n = self.g.make_node(op_type, inputs, attrs or {}, num_outputs=outputs,
+                             name=f"{self.node.name}_{op_type}", before=self.node)
+        for key, spec in lookup(op_type).attrs.items():
+            if key not in n.attrs and spec.default is not None and spec.default is not REQUIRED:
+                n.attrs[key] = spec.default
+        return n.outputs
+
+    def one(self, op_type: str, *inputs: Value | None, **attrs) -> Value:
+        return self.op(op_type, list(inputs), attrs)[0]
+
+    def const(self, array, hint: str) -> Value:
+        return self.g.add_constant(np.asarray(array), self.g.unique_name(f"{self.node.name}_"
+                                                                         f"{hint}"),
+                                   before=self.node)
+
+    def reduce(self, op_type: str, x: Value, axes: tuple[int, ...]) -> Value:
+        if self.g.opset >= 18 or (op_type == "ReduceSum" and self.g.opset >= 13):
+            return self.one(op_type, x, self.const(np.array(axes, np.int64), "axes"),
+                            keepdims=1)
+        return self.one(op_type, x, axes=list(axes), keepdims=1)
+
+    def replace(self, values: list[Value]) -> None:
+        """Make `values` the node's outputs (keeping the output names) and drop the node."""
+        self.g.nodes.remove(self.node)
+        for old, new in zip(self.node.outputs, values, strict=True):
+            if old in self.g.outputs:
+                old.name, new.name = self.g.unique_name(f"{old.name}_lowered"), old.name
+            self.g.replace_all_uses(old, new)
+
+    # -- DynamicQuantize ------------------------------------------------------------------------
+    def quantize(self) -> None:
+        x = self.node.inputs[0]
+        if self.node.input_or_none(1) is not None:
+            x = self.one("Div", x, self.node.inputs[1])
+        rank = len(self.node.outputs[1].type.shape)  # x may be a fresh, untyped value
+        axes = normalize_axes(self.node.attrs["axes"], rank)
+        symmetric = bool(self.node.attrs.get("symmetric", 0))
+        reduce_range = bool(self.node.attrs.get("reduce_range", 0))
+        top = np.float32(qmax(symmetric, reduce_range))
+        if not symmetric and not reduce_range and axes == tuple(range(rank)):
+            q, s, z = self.op("DynamicQuantizeLinear", [x], outputs=3)
+            shape = np.ones(rank, np.int64)
+            self.replace([q, self.one("Reshape", s, self.const(shape, "shape")),
+                          self.one("Reshape", z, self.const(shape, "shape"))])
+            return
+        f0, f1 = self.const(np.float32(0), "zero"), self.const(np.float32(1), "one")
+        ftop = self.const(top, "qmax")
+        if symmetric:
+            m = self.reduce("ReduceMax", self.one("Abs", x), axes)
+            scale = self.one("Where", self.one("Equal", m, f0), f1, self.one("Div", m, ftop))
+            rounded = self.one("Round", self.one("Div", x, scale))
+            q = self.one("Clip", rounded, self.const(-top, "qmin"), ftop)
+            zero = self.one("Mul", scale, f0)
+            code = dtypes.INT8
+        else:
+            lo = self.one("Min", self.reduce("ReduceMin", x, axes), f0)
+            hi = self.one("Max", self.reduce("ReduceMax", x, axes), f0)
+            scale = self.one("Where", self.one("Equal", hi, lo), f1,
+                             self.one("Div", self.one("Sub", hi, lo), ftop))
+            zero = self.one("Round", self.one("Clip", self.one("Sub", f0,
+                                                               self.one("Div", lo, scale)),
+                                              f0, ftop))
+            q = self.one("Clip", self.one("Add", self.one("Round", self.one("Div", x, scale)),
+                                          zero), f0, ftop)
+            code = dtypes.UINT8
+        self.replace([self.one("Cast", q, to=code.onnx_code), scale, self.one("Cast", zero,
+                                                                         to=code.onnx_code)])
+
+    # -- DynamicMatMul --------------------------------------------------------------------------
+    def matmul(self) -> None:
+        ins = list(self.node.inputs) + [None] * 3
+        a, a_scale, a_zero, b, b_scale, b_zero, c = ins[:7]
+        i32 = dtypes.INT32.onnx_code
+        za = self.one("Cast", a_zero, to=i32)
+        if b.is_constant:
+            w = b.type
+            wz = w.quant.zero_point.astype(np.int64) if w.quant is not None else np.int64(0)
+            centred = b.const_value.astype(np.int64) - wz
+            colsum = centred.sum(axis=-2).astype(np.int32)
+            plain = self.const(np.asarray(b.const_value), "weight")
+            bz = None
+            if np.any(wz != 0):
+                bz = self.const(np.asarray(wz).astype(w.dtype.np_dtype), "weight_zero_point")
+            acc = self.one("Sub", self.op("MatMulInteger", [a, plain, None, bz])[0],
+                           self.one("Mul", za, self.const(colsum, "colsum")))
+            scale_b = self.const(w.quant.scale.astype(np.float32), "weight_scale")
+        else:
+            ca = self.one("Sub", self.one("Cast", a, to=i32), za)
+            cb = self.one("Sub", self.one("Cast", b, to=i32),
+                          self.one("Cast", b_zero, to=i32))
+            acc = self.one("MatMul", ca, cb)
+            scale_b = b_scale
+        y = self.one("Mul", self.one("Cast", acc, to=dtypes.FLOAT32.onnx_code),
+                     self.one("Mul", a_scale, scale_b))
+        if c is not None:
+            y = self.one("Add", y, c)
+        self.replace([y])

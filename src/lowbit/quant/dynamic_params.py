@@ -1,0 +1,79 @@
+"""Run-time quantization parameters of dynamic quantization: the one formula every backend and
+the ONNX export reproduce.
+
+For each slice of x over `axes` (all axes: per tensor; the last axis: per row; the last two:
+per matrix of a batched product, e.g. per attention head), in float32 throughout:
+
+asymmetric (uint8 codes, qmax = 255, or 127 with reduce_range):
+    lo = min(min(x), 0), hi = max(max(x), 0)
+    scale = 1 if hi == lo else (hi - lo) / qmax
+    zero  = round_half_even(clamp(0 - lo / scale, 0, qmax))
+    q     = clamp(round_half_even(x / scale) + zero, 0, qmax)
+
+symmetric (int8 codes, zero point 0, qmax = 127, or 63 with reduce_range):
+    m     = max(abs(x))
+    scale = 1 if m == 0 else m / qmax
+    q     = clamp(round_half_even(x / scale), -qmax, qmax)
+
+A slice that is all zeros (a padded token, a masked attention row) gets scale 1 and codes equal
+to its zero point: it stands for exact zeros, and never divides by zero. NaN elements are
+ignored by the range and give the code `zero` (they stand for 0). The
+asymmetric per-tensor 8-bit case equals ONNX DynamicQuantizeLinear (with ONNX Runtime's scale 1
+for an all-zero input).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+ASYMMETRIC = "asymmetric"
+SYMMETRIC = "symmetric"
+
+
+def qmax(symmetric: bool, reduce_range: bool) -> int:
+    """The largest code: 255/127 (asymmetric uint8), 127/63 (symmetric int8)."""
+    if symmetric:
+        return 63 if reduce_range else 127
+    return 127 if reduce_range else 255
+
+
+def code_dtype(symmetric: bool) -> np.dtype:
+    return np.dtype(np.int8) if symmetric else np.dtype(np.uint8)
+
+
+def normalize_axes(axes: Sequence[int], rank: int) -> tuple[int, ...]:
+    """Reduced axes as sorted non-negative ints; ValueError if out of range or repeated."""
+    out = sorted(a + rank if a < 0 else a for a in axes)
+    if any(a < 0 or a >= rank for a in out) or len(set(out)) != len(out):
+        raise ValueError(f"axes {list(axes)} do not fit a rank-{rank} tensor")
+    return tuple(out)
+
+
+def dynamic_params(x: np.ndarray, axes: Sequence[int], symmetric: bool, reduce_range: bool
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(codes, scale, zero_point) of float32 `x` by the module docstring's formula. Scale and
+    zero point keep the reduced axes with length 1, so they broadcast against x."""
+    x = np.asarray(x, np.float32)
+    ax = normalize_axes(axes, x.ndim)
+    top = np.float32(qmax(symmetric, reduce_range))
+    nan = np.isnan(x)
+    with np.errstate(all="ignore"):
+        if symmetric:
+            m = np.max(np.where(nan, 0, np.abs(x)), axis=ax, keepdims=True, initial=0.0)
+            scale = np.where(m == 0, np.float32(1), m / top).astype(np.float32)
+            zero = np.zeros(scale.shape, np.float32)
+            low = -top
+        else:
+            lo = np.min(np.where(nan, 0, x), axis=ax, keepdims=True, initial=0.0)
+            hi = np.max(np.where(nan, 0, x), axis=ax, keepdims=True, initial=0.0)
+            lo, hi = np.minimum(lo, 0).astype(np.float32), np.maximum(hi, 0).astype(np.float32)
+            scale = np.where(hi == lo, np.float32(1), (hi - lo) / top).astype(np.float32)
+            zero = np.rint(np.clip(np.float32(0) - lo / scale, 0, top)).astype(np.float32)
+            low = np.float32(0)
+        q = np.rint(x / scale).astype(np.float64)
+    q[nan] = 0.0
+    codes = np.clip(q + zero, low, top)
+    dtype = code_dtype(symmetric)
+    return codes.astype(dtype), scale, zero.astype(dtype)

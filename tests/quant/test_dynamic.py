@@ -1,0 +1,298 @@
+"""Dynamic quantization: the run-time parameter formula, the integer product, config rules, the
+ONNX Runtime export, and MiniLM accuracy."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import lowbit
+from lowbit.errors import LowbitError
+from lowbit.quant.config import QuantConfig, Rule
+from lowbit.quant.dynamic import quantize_dynamic
+from lowbit.quant.dynamic_params import dynamic_params
+
+
+def _reference_row(row: np.ndarray, symmetric: bool, top: int):
+    """The formula written out element by element (independent of the vectorised kernel)."""
+    f = np.float32
+    if symmetric:
+        m = f(max(abs(float(v)) for v in row))
+        scale = f(1) if m == 0 else f(m / f(top))
+        codes = [int(np.clip(np.rint(f(v) / scale), -top, top)) for v in row]
+        return codes, scale, 0
+    lo = f(min(min(float(v) for v in row), 0.0))
+    hi = f(max(max(float(v) for v in row), 0.0))
+    scale = f(1) if hi == lo else f(f(hi - lo) / f(top))
+    zero = int(np.rint(np.clip(f(0) - f(lo / scale), 0, top)))
+    codes = [int(np.clip(np.rint(f(v) / scale) + zero, 0, top)) for v in row]
+    return codes, scale, zero
+
+
+@pytest.mark.parametrize("symmetric", [False, True])
+@pytest.mark.parametrize("reduce_range", [False, True])
+def test_per_row_parameters_follow_the_formula_with_all_zero_rows(symmetric, reduce_range):
+    rng = np.random.default_rng(1)
+    x = (rng.standard_normal((3, 4, 17)) * rng.uniform(0.01, 20, (3, 4, 1))).astype(np.float32)
+    x[0, 1] = 0.0          # an all-zero row (a padded token)
+    x[2, 3] = np.abs(x[2, 3])  # a row that is never negative
+    q, scale, zero = dynamic_params(x, [-1], symmetric, reduce_range)
+    top = (63 if reduce_range else 127) if symmetric else (127 if reduce_range else 255)
+    assert q.dtype == (np.int8 if symmetric else np.uint8) and scale.shape == (3, 4, 1)
+    for i in range(3):
+        for j in range(4):
+            codes, s, z = _reference_row(x[i, j], symmetric, top)
+            assert q[i, j].tolist() == codes and scale[i, j, 0] == s and zero[i, j, 0] == z
+    assert scale[0, 1, 0] == 1.0 and np.all(q[0, 1] == zero[0, 1, 0])
+    real = (q.astype(np.float64) - zero) * scale
+    assert np.all(np.abs(real - x) <= scale / 2 + 1e-6 * np.abs(x))
+
+
+def test_per_tensor_uint8_equals_dynamic_quantize_linear():
+    from lowbit.backends.reference.kernels.quantized import dynamic_quantize_linear
+
+    x = np.random.default_rng(2).normal(size=(2, 5, 8)).astype(np.float32) * 4
+    q, s, z = dynamic_params(x, [0, 1, 2], False, False)
+    q2, s2, z2 = dynamic_quantize_linear(None, [x])
+    assert np.array_equal(q, q2) and s.item() == s2.item() and z.item() == z2.item()
+    q0, s0, _ = dynamic_params(np.zeros((2, 3), np.float32), [0, 1], False, False)
+    assert s0.item() == 1.0 and np.all(q0 == 0)
+
+
+def _model(path, k=24, n=8, gemm=False, attention=False):
+    rng = np.random.default_rng(3)
+    w = rng.normal(size=(n, k) if gemm else (k, n)).astype(np.float32)
+    b = rng.normal(size=(n,)).astype(np.float32)
+    inits = [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")]
+    if gemm:
+        nodes = [helper.make_node("Gemm", ["x", "w", "b"], ["y"], transB=1, name="fc")]
+        x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["B", k])
+    else:
+        nodes = [helper.make_node("MatMul", ["x", "w"], ["h"], name="proj"),
+                 helper.make_node("Add", ["h", "b"], ["y0"], name="bias")]
+        last = "y0"
+        if attention:
+            nodes += [helper.make_node("Transpose", ["y0"], ["t"], perm=[0, 2, 1], name="tr"),
+                      helper.make_node("MatMul", ["y0", "t"], ["y"], name="scores")]
+        else:
+            nodes += [helper.make_node("Identity", [last], ["y"], name="out")]
+        x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["B", "S", k])
+    g = helper.make_graph(nodes, "g", [x], [helper.make_tensor_value_info("y", TensorProto.FLOAT,
+                                                                          None)], inits)
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 20)]), path)
+    return w, b
+
+
+def test_integer_product_equals_an_int64_computation(tmp_path):
+    w, b = _model(tmp_path / "m.onnx")
+    x = np.random.default_rng(4).normal(size=(2, 5, 24)).astype(np.float32)
+    x[1, 2] = 0
+    q = quantize_dynamic(lowbit.load(tmp_path / "m.onnx")).graph
+    y = lowbit.run(q, {"x": x})["y"]
+    codes, s_a, z_a = dynamic_params(x, [-1], False, False)
+    s_w = np.abs(w.astype(np.float64)).max(axis=0) / 127
+    wq = np.clip(np.rint(w / s_w.astype(np.float32)), -127, 127).astype(np.int64)
+    acc = (codes.astype(np.int64) - z_a.astype(np.int64)) @ wq
+    expect = (acc * (s_a.astype(np.float64) * s_w.astype(np.float32))).astype(np.float32) + b
+    np.testing.assert_allclose(y, expect, rtol=1e-6, atol=1e-6)
+    assert np.allclose(y[1, 2], b)  # an all-zero token gives exactly the bias
+
+
+def test_activation_products_and_config_rules(tmp_path):
+    _model(tmp_path / "m.onnx", attention=True)
+    g = lowbit.load(tmp_path / "m.onnx")
+    x = np.random.default_rng(5).normal(size=(2, 6, 24)).astype(np.float32)
+    ref = lowbit.run(g, {"x": x})["y"]
+    full = quantize_dynamic(g)
+    modes = {r.name: r.mode for r in full.summary.rows}
+    assert modes == {"proj": "int8", "scores": "int8"}
+    no_act = quantize_dynamic(g, QuantConfig(rules=(Rule(name="scores",
+                                                         activation_products=False),)))
+    assert {r.name: r.mode for r in no_act.summary.rows} == {"proj": "int8", "scores": "float"}
+    outs = {}
+    for label, cfg in [("row", QuantConfig()),
+                       ("head", QuantConfig().with_default(granularity="head")),
+                       ("float proj", QuantConfig(rules=(Rule(name="proj", precision="float"),
+                                                         Rule(name="scores",
+                                                              precision="float"))))]:
+        outs[label] = lowbit.run(quantize_dynamic(g, cfg).graph, {"x": x})["y"]
+    assert np.array_equal(outs["float proj"], ref)
+    assert not np.array_equal(outs["row"], outs["head"])
+    for label in ("row", "head"):
+        assert np.abs(outs[label] - ref).max() < 0.05 * np.abs(ref).max()
+
+
+def test_bad_settings_are_refused(tmp_path):
+    _model(tmp_path / "m.onnx")
+    g = lowbit.load(tmp_path / "m.onnx")
+    with pytest.raises(LowbitError, match="8 bits"):
+        quantize_dynamic(g, QuantConfig().with_default(precision="int16"))
+    with pytest.raises(LowbitError, match="granularity"):
+        QuantConfig.from_yaml_text("default:\n  granularity: token\n")
+
+
+@pytest.mark.parametrize("settings", [{}, {"granularity": "tensor"},
+                                      {"scheme": "symmetric", "granularity": "head"},
+                                      {"reduce_range": True, "weight_scheme": "asymmetric",
+                                       "per_channel": False}])
+def test_onnxruntime_runs_the_export_and_agrees(tmp_path, settings):
+    import onnxruntime as ort
+    _model(tmp_path / "m.onnx", attention=True)
+    _model(tmp_path / "g.onnx", gemm=True)
+    rng = np.random.default_rng(6)
+    for name, x in (("m", rng.normal(size=(2, 6, 24))), ("g", rng.normal(size=(5, 24)))):
+        x = (x * 3).astype(np.float32)
+        x[0, 1] = 0
+        q = quantize_dynamic(lowbit.load(tmp_path / f"{name}.onnx"),
+                             QuantConfig().with_default(**settings)).graph
+        lowbit.save(q, tmp_path / "q.onnx")
+        ops = {n.op_type for n in onnx.load(tmp_path / "q.onnx").graph.node}
+        assert "MatMulInteger" in ops
+        got = ort.InferenceSession(str(tmp_path / "q.onnx")).run(None, {"x": x})[0]
+        want = lowbit.run(q, {"x": x})["y"]
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4 * np.abs(want).max())
+
+
+def _layernorm_model(path, k=16, n=6):
+    rng = np.random.default_rng(7)
+    gamma = rng.uniform(0.5, 1.5, k).astype(np.float32)
+    gamma[3] = 25.0  # an outlier channel, as transformer LayerNorms have
+    inits = [numpy_helper.from_array(gamma, "gamma"),
+             numpy_helper.from_array(rng.normal(size=k).astype(np.float32) * 0.1, "beta"),
+             numpy_helper.from_array(rng.normal(size=(k, n)).astype(np.float32), "w"),
+             numpy_helper.from_array(rng.normal(size=(k, n)).astype(np.float32), "w2")]
+    nodes = [helper.make_node("LayerNormalization", ["x", "gamma", "beta"], ["ln"], axis=-1,
+                              name="ln"),
+             helper.make_node("MatMul", ["ln", "w"], ["y1"], name="q"),
+             helper.make_node("MatMul", ["ln", "w2"], ["y2"], name="k"),
+             helper.make_node("Add", ["y1", "y2"], ["y"], name="sum")]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["B", "S", k])
+    g = helper.make_graph(nodes, "g", [x], [helper.make_tensor_value_info("y", TensorProto.FLOAT,
+                                                                          None)], inits)
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 20)]), path)
+
+
+def test_layernorm_smoothing_is_exact_in_float_and_reduces_error(tmp_path):
+    from lowbit.quant.smoothing import layernorm_ranges, smoothing_factors
+
+    _layernorm_model(tmp_path / "ln.onnx")
+    g = lowbit.load(tmp_path / "ln.onnx")
+    ln = next(n for n in g.nodes if n.op_type == "LayerNormalization")
+    ranges = layernorm_ranges(ln.outputs[0])
+    gamma, beta = (np.abs(ln.inputs[i].const_value.astype(np.float64)) for i in (1, 2))
+    np.testing.assert_allclose(ranges, gamma + beta)
+    ws = [n.inputs[1].const_value for n in g.nodes if n.op_type == "MatMul"]
+    t = smoothing_factors(ranges, ws, 0.5)
+    w_max = np.maximum(np.abs(ws[0]).max(1), np.abs(ws[1]).max(1)).astype(np.float64)
+    np.testing.assert_allclose(t, np.sqrt(np.maximum(ranges, 1e-5) / w_max), rtol=1e-6)
+    own = np.sqrt(np.maximum(ranges, 1e-5) / np.abs(ws[0]).max(1))
+    x = np.random.default_rng(8).normal(size=(3, 9, 16)).astype(np.float32)
+    ref = lowbit.run(g, {"x": x})["y"]
+    smoothed = quantize_dynamic(g)
+    assert sum("LayerNorm-smoothed" in r.detail for r in smoothed.summary.rows) == 2
+    dq = [n for n in smoothed.graph.nodes if n.op_type == "DynamicQuantize"]
+    assert len(dq) == 2  # q and k each divide by their own factors
+    q_node = next(n for n in smoothed.graph.nodes if n.name == "q")
+    q_dq = q_node.inputs[0].producer
+    np.testing.assert_allclose(q_dq.inputs[1].const_value, own, rtol=1e-6)
+    errors = {}
+    for alpha in (0.5, 0.0):
+        q = quantize_dynamic(g, QuantConfig().with_default(smoothing=alpha)).graph
+        errors[alpha] = np.abs(lowbit.run(q, {"x": x})["y"] - ref).mean()
+    assert errors[0.5] < 0.7 * errors[0.0]
+    import onnxruntime as ort
+
+    lowbit.save(smoothed.graph, tmp_path / "q.onnx")
+    got = ort.InferenceSession(str(tmp_path / "q.onnx")).run(None, {"x": x})[0]
+    want = lowbit.run(smoothed.graph, {"x": x})["y"]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4 * np.abs(want).max())
+
+
+def test_decomposed_layernorm_is_smoothed_too(tmp_path):
+    """Opset-14 exporters write LayerNorm as ReduceMean/Sub/Pow/Sqrt/Div/Mul/Add."""
+    rng = np.random.default_rng(9)
+    k = 8
+    gamma = rng.uniform(0.5, 2, k).astype(np.float32)
+    beta = rng.normal(size=k).astype(np.float32)
+    inits = [numpy_helper.from_array(gamma, "gamma"), numpy_helper.from_array(beta, "beta"),
+             numpy_helper.from_array(np.array(2.0, np.float32), "two"),
+             numpy_helper.from_array(np.array(1e-5, np.float32), "eps"),
+             numpy_helper.from_array(rng.normal(size=(k, 4)).astype(np.float32), "w")]
+    nodes = [helper.make_node("ReduceMean", ["x"], ["m"], axes=[-1]),
+             helper.make_node("Sub", ["x", "m"], ["d"]),
+             helper.make_node("Pow", ["d", "two"], ["d2"]),
+             helper.make_node("ReduceMean", ["d2"], ["v"], axes=[-1]),
+             helper.make_node("Add", ["v", "eps"], ["ve"]),
+             helper.make_node("Sqrt", ["ve"], ["sd"]),
+             helper.make_node("Div", ["d", "sd"], ["n"]),
+             helper.make_node("Mul", ["n", "gamma"], ["ng"]),
+             helper.make_node("Add", ["ng", "beta"], ["ln"]),
+             helper.make_node("MatMul", ["ln", "w"], ["y"], name="proj")]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["B", k])
+    g = helper.make_graph(nodes, "g", [x], [helper.make_tensor_value_info("y", TensorProto.FLOAT,
+                                                                          None)], inits)
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 14)]),
+              tmp_path / "d.onnx")
+    q = quantize_dynamic(lowbit.load(tmp_path / "d.onnx"))
+    assert "LayerNorm-smoothed" in q.summary.rows[0].detail
+    scale = next(n for n in q.graph.nodes if n.op_type == "DynamicQuantize").inputs[1]
+    w = lowbit.load(tmp_path / "d.onnx").nodes[-1].inputs[1].const_value
+    expect = np.sqrt((np.abs(gamma) + np.abs(beta)) / np.abs(w).max(1))
+    np.testing.assert_allclose(scale.const_value, expect, rtol=1e-6)
+
+
+def _ffn_model(path, k=12, hidden=24, n=6):
+    """LayerNorm -> up projection (+bias) -> Gelu -> down projection, with one LayerNorm
+    channel large and one up-projection weight driving a massive GELU channel from it."""
+    rng = np.random.default_rng(10)
+    gamma = rng.uniform(0.5, 1.5, k).astype(np.float32)
+    gamma[2] = 20.0
+    w_up = (rng.normal(size=(k, hidden)) * 0.1).astype(np.float32)
+    w_up[2, 5] = 2.0  # neuron 5 follows LayerNorm channel 2: massive
+    inits = [numpy_helper.from_array(gamma, "gamma"),
+             numpy_helper.from_array(np.zeros(k, np.float32), "beta"),
+             numpy_helper.from_array(w_up, "w_up"),
+             numpy_helper.from_array(rng.normal(size=hidden).astype(np.float32) * 0.1, "b_up"),
+             numpy_helper.from_array(rng.normal(size=(hidden, n)).astype(np.float32), "w_down")]
+    nodes = [helper.make_node("LayerNormalization", ["x", "gamma", "beta"], ["ln"], axis=-1),
+             helper.make_node("MatMul", ["ln", "w_up"], ["u0"], name="up"),
+             helper.make_node("Add", ["u0", "b_up"], ["u"]),
+             helper.make_node("Gelu", ["u"], ["h"]),
+             helper.make_node("MatMul", ["h", "w_down"], ["y"], name="down")]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["B", "S", k])
+    g = helper.make_graph(nodes, "g", [x], [helper.make_tensor_value_info("y", TensorProto.FLOAT,
+                                                                          None)], inits)
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 20)]), path)
+    return gamma, w_up
+
+
+def test_gelu_outlier_channels_get_their_own_integer_product(tmp_path):
+    import onnxruntime as ort
+
+    from lowbit.quant.smoothing import gelu_outlier_channels
+
+    gamma, w_up = _ffn_model(tmp_path / "ffn.onnx")
+    g = lowbit.load(tmp_path / "ffn.onnx")
+    gelu = next(n for n in g.nodes if n.op_type == "Gelu")
+    e = (np.abs(w_up.astype(np.float64)) * gamma[:, None]).max(0)
+    expect = np.sort(np.argsort(-e)[:2])
+    assert gelu_outlier_channels(gelu.outputs[0], 2).tolist() == expect.tolist()
+    assert 5 in expect
+    x = np.random.default_rng(11).normal(size=(2, 7, 12)).astype(np.float32)
+    ref = lowbit.run(g, {"x": x})["y"]
+    split = quantize_dynamic(g)
+    down = next(r for r in split.summary.rows if r.name == "down")
+    assert f"GELU channels {expect.tolist()}" in down.detail and down.mode == "int8"
+    ops = [n.op_type for n in split.graph.nodes]
+    assert ops.count("DynamicMatMul") == 3 and "Gather" in ops
+    errors = {}
+    for count in (2, 0):
+        q = quantize_dynamic(g, QuantConfig().with_default(outlier_channels=count)).graph
+        errors[count] = np.abs(lowbit.run(q, {"x": x})["y"] - ref).mean()
+    assert errors[2] < 0.7 * errors[0]
+    lowbit.save(split.graph, tmp_path / "q.onnx")
+    got = ort.InferenceSession(str(tmp_path / "q.onnx")).run(None, {"x": x})[0]
+    want = lowbit.run(split.graph, {"x": x})["y"]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4 * np.abs(want).max())

@@ -1,0 +1,51 @@
+"""MiniLM (all-MiniLM-L6-v2) dynamically quantized with default settings: sentence embeddings
+stay close to float on very short, short and long inputs, every Linear layer computes in
+integers, and ONNX Runtime runs the export with the same embeddings."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime as ort
+
+import lowbit
+from lowbit.quant.dynamic import quantize_dynamic
+from realmodels import MINILM_TEXTS, minilm, minilm_tokens
+
+TEXTS = ["Ok", "Thanks a lot!", "The cat sat on the mat.", MINILM_TEXTS[2]]
+
+
+def _embedding(hidden: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    m = mask[..., None].astype(np.float64)
+    e = (hidden * m).sum(1) / m.sum(1)
+    return e / np.linalg.norm(e, axis=1, keepdims=True)
+
+
+def _embed_each(run, texts):
+    out = []
+    for t in texts:
+        enc = minilm_tokens([t])
+        out.append(_embedding(run(enc), enc["attention_mask"])[0])
+    return np.array(out)
+
+
+def test_minilm_dynamic_defaults_keep_embeddings(tmp_path):
+    graph = lowbit.load(minilm("eager", "dynamo"))
+    result = quantize_dynamic(graph)
+    weights = [r for r in result.summary.rows if "weights" in r.detail]
+    assert len(weights) == 36 and all(r.mode == "int8" for r in weights)
+    assert len(result.summary.integer_nodes) == 48  # and the 12 attention products
+    assert sum("GELU channels" in r.detail for r in weights) == 6  # the FFN down projections
+    ref = _embed_each(lambda e: lowbit.run(graph, e)["last_hidden_state"], TEXTS)
+    got = _embed_each(lambda e: lowbit.run(result.graph, e)["last_hidden_state"], TEXTS)
+    cos = (ref * got).sum(1)
+    # measured: 0.9971 ("Ok"), 0.9965, 0.9995, 0.9994; the issue's target (mean 0.999 on short
+    # words too) is not reached yet, see benchmarks/dynamic_vs_peers.py
+    assert cos.min() >= 0.995 and cos.mean() >= 0.998 and cos[2:].min() >= 0.999, cos
+    lowbit.save(result.graph, tmp_path / "q.onnx")
+    session = ort.InferenceSession(str(tmp_path / "q.onnx"), providers=["CPUExecutionProvider"])
+    names = [i.name for i in session.get_inputs()]
+    via_ort = _embed_each(lambda e: session.run(None, {k: e[k] for k in names})[0], TEXTS)
+    # ONNX Runtime's float ops round differently in places, so a few codes flip and the
+    # difference compounds over 6 layers (0.99983 measured on the long texts, 1.0 on the
+    # others); one layer agrees to 1e-5 (tests/quant/test_dynamic.py)
+    assert (via_ort * got).sum(1).min() >= 0.999
