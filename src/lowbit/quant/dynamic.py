@@ -43,7 +43,13 @@ from lowbit.ops import infer_node
 from lowbit.ops.registry import QUANT_DOMAIN
 from lowbit.quant import calibration, smoothing
 from lowbit.quant.config import NodeSettings, QuantConfig
-from lowbit.quant.static import NodeReport, QuantizationError, QuantResult, QuantSummary
+from lowbit.quant.static import (
+    NodeReport,
+    QuantizationError,
+    QuantResult,
+    QuantSummary,
+    gemm_problem,
+)
 
 PRODUCTS = ("MatMul", "Gemm")
 
@@ -214,15 +220,11 @@ class _Builder:
             return "the left operand is constant"
         if len(a.type.shape) < 2 or len(b.type.shape) < 2:
             return "a 1-D operand"
-        if node.op_type == "Gemm":
-            c = node.input_or_none(2)
-            if float(node.attrs.get("alpha", 1.0)) != 1.0 or (
-                    c is not None and float(node.attrs.get("beta", 1.0)) != 1.0):
-                return "Gemm with alpha or beta other than 1"
-            if node.attrs.get("transA"):
-                return "Gemm with transA"
-            if not b.is_constant:
-                return "Gemm with a non-constant B"
+        problem = gemm_problem(node)
+        if problem is not None:
+            return problem
+        if node.op_type == "Gemm" and not b.is_constant:
+            return "Gemm with a non-constant B"
         if not b.is_constant and not s.activation_products:
             return "a product of two activations (config: activation_products false)"
         return None

@@ -185,13 +185,9 @@ class _Builder:
             return f"no profile statistics for input '{x.name}'"
         if node.outputs[0].name not in self.profile:
             return f"no profile statistics for '{node.outputs[0].name}'"
-        if node.op_type == "Gemm":
-            c = node.input_or_none(2)
-            if float(node.attrs.get("alpha", 1.0)) != 1.0 or (
-                    c is not None and float(node.attrs.get("beta", 1.0)) != 1.0):
-                return "Gemm with alpha or beta other than 1"
-            if node.attrs.get("transA"):
-                return "Gemm with transA"
+        problem = gemm_problem(node)
+        if problem is not None:
+            return problem
         w = node.inputs[1]
         if not w.is_constant and _is_float(w) and w.name not in self.profile:
             return f"no profile statistics for weight '{w.name}'"
@@ -387,6 +383,20 @@ class _Builder:
             d = self._dequantize(v, None)
             v.name, d.name = d.name, v.name
             self.g.outputs[i] = d
+
+
+def gemm_problem(node: Node) -> str | None:
+    """Why a Gemm cannot become an integer product (alpha or beta other than 1, transA), or
+    None; None for every other op."""
+    if node.op_type != "Gemm":
+        return None
+    c = node.input_or_none(2)
+    if float(node.attrs.get("alpha", 1.0)) != 1.0 or (
+            c is not None and float(node.attrs.get("beta", 1.0)) != 1.0):
+        return "Gemm with alpha or beta other than 1"
+    if node.attrs.get("transA"):
+        return "Gemm with transA"
+    return None
 
 
 def _is_float(v: Value | None) -> bool:
