@@ -11,7 +11,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import onnx
+
 from lowbit.errors import UnsupportedError
+from lowbit.frontends.torch_dynamic import MARKER_DOMAIN, expand_markers, swapped_dynamic_linears
 from lowbit.ir.graph import Graph
 
 EXPORT_OPSET = 17
@@ -42,10 +45,15 @@ def from_torch(module: Any, example_inputs: Sequence[Any], *,
     names = list(input_names or [f"input_{i}" for i in range(len(args))])
     with tempfile.TemporaryDirectory(prefix="lowbit-torch-") as tmp:
         path = Path(tmp) / "model.onnx"
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), swapped_dynamic_linears(module) as linears:
             warnings.simplefilter("ignore")
             torch.onnx.export(module, args, str(path), dynamo=False, opset_version=EXPORT_OPSET,
                               input_names=names,
                               output_names=list(output_names) if output_names else None,
-                              dynamic_axes=dynamic_axes)
+                              dynamic_axes=dynamic_axes,
+                              custom_opsets={MARKER_DOMAIN: 1} if linears else None)
+        if linears:
+            model = onnx.load(str(path))
+            expand_markers(model, linears)
+            onnx.save(model, str(path))
         return load(path, optimize=optimize)
