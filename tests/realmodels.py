@@ -116,6 +116,24 @@ def minilm_tokens(texts: list[str], batch_padded: bool = True) -> dict[str, np.n
             for k in ("input_ids", "attention_mask", "token_type_ids")}
 
 
+def minilm_module(attention: str):
+    """all-MiniLM-L6-v2 as a torch module in eval mode: (input_ids, attention_mask,
+    token_type_ids) -> last_hidden_state."""
+    import torch
+    from transformers import AutoModel
+
+    class Hidden(torch.nn.Module):
+        def __init__(self, m) -> None:
+            super().__init__()
+            self.m = m
+
+        def forward(self, input_ids, attention_mask, token_type_ids):
+            return self.m(input_ids=input_ids, attention_mask=attention_mask,
+                          token_type_ids=token_type_ids).last_hidden_state
+
+    return Hidden(AutoModel.from_pretrained(minilm_path(), attn_implementation=attention).eval())
+
+
 def minilm(attention: str, exporter: str) -> Path:
     """all-MiniLM-L6-v2 with `attention` "eager" or "sdpa", `exporter` "dynamo", "legacy14" or
     "legacy17"; inputs input_ids, attention_mask, token_type_ids [B, S]; output
@@ -123,19 +141,8 @@ def minilm(attention: str, exporter: str) -> Path:
 
     def export(path: Path) -> None:
         import torch
-        from transformers import AutoModel
 
-        class Wrapper(torch.nn.Module):
-            def __init__(self, m) -> None:
-                super().__init__()
-                self.m = m
-
-            def forward(self, input_ids, attention_mask, token_type_ids):
-                return self.m(input_ids=input_ids, attention_mask=attention_mask,
-                              token_type_ids=token_type_ids).last_hidden_state
-
-        model = Wrapper(AutoModel.from_pretrained(minilm_path(),
-                                                  attn_implementation=attention).eval())
+        model = minilm_module(attention)
         enc = minilm_tokens(["Ok", "This is a longer sentence about quantization."])
         args = tuple(torch.from_numpy(enc[k]) for k in
                      ("input_ids", "attention_mask", "token_type_ids"))

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import lowbit
-from realmodels import MINILM_TEXTS, minilm_path, minilm_tokens
+from realmodels import MINILM_TEXTS, minilm_module, minilm_tokens
 
 QCONFIGS = {"per-tensor": torch.ao.quantization.default_dynamic_qconfig,
             "per-channel": torch.ao.quantization.per_channel_dynamic_qconfig}
@@ -50,18 +50,7 @@ def test_mlp_keeps_weights_and_matches_pytorch_at_every_scale(scheme):
 
 @pytest.mark.realmodel
 def test_minilm_from_pytorch_quantize_dynamic():
-    from transformers import AutoModel
-
-    class Hidden(torch.nn.Module):
-        def __init__(self, m) -> None:
-            super().__init__()
-            self.m = m
-
-        def forward(self, input_ids, attention_mask, token_type_ids):
-            return self.m(input_ids=input_ids, attention_mask=attention_mask,
-                          token_type_ids=token_type_ids).last_hidden_state
-
-    model = Hidden(AutoModel.from_pretrained(minilm_path(), attn_implementation="eager").eval())
+    model = minilm_module("eager")
     q = _quantized(model, QCONFIGS["per-channel"])
     names = ["input_ids", "attention_mask", "token_type_ids"]
     example = minilm_tokens(["Ok", "A longer sentence about quantization."])
