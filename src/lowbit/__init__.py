@@ -10,6 +10,7 @@ from __future__ import annotations
 __version__ = "0.1.0"
 
 from lowbit.api import (
+    compare,
     compile,
     from_torch,
     load,
@@ -34,6 +35,7 @@ __all__ = [
     "TensorType",
     "Value",
     "__version__",
+    "compare",
     "compile",
     "from_torch",
     "load",

@@ -17,6 +17,8 @@ from lowbit.quant import profile as _profile
 from lowbit.quant import static as _static
 from lowbit.quant.config import QuantConfig
 from lowbit.quant.profile import Profile
+from lowbit.tools.compare import Comparison
+from lowbit.tools.compare import compare as _compare
 
 
 def load(path: str | os.PathLike, *, optimize: bool = True) -> Graph:
@@ -81,6 +83,14 @@ def quantize_dynamic(graph: Graph, config: QuantConfig | None = None, *,
     `lowbit.quant.dynamic.quantize_dynamic` also returns the per-node summary."""
     return _dynamic.quantize_dynamic(graph, config,
                                      assert_all_quantized=assert_all_quantized).graph
+
+
+def compare(float_graph: Graph, quant_graph: Graph,
+            batches: Iterable[Mapping[str, np.ndarray]]) -> Comparison:
+    """Run a float graph and its quantized version on `batches` and return per-layer SQNR,
+    cosine, max error, error in quantization steps, clipping and range use for every value they
+    share by name (`lowbit.tools.compare`); `.table(top)` renders the worst layers."""
+    return _compare(float_graph, quant_graph, batches)
 
 
 def from_torch(module, example_inputs, **options) -> Graph:

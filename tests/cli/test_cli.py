@@ -38,7 +38,7 @@ def test_inspect_shows_types_ops_and_parameters():
     assert "= Gemm(" in r.stdout
 
 
-@pytest.mark.parametrize("verb", ["inspect", "run", "profile", "quantize", "demo"])
+@pytest.mark.parametrize("verb", ["inspect", "run", "profile", "quantize", "compare", "demo"])
 def test_every_verb_help_shows_an_example(verb):
     r = lowbit(verb, "--help")
     assert r.returncode == 0 and "example:" in r.stdout

@@ -13,11 +13,11 @@ from collections.abc import Sequence
 
 from lowbit.errors import LowbitError
 
-VERBS = ("inspect", "run", "profile", "quantize", "demo")
+VERBS = ("inspect", "run", "profile", "quantize", "compare", "demo")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from lowbit.cli import demo, inspect_cmd, profile_cmd, quantize_cmd, run_cmd
+    from lowbit.cli import compare_cmd, demo, inspect_cmd, profile_cmd, quantize_cmd, run_cmd
 
     parser = argparse.ArgumentParser(
         prog="lowbit", description="lowbit: a post-training quantization compiler for neural "
@@ -25,7 +25,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--debug", action="store_true",
                         help="show tracebacks and verify the IR after every pass")
     sub = parser.add_subparsers(dest="verb", metavar="VERB", required=True)
-    for module in (inspect_cmd, run_cmd, profile_cmd, quantize_cmd, demo):
+    for module in (inspect_cmd, run_cmd, profile_cmd, quantize_cmd, compare_cmd, demo):
         module.add_parser(sub)
     return parser
 

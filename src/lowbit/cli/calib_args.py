@@ -6,8 +6,8 @@ from lowbit.cli.data_files import calibration_batches
 from lowbit.ir.graph import Graph
 
 
-def add_calibration_args(p, required: bool) -> None:
-    p.add_argument("--calib", required=required, metavar="DATA",
+def add_calibration_args(p, required: bool, flag: str = "--calib") -> None:
+    p.add_argument(flag, dest="calib", required=required, metavar="DATA",
                    help=".npy/.npz file, folder of images, or folder of ONNX test_data_set_*")
     p.add_argument("--batch-size", type=int, default=8, help="samples per calibration batch")
     p.add_argument("--limit", type=int, help="use at most this many batches")

@@ -1,0 +1,202 @@
+"""Layer-by-layer comparison of a float graph and its quantized version.
+
+Values are matched by name: lowbit's quantizer keeps each node output's name on its quantized
+version (inserted Quantize/Dequantize nodes get derived names), and its QDQ export names the
+QuantizeLinear output after the float value, so a saved and reloaded model matches too. Integer
+values are dequantized with their QuantParams, `real = scale * (q - zero_point)`. For each matched
+value, over all batches (accumulated, no tensor kept):
+
+    SQNR    = 10 log10(sum f^2 / sum (q - f)^2) dB       (inf when identical)
+    cosine  = sum f q / sqrt(sum f^2 * sum q^2)
+    max_abs = max |q - f|
+    steps   = mean |q - f| / scale                      (integer values: error in steps)
+    clipped = share of float values beyond the represented range [scale (qmin - zero_point),
+              scale (qmax - zero_point)] by more than half a step   (integer values)
+    range   = (max code - min code) / (qmax - qmin)     (integer values: share of range used)
+
+Each batch runs the float graph first, keeping the matched values of that batch only, then the
+quantized graph, whose values are compared as they are produced.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from lowbit.backends.reference.interpreter import Interpreter
+from lowbit.errors import InputError
+from lowbit.ir.graph import Graph, Node, Value
+from lowbit.ops.registry import QUANT_DOMAIN
+
+
+@dataclass
+class LayerStats:
+    """The accumulated comparison of one value (see the module docstring for the formulas)."""
+
+    name: str
+    op_type: str
+    type_text: str
+    signal: float = 0.0
+    noise: float = 0.0
+    dot: float = 0.0
+    quant_energy: float = 0.0
+    max_abs: float = 0.0
+    step_error: float = 0.0
+    count: int = 0
+    clipped: int = 0
+    code_min: float = math.inf
+    code_max: float = -math.inf
+    code_span: int | None = None
+
+    @property
+    def sqnr(self) -> float:
+        if self.noise == 0:
+            return math.inf
+        if self.signal == 0:
+            return -math.inf
+        return 10 * math.log10(self.signal / self.noise)
+
+    @property
+    def cosine(self) -> float:
+        if self.signal == 0 or self.quant_energy == 0:
+            return 1.0 if self.signal == self.quant_energy else 0.0
+        return self.dot / math.sqrt(self.signal * self.quant_energy)
+
+    @property
+    def steps(self) -> float | None:
+        return self.step_error / self.count if self.code_span is not None and self.count else None
+
+    @property
+    def clipped_share(self) -> float | None:
+        return self.clipped / self.count if self.code_span is not None and self.count else None
+
+    @property
+    def range_use(self) -> float | None:
+        if self.code_span is None or not self.count:
+            return None
+        return (self.code_max - self.code_min) / self.code_span
+
+    def add(self, f: np.ndarray, q: np.ndarray, codes: np.ndarray | None, value: Value) -> None:
+        d = q - f
+        self.signal += float((f * f).sum())
+        self.noise += float((d * d).sum())
+        self.dot += float((f * q).sum())
+        self.quant_energy += float((q * q).sum())
+        self.max_abs = max(self.max_abs, float(np.abs(d).max(initial=0.0)))
+        self.count += f.size
+        if codes is not None:
+            t = value.type
+            qp = t.quant
+            self.code_span = t.dtype.qmax - t.dtype.qmin
+            self.step_error += float((np.abs(d) / _broadcast(qp.scale, qp.axis, codes)).sum())
+            scale = _broadcast(qp.scale, qp.axis, codes)
+            zero = _broadcast(qp.zero_point, qp.axis, codes)
+            lo = scale * (t.dtype.qmin - zero - 0.5)
+            hi = scale * (t.dtype.qmax - zero + 0.5)
+            self.clipped += int(((f < lo) | (f > hi)).sum())
+            if codes.size:
+                self.code_min = min(self.code_min, float(codes.min()))
+                self.code_max = max(self.code_max, float(codes.max()))
+
+
+@dataclass
+class Comparison:
+    """Per-layer statistics in the quantized graph's order; `worst_first()` sorts by SQNR."""
+
+    layers: list[LayerStats] = field(default_factory=list)
+    unmatched: list[str] = field(default_factory=list)
+
+    def worst_first(self) -> list[LayerStats]:
+        return sorted(self.layers, key=lambda s: (s.sqnr, s.name))
+
+    def table(self, top: int | None = None):
+        """A rich Table of the worst `top` layers (all when None)."""
+        from rich.table import Table
+
+        table = Table(title="float vs quantized, worst SQNR first")
+        for col in ("value", "op", "type", "SQNR dB", "cosine", "max abs", "err/step",
+                    "clipped", "range use"):
+            table.add_column(col, justify="left" if col in ("value", "op", "type") else "right")
+        for s in self.worst_first()[:top]:
+            table.add_row(s.name, s.op_type, s.type_text, f"{s.sqnr:.2f}", f"{s.cosine:.6f}",
+                          f"{s.max_abs:.4g}", _opt(s.steps, "{:.3f}"),
+                          _opt(s.clipped_share, "{:.2%}"), _opt(s.range_use, "{:.1%}"))
+        return table
+
+
+def compare(float_graph: Graph, quant_graph: Graph,
+            batches: Iterable[Mapping[str, np.ndarray]]) -> Comparison:
+    """Run both graphs on each batch and compare every value they share by name (module
+    docstring). Raises InputError for an empty set of batches or graphs with nothing in common."""
+    float_names = {v.name for n in float_graph.nodes for v in n.outputs}
+    matched: dict[str, Value] = {}
+    stats: dict[str, LayerStats] = {}
+    unmatched = []
+    for node in quant_graph.nodes:
+        if node.op_type == "Constant":
+            continue
+        for v in node.outputs:
+            if v.name in float_names:
+                matched[v.name] = v
+                stats[v.name] = LayerStats(v.name, node.op_type, str(v.type))
+            elif node.domain != QUANT_DOMAIN:
+                unmatched.append(v.name)
+    if not matched:
+        raise InputError("the two graphs share no value names: compare a float model with a "
+                         "quantization of it (lowbit quantize keeps value names)")
+    seen = 0
+    for batch in batches:
+        seen += 1
+        _compare_batch(float_graph, quant_graph, batch, matched, stats)
+    if not seen:
+        raise InputError("compare needs at least one batch of inputs")
+    return Comparison([s for s in stats.values() if s.count], unmatched)
+
+
+def _compare_batch(float_graph: Graph, quant_graph: Graph, batch: Mapping[str, np.ndarray],
+                   matched: dict[str, Value], stats: dict[str, LayerStats]) -> None:
+    ref: dict[str, np.ndarray] = {}
+    Interpreter(float_graph, [_keep(ref, set(matched))])(batch)
+
+    def observe(node: Node, outputs) -> None:
+        for v, a in zip(node.outputs, outputs, strict=False):
+            f = ref.pop(v.name, None) if v.name in matched else None
+            a = np.asarray(a)
+            if f is None or a.shape != f.shape:
+                continue
+            codes = a if a.dtype.kind in "iu" and v.type.quant is not None else None
+            stats[v.name].add(f.astype(np.float64), _dequantize(a, v), codes, v)
+
+    Interpreter(quant_graph, [observe])(batch)
+
+
+def _keep(store: dict[str, np.ndarray], names: set[str]):
+    def observe(node: Node, outputs) -> None:
+        for v, a in zip(node.outputs, outputs, strict=False):
+            if v.name in names:
+                store[v.name] = np.asarray(a)
+    return observe
+
+
+def _dequantize(a: np.ndarray, v: Value) -> np.ndarray:
+    qp = v.type.quant if v.type is not None else None
+    if a.dtype.kind not in "iu" or qp is None:
+        return a.astype(np.float64)
+    z = _broadcast(qp.zero_point, qp.axis, a)
+    return (a.astype(np.float64) - z) * _broadcast(qp.scale, qp.axis, a)
+
+
+def _broadcast(p: np.ndarray, axis: int | None, like: np.ndarray) -> np.ndarray:
+    p = np.asarray(p, np.float64)
+    if axis is None or p.ndim == 0:
+        return p
+    shape = [1] * like.ndim
+    shape[axis % like.ndim] = p.size
+    return p.reshape(shape)
+
+
+def _opt(x: float | None, fmt: str) -> str:
+    return "-" if x is None else fmt.format(x)

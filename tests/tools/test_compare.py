@@ -1,0 +1,131 @@
+"""lowbit.compare and `lowbit compare`: per-layer numbers equal independent numpy computations,
+identical graphs are lossless, and a layer given less precision stands out."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import lowbit
+from lowbit.backends.reference.interpreter import Interpreter
+from lowbit.cli.demo import bundled
+from lowbit.errors import InputError
+from lowbit.quant.config import QuantConfig
+
+MODEL = bundled("mnistnet.onnx")
+
+
+@pytest.fixture(scope="module")
+def mnist():
+    x = np.load(bundled("digits.npz"))["images"]
+    graph = lowbit.load(MODEL)
+    prof = lowbit.profile(graph, [{"input": x[i:i + 50]} for i in range(0, 200, 50)],
+                          progress=False)
+    return graph, prof, [{"input": x[i:i + 20]} for i in range(200, 260, 20)]
+
+
+def _values(graph, batch):
+    store = {}
+
+    def keep(node, outputs):
+        for v, a in zip(node.outputs, outputs, strict=False):
+            store[v.name] = (v, np.asarray(a))
+
+    Interpreter(graph, [keep])(batch)
+    return store
+
+
+def test_identical_graphs_are_lossless(mnist):
+    graph, _, data = mnist
+    result = lowbit.compare(graph, graph, data[:1])
+    assert len(result.layers) == sum(n.op_type != "Constant" for n in graph.nodes)
+    assert all(s.sqnr == math.inf and s.cosine == pytest.approx(1.0) and s.max_abs == 0
+               for s in result.layers)
+
+
+def test_numbers_equal_numpy(mnist):
+    graph, prof, data = mnist
+    q = lowbit.quantize(graph, prof)
+    result = lowbit.compare(graph, q, data)
+    by_name = {s.name: s for s in result.layers}
+    assert result.worst_first()[0].sqnr == min(s.sqnr for s in result.layers)
+    for name, layer in by_name.items():
+        f_all, q_all, codes_all = [], [], []
+        for batch in data:
+            fv, qv = _values(graph, batch)[name][1], _values(q, batch)[name]
+            value, codes = qv
+            qp = value.type.quant
+            f_all.append(fv.astype(np.float64).ravel())
+            if qp is None:
+                q_all.append(codes.astype(np.float64).ravel())
+                continue
+            shape = [1] * codes.ndim
+            if qp.axis is not None:
+                shape[qp.axis] = -1
+            scale = np.asarray(qp.scale, np.float64).reshape(shape)
+            zero = np.asarray(qp.zero_point, np.float64).reshape(shape)
+            q_all.append(((codes - zero) * scale).ravel())
+            codes_all.append(codes.ravel().astype(np.int64))
+        f, g = np.concatenate(f_all), np.concatenate(q_all)
+        assert layer.sqnr == pytest.approx(10 * np.log10((f ** 2).sum() / ((g - f) ** 2).sum()))
+        assert layer.cosine == pytest.approx(f @ g / np.linalg.norm(f) / np.linalg.norm(g))
+        assert layer.max_abs == pytest.approx(np.abs(g - f).max())
+        if codes_all:
+            c = np.concatenate(codes_all)
+            dtype = value.type.dtype
+            assert layer.range_use == pytest.approx((c.max() - c.min()) / (dtype.qmax -
+                                                                            dtype.qmin))
+            if qp.axis is None:
+                assert layer.steps == pytest.approx(np.abs(g - f).mean() / float(qp.scale))
+    assert any(s.range_use is not None for s in result.layers)
+
+
+def test_the_one_int8_layer_among_int16_stands_out(mnist):
+    graph, prof, data = mnist
+    convs = [n.name for n in graph.nodes if n.op_type == "Conv"]
+    config = QuantConfig.from_dict({"default": {"precision": "int16",
+                                                "weight_precision": "int16"},
+                                    "rules": [{"name": convs[1], "precision": "int8",
+                                               "weight_precision": "int8"}]})
+    result = lowbit.compare(graph, lowbit.quantize(graph, prof, config), data)
+    order = [s.name for s in result.layers]
+    target = next(n for n in graph.nodes if n.name == convs[1]).outputs[0].name
+    at = order.index(target)
+    upstream = result.layers[:at]
+    assert upstream and min(s.sqnr for s in upstream) > 60
+    assert result.layers[at].sqnr < 45
+    assert result.worst_first()[0].name in order[at:]
+    assert result.worst_first()[0].sqnr <= result.layers[at].sqnr
+
+
+def test_graphs_with_nothing_in_common_or_no_data_are_refused(mnist):
+    graph, _, data = mnist
+    with pytest.raises(InputError, match="at least one batch"):
+        lowbit.compare(graph, graph, [])
+    other = lowbit.load(MODEL)
+    for node in other.nodes:
+        for v in node.outputs:
+            v.name = "other_" + v.name
+    with pytest.raises(InputError, match="share no value names"):
+        lowbit.compare(graph, other, data[:1])
+
+
+def test_cli_compares_a_saved_quantized_model(mnist, tmp_path):
+    graph, prof, _ = mnist
+    lowbit.save(lowbit.quantize(graph, prof), tmp_path / "q.onnx", format="qdq")
+    np.save(tmp_path / "x.npy", np.load(bundled("digits.npz"))["images"][300:340])
+    cmd = [sys.executable, "-m", "lowbit", "compare", str(MODEL), str(tmp_path / "q.onnx"),
+           "--data", str(tmp_path / "x.npy"), "--top", "3"]
+    r = subprocess.run(cmd, capture_output=True, text=True, env={"COLUMNS": "200",
+                                                                "PATH": ""})
+    assert r.returncode == 0, r.stderr
+    rows = [line for line in r.stdout.splitlines() if line.startswith("│ ")]
+    assert "SQNR dB" in r.stdout and len(rows) == 3
+    assert all("QuantizeLinear" in row and " i8[S:" in row for row in rows)
+    r = subprocess.run(cmd[:5] + [str(tmp_path / "missing.onnx"), "--data",
+                                  str(tmp_path / "x.npy")], capture_output=True, text=True)
+    assert r.returncode == 1 and "missing.onnx" in r.stderr and "Traceback" not in r.stderr
