@@ -1,7 +1,8 @@
-"""MNISTNet quantized by ONNX Runtime's quantize_static in QDQ format (QuantizeLinear /
-DequantizeLinear around float Conv and Gemm, per tensor and per channel) imports with every
-integer initializer kept bit for bit, and lowbit.run gives ONNX Runtime's logits exactly, with
-ONNX Runtime's graph optimizations (fused QLinearConv / QGemm) on and off."""
+"""MNISTNet quantized by ONNX Runtime's quantize_static, per tensor and per channel, imports
+with every integer initializer kept bit for bit, and lowbit.run gives ONNX Runtime's logits
+exactly, with ONNX Runtime's graph optimizations (fused QLinearConv / QGemm) on and off: in QDQ
+format (QuantizeLinear / DequantizeLinear around float Conv and Gemm) and in QOperator format
+(QLinearConv, com.microsoft.QGemm)."""
 
 from __future__ import annotations
 
@@ -72,5 +73,19 @@ def test_mnistnet_from_onnxruntime_quantize_static_qdq(tmp_path, digits, per_cha
     model = _quantize_static(digits, path, per_channel, QuantFormat.QDQ)
     assert sum(n.op_type == "DequantizeLinear" for n in model.graph.node) >= 8
     graph = lowbit.load(path)
+    _check_integers_kept(model, graph)
+    _check_same_as_ort(path, graph, digits)
+
+
+@pytest.mark.parametrize("per_channel", [False, True])
+def test_mnistnet_from_onnxruntime_quantize_static_qoperator(tmp_path, digits, per_channel):
+    from onnxruntime.quantization import QuantFormat
+
+    path = tmp_path / "mnistnet.qop.onnx"
+    model = _quantize_static(digits, path, per_channel, QuantFormat.QOperator)
+    ops = [n.op_type for n in model.graph.node]
+    assert ops.count("QLinearConv") == 2 and ops.count("QGemm") == 2
+    graph = lowbit.load(path)
+    assert sum(n.op_type == "QGemm" and n.domain == "com.microsoft" for n in graph.nodes) == 2
     _check_integers_kept(model, graph)
     _check_same_as_ort(path, graph, digits)
