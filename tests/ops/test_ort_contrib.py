@@ -81,3 +81,13 @@ def test_qgemm_matches_formula_and_onnxruntime(trans_a, trans_b, per_column, bia
     np.testing.assert_array_equal(got, run_ort(model, inputs)[0])
     if quantized:
         assert np.count_nonzero((got > 0) & (got < 255)) > 0  # not all saturated
+
+
+def test_qgemm_with_y_scale_but_no_y_zero_point_is_refused_naming_the_node():
+    from lowbit.errors import ModelError
+
+    rng = np.random.default_rng(0)
+    inputs = _case(rng, False, False, False, True, True)
+    del inputs["y_zero"]
+    with pytest.raises(ModelError, match=r"QGemm.*y_scale and y_zero_point"):
+        run_lowbit(_qgemm_model(inputs, {}), inputs)
