@@ -19,6 +19,7 @@ from lowbit.api import (
     quantize_dynamic,
     run,
     save,
+    sensitivity,
 )
 from lowbit.errors import LowbitError
 from lowbit.ir import Graph, Node, QuantParams, TensorType, Value
@@ -44,4 +45,5 @@ __all__ = [
     "quantize_dynamic",
     "run",
     "save",
+    "sensitivity",
 ]

@@ -19,6 +19,8 @@ from lowbit.quant.config import QuantConfig
 from lowbit.quant.profile import Profile
 from lowbit.tools.compare import Comparison
 from lowbit.tools.compare import compare as _compare
+from lowbit.tools.sensitivity import Sensitivity
+from lowbit.tools.sensitivity import sensitivity as _sensitivity
 
 
 def load(path: str | os.PathLike, *, optimize: bool = True) -> Graph:
@@ -91,6 +93,17 @@ def compare(float_graph: Graph, quant_graph: Graph,
     cosine, max error, error in quantization steps, clipping and range use for every value they
     share by name (`lowbit.tools.compare`); `.table(top)` renders the worst layers."""
     return _compare(float_graph, quant_graph, batches)
+
+
+def sensitivity(float_graph: Graph, batches: Iterable[Mapping[str, np.ndarray]], *,
+                profile: Profile | None = None, config: QuantConfig | None = None,
+                dynamic: bool = False, progress: bool = True) -> Sensitivity:
+    """Quantize one layer of `float_graph` at a time, the rest float, and rank the layers by the
+    SQNR of the outputs on `batches`, most sensitive first (`lowbit.tools.sensitivity`). Static
+    quantization needs `profile`; `.config(top)` is `config` with the `top` most sensitive
+    layers raised to higher precision, `.yaml_rules(top)` the same rules as YAML."""
+    return _sensitivity(float_graph, list(batches), profile=profile, config=config,
+                        dynamic=dynamic, progress=progress)
 
 
 def from_torch(module, example_inputs, **options) -> Graph:

@@ -296,3 +296,42 @@ def test_gelu_outlier_channels_get_their_own_integer_product(tmp_path):
     got = ort.InferenceSession(str(tmp_path / "q.onnx")).run(None, {"x": x})[0]
     want = lowbit.run(split.graph, {"x": x})["y"]
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4 * np.abs(want).max())
+
+
+@pytest.mark.parametrize("activation", ["Relu", "Clip"])
+def test_a_fused_relu_or_clip_stays_after_the_integer_product(tmp_path, activation):
+    """The optimizer fuses MatMul + Relu/Clip into one MatMul with an output clamp; the integer
+    product replacing it must keep the clamp (a separate float Clip), in lowbit and in the
+    ONNX Runtime export."""
+    import onnxruntime as ort
+
+    rng = np.random.default_rng(9)
+    w1 = rng.normal(size=(16, 32)).astype(np.float32)
+    w2 = rng.normal(size=(32, 8)).astype(np.float32)
+    clip_args = ["h"] if activation == "Relu" else ["h", "lo", "hi"]
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"], name="first"),
+             helper.make_node(activation, clip_args, ["r"], name="act"),
+             helper.make_node("MatMul", ["r", "w2"], ["y"], name="second")]
+    inits = [numpy_helper.from_array(w1, "w1"), numpy_helper.from_array(w2, "w2"),
+             numpy_helper.from_array(np.array(-1.0, np.float32), "lo"),
+             numpy_helper.from_array(np.array(2.5, np.float32), "hi")]
+    g = helper.make_graph(nodes, "mlp",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 5, 16])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 5, 8])],
+                          inits)
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 20)]),
+              tmp_path / "mlp.onnx")
+    graph = lowbit.load(tmp_path / "mlp.onnx")
+    assert [n.op_type for n in graph.nodes if n.op_type != "Constant"] == ["MatMul", "MatMul"]
+    x = rng.normal(size=(2, 5, 16)).astype(np.float32)
+    h = x @ w1
+    r = np.maximum(h, 0) if activation == "Relu" else np.clip(h, -1.0, 2.5)
+    want = r @ w2
+    q = quantize_dynamic(graph).graph
+    clamps = [n for n in q.nodes if n.op_type == "Clip"]
+    assert len(clamps) == 1 and clamps[0].outputs[0].name == "r"
+    got = lowbit.run(q, {"x": x})["y"]
+    assert 10 * np.log10((want ** 2).sum() / ((got - want) ** 2).sum()) > 35
+    lowbit.save(q, tmp_path / "q.onnx")
+    ort_y = ort.InferenceSession(str(tmp_path / "q.onnx")).run(None, {"x": x})[0]
+    np.testing.assert_allclose(ort_y, got, rtol=1e-5, atol=1e-4 * np.abs(got).max())

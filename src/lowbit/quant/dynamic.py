@@ -40,7 +40,7 @@ from lowbit.ir.graph import Graph, Node, Value
 from lowbit.ir.types import TensorType
 from lowbit.ir.verifier import verify
 from lowbit.ops import infer_node
-from lowbit.ops.registry import QUANT_DOMAIN
+from lowbit.ops.registry import FUSED_CLIP, QUANT_DOMAIN
 from lowbit.quant import calibration, smoothing
 from lowbit.quant.config import NodeSettings, QuantConfig
 from lowbit.quant.static import (
@@ -71,6 +71,10 @@ def quantize_dynamic(graph: Graph, config: QuantConfig | None = None, *,
     for node in products:  # estimated from the float up-projections, before they change
         builder.find_outliers(node)
     for node in products:
+        if not builder.config.settings_for(node).quantized:
+            builder.product(node)  # reports why it stays float; keeps its fused clamp
+            continue
+        builder.unfuse_clamp(node)
         builder.product(node)
     summary = QuantSummary(builder.rows, list(warnings))
     if assert_all_quantized and summary.float_nodes:
@@ -106,6 +110,27 @@ class _Builder:
         found = smoothing.gelu_outlier_channels(node.inputs[0], count)
         if found is not None:
             self._outliers[node.name] = found
+
+    def unfuse_clamp(self, node: Node) -> None:
+        """A Relu/Clip the optimizer fused into `node` (`fused_clip`) becomes a float Clip of
+        its own after it, writing the node's output: the integer product replacing `node` has
+        no output clamp."""
+        clip = node.attrs.pop(FUSED_CLIP, None)
+        if clip is None:
+            return
+        out = node.outputs[0]
+        raw = Value(self.g.unique_name(f"{out.name}_unclamped"), out.type)
+        node.outputs[0] = raw
+        bounds: list[Value | None] = [None, None]
+        for i, bound in enumerate(clip):
+            if np.isfinite(bound):
+                bounds[i] = self.g.add_constant(np.array(bound, np.float32), self.g.unique_name(
+                    f"{out.name}_clip_{'min' if i == 0 else 'max'}"), before=node)
+        while bounds and bounds[-1] is None:
+            bounds.pop()
+        clamp = Node("Clip", [raw, *bounds], [out], {}, self.g.unique_node_name(
+            f"{node.name}_clip"))
+        self.g.nodes.insert(self.g.nodes.index(node) + 1, clamp)
 
     def product(self, node: Node) -> None:
         s = self.config.settings_for(node)

@@ -1,0 +1,181 @@
+"""Which layers to keep in higher precision: quantize one layer at a time, the rest float.
+
+For each candidate node N (a node the full quantization computes in integers, except the ops
+that only move or select data, which add no error of their own), the float graph is quantized
+with the user's config plus two rules appended last,
+
+    - regex: '.*'          precision: float      # every node stays in float ...
+    - name: N              precision: <N's>      # ... except N, with all its own settings
+
+so N's input is quantized with its calibrated range, N computes in integers and its output is
+dequantized for the float rest. That graph runs on every batch and its outputs are compared
+with the float graph's, over all outputs and batches:
+
+    SQNR   = 10 log10(sum f^2 / sum (q - f)^2) dB   (inf when identical)
+    cosine = sum f q / sqrt(sum f^2 * sum q^2)
+
+Layers rank by SQNR, lowest (most sensitive) first. `Sensitivity.config(top)` is the user's
+config with the `top` most sensitive layers raised to higher precision (static: int16
+activations and weights; dynamic: float, since dynamic quantization computes in 8 bits), and
+`yaml_rules(top)` the same rules as a YAML snippet to paste under `rules:`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import yaml
+
+from lowbit.backends.reference.interpreter import Interpreter
+from lowbit.errors import InputError
+from lowbit.ir.graph import Graph
+from lowbit.quant import dynamic as _dynamic
+from lowbit.quant import static as _static
+from lowbit.quant.config import QuantConfig, Rule
+from lowbit.quant.profile import Profile
+
+DATA_MOVEMENT = frozenset({
+    "Reshape", "Transpose", "Flatten", "Squeeze", "Unsqueeze", "Slice", "Gather", "Concat",
+    "Split", "MaxPool", "Identity", "Expand", "Tile", "Pad", "DepthToSpace", "SpaceToDepth",
+})  # fmt: skip
+"""Ops that keep their input's parameters (or only unify them): they add no error of their own
+and are not ranked."""
+
+HIGHER_PRECISION = {
+    "static": {"precision": "int16", "weight_precision": "int16"},
+    "dynamic": {"precision": "float"},
+}
+"""What `Sensitivity.config` gives the most sensitive layers."""
+
+
+@dataclass
+class LayerSensitivity:
+    """The graph outputs' error when only node `name` is quantized."""
+
+    name: str
+    op_type: str
+    sqnr: float
+    cosine: float
+
+
+@dataclass
+class Sensitivity:
+    """Layers, most sensitive first, and the config they were measured with."""
+
+    layers: list[LayerSensitivity]
+    base: QuantConfig
+    mode: str
+    """"static" or "dynamic"."""
+    all_quantized_sqnr: float = math.nan
+    """The outputs' SQNR with every layer quantized, for scale."""
+    higher: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.higher:
+            self.higher = dict(HIGHER_PRECISION[self.mode])
+
+    def rules(self, top: int) -> list[Rule]:
+        """One rule per layer among the `top` most sensitive, raising it to higher precision."""
+        return [Rule(name=layer.name, **self.higher) for layer in self.layers[:top]]
+
+    def config(self, top: int) -> QuantConfig:
+        """The config measured with, plus `rules(top)` appended (they win over earlier rules)."""
+        return QuantConfig(self.base.default, (*self.base.rules, *self.rules(top)),
+                           self.base.source)
+
+    def yaml_rules(self, top: int) -> str:
+        """`rules(top)` as YAML list items, ready to paste under a config's `rules:`."""
+        if top <= 0 or not self.layers:
+            return ""
+        return yaml.safe_dump([r.to_dict() for r in self.rules(top)], sort_keys=False)
+
+    def table(self, top: int | None = None):
+        """A rich Table of the `top` most sensitive layers (all when None)."""
+        from rich.table import Table
+
+        table = Table(title=f"{self.mode} quantization, one layer at a time (outputs' SQNR with "
+                            f"every layer quantized: {self.all_quantized_sqnr:.2f} dB)")
+        for col in ("rank", "layer", "op", "output SQNR dB", "output cosine"):
+            table.add_column(col, justify="left" if col in ("layer", "op") else "right")
+        for i, s in enumerate(self.layers[:top], 1):
+            table.add_row(str(i), s.name, s.op_type, f"{s.sqnr:.2f}", f"{s.cosine:.6f}")
+        return table
+
+
+def sensitivity(
+    float_graph: Graph,
+    batches: Sequence[Mapping[str, np.ndarray]],
+    *,
+    profile: Profile | None = None,
+    config: QuantConfig | None = None,
+    dynamic: bool = False,
+    progress: bool = True,
+) -> Sensitivity:
+    """Rank the layers of `float_graph` by the error quantizing each alone puts on its outputs
+    (module docstring). Static quantization needs the `profile` taken on `float_graph`; with
+    `dynamic`, `lowbit.quant.dynamic` quantizes and no profile is used. `batches` is run once
+    per layer, so it must be a sequence, not a one-shot iterator."""
+    config = config or QuantConfig()
+    batches = list(batches)
+    if not batches:
+        raise InputError("sensitivity needs at least one batch of inputs")
+    if not dynamic and profile is None:
+        raise InputError("sensitivity of static quantization needs the calibration profile "
+                         "taken on the float model (lowbit.profile, or --profile/--calib)")
+    quantize = _quantizer(profile, dynamic)
+    reference = [_outputs(float_graph, b) for b in batches]
+    full = quantize(float_graph, config)
+    candidates = [(r.name, r.op_type) for r in full.summary.integer_nodes
+                  if r.op_type not in DATA_MOVEMENT]
+    if not candidates:
+        raise InputError(f"no node of graph '{float_graph.name}' computes in integers with this "
+                         f"config: nothing to rank")
+    layers = []
+    for name, op_type in _progress(candidates, progress):
+        node = next(n for n in float_graph.nodes if n.name == name)
+        own = config.settings_for(node).precision
+        alone = QuantConfig(config.default, (*config.rules, Rule(regex=".*", precision="float"),
+                                             Rule(name=name, precision=own)), config.source)
+        sqnr, cosine = _output_error(quantize(float_graph, alone).graph, batches, reference)
+        layers.append(LayerSensitivity(name, op_type, sqnr, cosine))
+    layers.sort(key=lambda s: (s.sqnr, s.name))
+    everything, _ = _output_error(full.graph, batches, reference)
+    return Sensitivity(layers, config, "dynamic" if dynamic else "static", everything)
+
+
+def _quantizer(profile: Profile | None, dynamic: bool) -> Callable:
+    if dynamic:
+        return lambda g, c: _dynamic.quantize_dynamic(g, c)
+    return lambda g, c: _static.quantize(g, profile, c)
+
+
+def _outputs(graph: Graph, batch: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+    return [np.asarray(a, np.float64) for a in Interpreter(graph)(batch).values()]
+
+
+def _output_error(graph: Graph, batches, reference) -> tuple[float, float]:
+    signal = noise = dot = energy = 0.0
+    for batch, ref in zip(batches, reference, strict=True):
+        for f, q in zip(ref, _outputs(graph, batch), strict=True):
+            signal += float((f * f).sum())
+            noise += float(((q - f) ** 2).sum())
+            dot += float((f * q).sum())
+            energy += float((q * q).sum())
+    sqnr = math.inf if noise == 0 else (-math.inf if signal == 0
+                                        else 10 * math.log10(signal / noise))
+    cosine = 1.0 if signal == energy == 0 else (
+        dot / math.sqrt(signal * energy) if signal and energy else 0.0)
+    return sqnr, cosine
+
+
+def _progress(items: list, enabled: bool):
+    if not enabled:
+        yield from items
+        return
+    from rich.console import Console
+    from rich.progress import track
+
+    yield from track(items, description="one layer at a time", console=Console(stderr=True))
