@@ -49,3 +49,25 @@ def test_minilm_dynamic_defaults_keep_embeddings(tmp_path):
     # difference compounds over 6 layers (0.99983 measured on the long texts, 1.0 on the
     # others); one layer agrees to 1e-5 (tests/quant/test_dynamic.py)
     assert (via_ort * got).sum(1).min() >= 0.999
+
+
+def test_minilm_sensitivity_names_products_whose_float_keeping_helps():
+    """lowbit.sensitivity ranks MiniLM's 48 integer products on three short texts; the config it
+    writes, the three most sensitive in float, brings every test text closer to float."""
+    graph = lowbit.load(minilm("eager", "dynamo"))
+    ranked = lowbit.sensitivity(graph, [minilm_tokens([t]) for t in TEXTS[:3]], dynamic=True,
+                                progress=False)
+    assert len(ranked.layers) == 48 and ranked.mode == "dynamic"
+    assert ranked.layers[0].sqnr < ranked.layers[-1].sqnr
+    assert ranked.all_quantized_sqnr < ranked.layers[0].sqnr
+    ref = _embed_each(lambda e: lowbit.run(graph, e)["last_hidden_state"], TEXTS)
+    cos = {}
+    for top in (0, 3):
+        q = quantize_dynamic(graph, ranked.config(top))
+        assert len(q.summary.float_nodes) == top
+        assert {r.name for r in q.summary.float_nodes} == {s.name for s in ranked.layers[:top]}
+        got = _embed_each(lambda e, g=q.graph: lowbit.run(g, e)["last_hidden_state"], TEXTS)
+        cos[top] = (ref * got).sum(1)
+    # measured: 0.99708 0.99653 0.99947 0.99942 -> 0.99765 0.99795 0.99964 0.99950 (over
+    # 210 texts, words mean 0.9987 -> 0.9991: benchmarks/sensitivity_real_models.py)
+    assert cos[3].mean() > cos[0].mean() and cos[3].min() > cos[0].min(), cos
