@@ -13,11 +13,19 @@ from collections.abc import Sequence
 
 from lowbit.errors import LowbitError
 
-VERBS = ("inspect", "run", "profile", "quantize", "compare", "demo")
+VERBS = ("inspect", "run", "dump", "profile", "quantize", "compare", "demo")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from lowbit.cli import compare_cmd, demo, inspect_cmd, profile_cmd, quantize_cmd, run_cmd
+    from lowbit.cli import (
+        compare_cmd,
+        demo,
+        dump_cmd,
+        inspect_cmd,
+        profile_cmd,
+        quantize_cmd,
+        run_cmd,
+    )
 
     parser = argparse.ArgumentParser(
         prog="lowbit", description="lowbit: a post-training quantization compiler for neural "
@@ -25,7 +33,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--debug", action="store_true",
                         help="show tracebacks and verify the IR after every pass")
     sub = parser.add_subparsers(dest="verb", metavar="VERB", required=True)
-    for module in (inspect_cmd, run_cmd, profile_cmd, quantize_cmd, compare_cmd, demo):
+    for module in (inspect_cmd, run_cmd, dump_cmd, profile_cmd, quantize_cmd, compare_cmd,
+                   demo):
         module.add_parser(sub)
     return parser
 

@@ -1,0 +1,375 @@
+"""`lowbit dump`: every node's outputs, their printed types and statistics, and for quantized
+nodes the integer parameters the reference kernel uses, enough to redo one kernel by hand.
+
+Statistics are over the actual array: min, max, mean, std; for integer values with
+QuantParams also the real range they represent (`scale * (code - zero_point)` over the codes
+present), the codes used (min and max code, and `(max - min) / (qmax - qmin)` of the range) and
+saturation (share of codes at qmin and at qmax).
+
+The integer parameters follow the reference kernels' formulas (lowbit.backends.reference.
+kernels.int_linear, int_combine, int_pool, int_activation, requant), each real factor M encoded
+by `lowbit.quant.arith.encode` exactly as the kernel encodes it:
+
+    Conv / Gemm / MatMul   acc = sum((x - z_x)(w - z_w)) + b;  M = s_x * s_w / s_y
+                           (wide operands: acc >> r rounding half up, M * 2**r)
+                           float output: y = float32(acc) * (s_x * s_w)
+    Add / Sub              a_i = q31((q_i - z_i) << L, s_i / s), s = 2 max(s_1, s_2);
+                           M = s / (2**L s_y)
+    Mul                    M = s_1 s_2 / s_y
+    Concat, Requantize,    M = s_x / s_y (per input whose parameters differ from the output's)
+    Relu, Clip
+    AveragePool, Global-   M = s_x / (s_y n), n the number of values averaged
+    AveragePool, ReduceMean
+    Sigmoid, Tanh, ...     a lookup table indexed by q - qmin (kept whole in the .npz)
+    Quantize               y = saturate(round_half_even(float32(x) / s) + z)
+    Dequantize             y = float32(q - z) * s
+
+Q31: `h = (acc * 2**left_shift * multiplier + 2**30) >> 31`, then `y = h` rounded right by
+`right_shift`, ties away from zero; prescale:
+`(clamp(acc >> pre, -clip, clip) * scale + 2**(post - 1)) >> post` (lowbit.quant.fixed_point;
+docs/requantization.md).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from lowbit.backends.reference.interpreter import Interpreter
+from lowbit.errors import InputError
+from lowbit.ir.graph import Graph, Node, Value
+from lowbit.ir.printer import format_type
+from lowbit.ir.types import TensorType
+from lowbit.ops.registry import QUANT_DOMAIN, TABLE, lookup
+from lowbit.quant import arith, fixed_point
+
+SHOWN = 16
+"""Per-channel arrays longer than this print as a range; the .npz keeps them whole."""
+
+
+@dataclass
+class ValueStats:
+    """One output of one node: printed type and statistics (module docstring)."""
+
+    name: str
+    type_text: str
+    shape: tuple[int, ...]
+    dtype: str
+    min: float
+    max: float
+    mean: float
+    std: float
+    real_min: float | None = None
+    real_max: float | None = None
+    code_min: int | None = None
+    code_max: int | None = None
+    range_use: float | None = None
+    at_qmin: float | None = None
+    at_qmax: float | None = None
+
+
+@dataclass
+class NodeDump:
+    """A node, its outputs' statistics, its kernel's integer parameters (text lines, with the
+    arrays they name in `arrays`)."""
+
+    name: str
+    op_type: str
+    outputs: list[ValueStats]
+    integer: list[str] = field(default_factory=list)
+    arrays: dict[str, np.ndarray] = field(default_factory=dict)
+
+
+def dump(graph: Graph, inputs: Mapping[str, np.ndarray], nodes: str | None = None,
+         keep: bool = False) -> tuple[list[NodeDump], dict[str, np.ndarray]]:
+    """Run `graph` on `inputs` and describe every node (except Constant) whose name or op type
+    `nodes` (a regular expression, `re.search`) matches; with `keep`, also return the output
+    tensors and the kernels' parameter arrays keyed by name. InputError for a regex that does not
+    compile or matches no node."""
+    chosen = _select(graph, nodes)
+    records: list[NodeDump] = []
+    tensors: dict[str, np.ndarray] = {}
+
+    def observe(node: Node, outputs) -> None:
+        if node.name not in chosen:
+            return
+        arrays = [np.asarray(a) for a in outputs]
+        record = NodeDump(node.name, node.op_type,
+                          [value_stats(v, a) for v, a in zip(node.outputs, arrays, strict=False)])
+        record.integer, record.arrays = integer_parameters(node)
+        records.append(record)
+        if keep:
+            tensors.update({v.name: a for v, a in zip(node.outputs, arrays, strict=False)})
+            tensors.update({f"{node.name}.{k}": a for k, a in record.arrays.items()})
+
+    Interpreter(graph, [observe])(inputs)
+    return records, tensors
+
+
+def _select(graph: Graph, pattern: str | None) -> set[str]:
+    candidates = [n for n in graph.nodes if n.op_type != "Constant"]
+    if pattern is None:
+        return {n.name for n in candidates}
+    try:
+        regex = re.compile(pattern)
+    except re.error as exc:
+        raise InputError(f"--nodes {pattern!r} is not a valid regular expression: {exc}") from None
+    chosen = {n.name for n in candidates if regex.search(n.name) or regex.search(n.op_type)}
+    if not chosen:
+        ops = sorted({n.op_type for n in candidates})
+        raise InputError(f"--nodes {pattern!r} matches no node name or op type of graph "
+                         f"'{graph.name}' (op types: {', '.join(ops)})")
+    return chosen
+
+
+def value_stats(v: Value, a: np.ndarray) -> ValueStats:
+    """Statistics of array `a` held by value `v` (module docstring)."""
+    t = v.type
+    shape = tuple(int(d) for d in a.shape)
+    if a.size == 0 or a.dtype.kind not in "fiub":
+        return ValueStats(v.name, format_type(t), shape, str(a.dtype), *([float("nan")] * 4))
+    f = a.astype(np.float64)
+    stats = ValueStats(v.name, format_type(t), shape, str(a.dtype), float(f.min()),
+                       float(f.max()), float(f.mean()), float(f.std()))
+    if t is not None and t.quant is not None and a.dtype.kind in "iu":
+        real = arith.dequantize(a, t).astype(np.float64)
+        stats.real_min, stats.real_max = float(real.min()), float(real.max())
+        stats.code_min, stats.code_max = int(a.min()), int(a.max())
+        stats.range_use = (stats.code_max - stats.code_min) / (t.dtype.qmax - t.dtype.qmin)
+        stats.at_qmin = float((a == t.dtype.qmin).mean())
+        stats.at_qmax = float((a == t.dtype.qmax).mean())
+    return stats
+
+
+# -- integer parameters -----------------------------------------------------------------------
+
+
+def _quantized(t: TensorType | None) -> bool:
+    return t is not None and t.quant is not None
+
+
+def integer_parameters(node: Node) -> tuple[list[str], dict[str, np.ndarray]]:
+    """The kernel's integer parameters of `node` as text lines and named arrays (empty for a
+    node computing in float)."""
+    types = [v.type if v is not None else None for v in node.inputs]
+    out = node.outputs[0].type if node.outputs else None
+    if node.domain == QUANT_DOMAIN and node.op_type == "Quantize" and _quantized(out):
+        return [f"y = saturate(round_half_even(float32(x) / s) + z), s {_p(out.quant.scale)}, "
+                f"z {_p(out.quant.zero_point)}"], {}
+    if node.domain == QUANT_DOMAIN and node.op_type == "Dequantize" and _quantized(types[0]):
+        q = types[0].quant
+        return [f"y = float32(q - z) * s, s {_p(q.scale)}, z {_p(q.zero_point)}"], {}
+    lines: list[str] = []
+    arrays: dict[str, np.ndarray] = {}
+    op = node.op_type
+    if (node.domain, op) in ONNX_QLINEAR:
+        _qlinear(node, lines, arrays)
+        return lines, arrays
+    if node.domain in ("", "ai.onnx") and op in ("QuantizeLinear", "DequantizeLinear"):
+        scale, zero = (list(node.inputs[1:]) + [None])[:2]
+        formula = ("y = saturate(round_half_even(x / y_scale) + y_zero_point)"
+                   if op == "QuantizeLinear" else "y = (x - x_zero_point) * x_scale")
+        lines.append(f"{formula}; scale {_p_value(scale)}, zero point {_p_value(zero)}")
+        return lines, arrays
+    if not any(_quantized(t) for t in types):
+        return [], {}
+    if node.domain == QUANT_DOMAIN and op == "DynamicMatMul":
+        lines.append("acc = sum((a - A_zero_point)(b - z_b)) in int32; y = float32(acc * A_scale"
+                     " * s_b) + C, A_scale and A_zero_point computed at run time")
+        if _quantized(types[3]):
+            lines.append(f"s_b {_p(types[3].quant.scale)}")
+        return lines, arrays
+    if op in ("Conv", "Gemm", "MatMul"):
+        _linear(node, types, out, lines, arrays)
+    elif op in ("Add", "Sub"):
+        t1, t2 = types[0], types[1]
+        shift = arith.ADD_SHIFT[8 if max(t1.dtype.bits, t2.dtype.bits) <= 8 else 16]
+        s1, s2 = float(arith.scale_of(t1)), float(arith.scale_of(t2))
+        big = 2.0 * max(s1, s2)
+        lines.append(f"a_i = q31((q_i - z_i) << {shift}, s_i / s), s = 2 max(s_1, s_2) = "
+                     f"{big:.9g}; z_1 {_p(t1.quant.zero_point)}, z_2 {_p(t2.quant.zero_point)}")
+        for i, s in ((1, s1), (2, s2)):
+            _encoded(lines, arrays, f"input{i}.", s / big, fixed_point.Q31, 8,
+                     f"input {i}: s_{i} / s")
+        _output(node, out, big / 2.0**shift / float(arith.scale_of(out)), lines, arrays,
+                f"y = requantize(a_1 {'+' if op == 'Add' else '-'} a_2, M) + z_y")
+    elif op == "Mul":
+        M = float(arith.scale_of(types[0])) * float(arith.scale_of(types[1])) \
+            / float(arith.scale_of(out))
+        _output(node, out, M, lines, arrays, "y = requantize((q_1 - z_1)(q_2 - z_2), M = s_1 s_2 "
+                f"/ s_y) + z_y; z_1 {_p(types[0].quant.zero_point)}, z_2 "
+                f"{_p(types[1].quant.zero_point)}")
+    elif op in ("AveragePool", "GlobalAveragePool", "ReduceMean"):
+        base = float(arith.scale_of(types[0])) / float(arith.scale_of(out))
+        lines.append(f"y = requantize(sum(q - z_x), M = s_x / (s_y n)) + z_y, s_x / s_y = "
+                     f"{base:.9g}, n the number of values averaged; z_x "
+                     f"{_p(types[0].quant.zero_point)}, z_y {_p(out.quant.zero_point)}")
+    elif _quantized(out) and _rule(node) == TABLE:
+        from lowbit.backends.reference.kernels.int_activation import table_for
+
+        table = table_for(node)
+        arrays["table"] = table
+        lines.append(f"y = table[q - ({types[0].dtype.qmin})], a {table.size}-entry table "
+                     f"{_p(table)}")
+    elif _quantized(out) and any(_quantized(t) and (t.dtype != out.dtype or t.quant != out.quant)
+                                 for t in types):
+        for i, t in enumerate(types):
+            if _quantized(t) and (t.dtype != out.dtype or t.quant != out.quant):
+                M = arith.scale_of(t) / arith.scale_of(out)
+                _output(node, out, M, lines, arrays,
+                        f"input {i}: y = requantize(q - z_x, M = s_x / s_y) + z_y; z_x "
+                        f"{_p(t.quant.zero_point)}", key=f"input{i}")
+    else:
+        lines.append("keeps its input's parameters: no arithmetic on the codes")
+    return lines, arrays
+
+
+ONNX_QLINEAR = {("", "QLinearConv"): (1, 4, 6, 7), ("", "QLinearMatMul"): (1, 4, 6, 7),
+                ("com.microsoft", "QGemm"): (1, 4, 7, 8)}
+"""ONNX's quantized operators: input indices of (input scale, weight scale, output scale,
+output zero point)."""
+
+
+def _qlinear(node: Node, lines: list[str], arrays: dict[str, np.ndarray]) -> None:
+    """ONNX QLinearConv / QLinearMatMul / com.microsoft QGemm: ONNX Runtime's float32
+    requantization (lowbit.backends.reference.kernels.quantized), and M in lowbit's integer
+    encodings."""
+    i_x, i_w, i_y, i_zy = ONNX_QLINEAR[(node.domain, node.op_type)]
+    get = [node.input_or_none(i) for i in (i_x, i_w, i_y, i_zy)]
+    s_x, s_w, s_y = (None if v is None else v.const_value for v in get[:3])
+    lines.append(f"acc = sum((x - z_x)(w - z_w)) (+ bias) in int32; s_x {_p_value(get[0])}, "
+                 f"s_w {_p_value(get[1])}")
+    if s_x is None or s_w is None:
+        return
+    f = np.float32
+    alpha = f(node.attrs.get("alpha", 1.0))
+    if s_y is None or get[2] is None:
+        scale = (f(alpha * f(np.asarray(s_x).reshape(()))) * np.asarray(s_w, f)).astype(f)
+        arrays["dequantize_scale"] = scale
+        lines.append(f"float output: y = float32(acc) * float32(s_x * s_w) {_p(scale)}")
+        return
+    M = (f(alpha * f(np.asarray(s_x).reshape(()))) * np.asarray(s_w, f).reshape(-1)
+         / f(np.asarray(s_y).reshape(()))).astype(f)
+    arrays["M"] = M
+    lines.append(f"y = clamp(round_half_even(float32(acc) * M), qmin - z_y, qmax - z_y) + z_y "
+                 f"(ONNX Runtime, float32), M = float32(float32(s_x * s_w) / s_y) {_p(M)}, "
+                 f"z_y {_p_value(get[3])}")
+    bits = node.outputs[0].type.dtype.bits if node.outputs[0].type is not None else 8
+    for method in (fixed_point.PRESCALE, fixed_point.Q31):
+        _encoded(lines, arrays, "integer.", M.astype(np.float64), method, bits,
+                 f"{method} (lowbit's integer-only equivalent)")
+
+
+def _p_value(v: Value | None) -> str:
+    if v is None:
+        return "-"
+    return _p(v.const_value) if v.const_value is not None else f"%{v.name} (computed)"
+
+
+def _rule(node: Node) -> str | None:
+    op = lookup(node.op_type, node.domain)
+    return op.quant_rule if op is not None else None
+
+
+def _linear(node: Node, types, out, lines: list[str], arrays: dict[str, np.ndarray]) -> None:
+    from lowbit.backends.reference.kernels.int_linear import narrow_accumulator
+
+    tx, tw = types[0], types[1]
+    tb = types[2] if len(types) > 2 else None
+    s_x, s_w = arith.scale_of(tx), arith.scale_of(tw)
+    lines.append(f"acc = sum((x - z_x)(w - z_w)) + b in int32; z_x {_p(tx.quant.zero_point)}, "
+                 f"z_w {_p(tw.quant.zero_point)}, s_x {_p(s_x)}, s_w {_p(s_w)}")
+    if tb is not None and _quantized(tb):
+        lines.append(f"bias: {tb.dtype.name}, zero point 0, scale s_x * s_w {_p(s_x * s_w)}")
+    if not _quantized(out):
+        lines.append(f"float output: y = float32(acc) * (s_x * s_w) {_p(s_x * s_w)}")
+        arrays["dequantize_scale"] = np.asarray(s_x * s_w)
+        return
+    M = s_x * s_w / arith.scale_of(out)
+    if node.op_type == "Conv":
+        k = int(np.prod(node.inputs[1].type.shape[1:]))
+    elif node.op_type == "Gemm":
+        k = int(tx.shape[0 if node.attrs.get("transA") else -1])
+    else:
+        k = int(tx.shape[-1])
+    # the bias's bound counts when folded into an int32 constant (a model loaded from a file);
+    # lowbit.quantize's graphs fold it only at export
+    bias = node.inputs[2].const_value if tb is not None and _quantized(tb) else None
+    _, wide_M = narrow_accumulator(np.zeros(1, np.int64), k, tx, tw, bias, M)
+    ratio = float(np.asarray(wide_M).ravel()[0] / np.asarray(M).ravel()[0])
+    shift = int(np.rint(np.log2(ratio)))  # narrow_accumulator's r: M * 2**r
+    if shift:
+        lines.append(f"wide operands: acc = (acc + 2**{shift - 1}) >> {shift}, M * 2**{shift}")
+    _output(node, out, wide_M, lines, arrays, f"y = saturate(requantize(acc, M = s_x * s_w / "
+            f"s_y) + z_y), z_y {_p(out.quant.zero_point)}, s_y {_p(out.quant.scale)}")
+
+
+def _output(node: Node, out: TensorType, M, lines: list[str], arrays: dict[str, np.ndarray],
+            formula: str, key: str = "") -> None:
+    """The output requantization: `formula`, a fused clamp, then M in the encoding the kernel
+    uses and in the other one."""
+    lines.append(formula)
+    lo, hi = arith.output_bounds(node, out)
+    if (lo, hi) != (out.dtype.qmin, out.dtype.qmax):
+        lines.append(f"fused clamp: codes limited to [{lo}, {hi}]")
+    used = arith.method_of(node, out)
+    prefix = f"{key}." if key else ""
+    _encoded(lines, arrays, prefix, M, used, out.dtype.bits, f"{used} (used)")
+    other = fixed_point.PRESCALE if used == fixed_point.Q31 else fixed_point.Q31
+    _encoded(lines, arrays, prefix, M, other, out.dtype.bits, f"{other} (alternative)")
+
+
+def _encoded(lines: list[str], arrays: dict[str, np.ndarray], prefix: str, M, method: str,
+             bits: int, label: str) -> None:
+    """M encoded by `method` as the kernels encode it; arrays under `prefix` + field name."""
+    try:
+        params = fixed_point.encode(M, method, output_bits=bits)
+    except ValueError as exc:
+        lines.append(f"  {label}: cannot encode ({exc})")
+        return
+    arrays[f"{prefix}M"] = np.asarray(params.real)
+    if isinstance(params, fixed_point.Q31Params):
+        fields = {"multiplier": params.multiplier, "left_shift": params.left_shift,
+                  "right_shift": params.right_shift}
+    else:
+        fields = {"pre": params.pre, "scale": params.scale, "post": params.post,
+                  "clip": params.clip}
+    lines.append(f"  {label}: M {_p(params.real)}; " + ", ".join(
+        f"{k.replace('_', ' ')} {_p(v)}" for k, v in fields.items()))
+    arrays.update({f"{prefix}{method}_{k}": v for k, v in fields.items()})
+
+
+def _p(a) -> str:
+    """A scalar, a short array in full, or a long one as its range and length."""
+    a = np.asarray(a)
+    fmt = (lambda x: f"{int(x)}") if a.dtype.kind in "iub" else (lambda x: f"{float(x):.9g}")
+    if a.size == 1:
+        return fmt(a.reshape(-1)[0])
+    flat = a.reshape(-1)
+    if flat.size <= SHOWN:
+        return "[" + " ".join(fmt(x) for x in flat) + "]"
+    return f"{fmt(flat.min())}..{fmt(flat.max())} ({flat.size} values)"
+
+
+# -- text -----------------------------------------------------------------------------------
+
+
+def render(records: list[NodeDump]) -> str:
+    """The text `lowbit dump` prints."""
+    lines = []
+    for r in records:
+        lines.append(f"{r.name}  {r.op_type}")
+        for s in r.outputs:
+            lines.append(f"  %{s.name}: {s.type_text}")
+            text = f"    {s.dtype} min {s.min:.6g} max {s.max:.6g} mean {s.mean:.6g} " \
+                   f"std {s.std:.6g}"
+            if s.real_min is not None:
+                text += (f"; real [{s.real_min:.6g}, {s.real_max:.6g}], codes "
+                         f"[{s.code_min}, {s.code_max}] ({s.range_use:.1%} of the range), at "
+                         f"qmin {s.at_qmin:.2%}, at qmax {s.at_qmax:.2%}")
+            lines.append(text)
+        lines += [f"    {line}" for line in r.integer]
+    return "\n".join(lines)

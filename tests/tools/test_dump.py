@@ -1,0 +1,176 @@
+"""lowbit dump: the tensors and statistics it reports are the interpreter's, and the integer
+parameters it prints reproduce a quantized Conv's output codes by hand."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import lowbit
+from lowbit.backends.reference.interpreter import Interpreter
+from lowbit.cli.demo import bundled
+from lowbit.errors import InputError
+from lowbit.tools.dump import dump, render
+
+MODEL = bundled("mnistnet.onnx")
+
+
+@pytest.fixture(scope="module")
+def quantized():
+    x = np.load(bundled("digits.npz"))["images"]
+    graph = lowbit.load(MODEL)
+    prof = lowbit.profile(graph, [{"input": x[i:i + 50]} for i in range(0, 200, 50)],
+                          progress=False)
+    return lowbit.quantize(graph, prof), x[300:303]
+
+
+def _all_values(graph, inputs):
+    store = {}
+
+    def keep(node, outputs):
+        for v, a in zip(node.outputs, outputs, strict=False):
+            store[v.name] = np.asarray(a)
+
+    Interpreter(graph, [keep])(inputs)
+    return store
+
+
+def test_tensors_and_statistics_are_the_interpreters(quantized):
+    q, x = quantized
+    records, tensors = dump(q, {"input": x}, keep=True)
+    values = _all_values(q, {"input": x})
+    assert {r.name for r in records} == {n.name for n in q.nodes if n.op_type != "Constant"}
+    for name, a in values.items():
+        assert np.array_equal(tensors[name], a) and tensors[name].dtype == a.dtype
+    conv = next(r for r in records if r.op_type == "Conv")
+    out = conv.outputs[0]
+    a = values[out.name]
+    t = next(n for n in q.nodes if n.name == conv.name).outputs[0].type
+    assert (out.min, out.max, out.mean) == (a.min(), a.max(), pytest.approx(a.mean()))
+    assert out.std == pytest.approx(a.std())
+    s, z = float(t.quant.scale), int(t.quant.zero_point)
+    assert out.real_min == pytest.approx(s * (int(a.min()) - z))
+    assert out.real_max == pytest.approx(s * (int(a.max()) - z))
+    assert out.at_qmin == pytest.approx((a == -128).mean())
+    assert out.at_qmax == pytest.approx((a == 127).mean())
+    assert out.range_use == pytest.approx((int(a.max()) - int(a.min())) / 255)
+    text = render(records)
+    assert f"%{out.name}: i8[S:{s:.9f} O:{z}]" in text
+
+
+def _conv3x3(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """Stride 1, padding 1 (centred codes: the zero point pads as 0), written out over the 9
+    taps, independent of lowbit's kernels."""
+    n, _, h, wd = x.shape
+    padded = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))
+    acc = np.zeros((n, w.shape[0], h, wd), np.int64)
+    for i in range(3):
+        for j in range(3):
+            acc += np.einsum("nchw,oc->nohw", padded[:, :, i:i + h, j:j + wd], w[:, :, i, j])
+    return acc
+
+
+def test_printed_integer_parameters_reproduce_a_conv_by_hand(quantized):
+    q, x = quantized
+    conv = next(n for n in q.nodes if n.op_type == "Conv" and n.name.endswith("features.3/Conv"))
+    records, tensors = dump(q, {"input": x}, nodes=r"features\.3/Conv|_quantize$", keep=True)
+    x_codes = _all_values(q, {"input": x})[conv.inputs[0].name].astype(np.int64)
+    w_codes = tensors[conv.inputs[1].name].astype(np.int64)
+    b_codes = tensors[conv.inputs[2].name].astype(np.int64)
+    tx = conv.inputs[0].type
+    z_x = int(tx.quant.zero_point)
+    acc = _conv3x3(x_codes - z_x, w_codes) + b_codes.reshape(1, -1, 1, 1)
+    p = {k.removeprefix(conv.name + "."): v for k, v in tensors.items()
+         if k.startswith(conv.name + ".")}
+    ch = (1, -1, 1, 1)
+    t = np.clip(acc >> p["prescale_pre"].reshape(ch), -p["prescale_clip"].reshape(ch),
+                p["prescale_clip"].reshape(ch))
+    y = (t * p["prescale_scale"].reshape(ch) + (1 << (p["prescale_post"].reshape(ch) - 1))) \
+        >> p["prescale_post"].reshape(ch)
+    z_y = int(conv.outputs[0].type.quant.zero_point)
+    by_hand = np.clip(y + z_y, -128, 127)
+    got = tensors[conv.outputs[0].name]
+    assert np.array_equal(by_hand, got)
+    # the alternative Q31 encoding, also by hand: within one code of the prescale result
+    h = (acc * p["q31_multiplier"].reshape(ch) << p["q31_left_shift"].reshape(ch)) + (1 << 30)
+    h >>= 31
+    r = p["q31_right_shift"].reshape(ch)
+    y31 = (h + (np.int64(1) << np.maximum(r - 1, 0)) * (r > 0) - ((h < 0) & (r > 0))) >> r
+    assert np.abs(np.clip(y31 + z_y, -128, 127) - got).max() <= 1
+    assert np.allclose(p["M"], tx.quant.scale * conv.inputs[1].type.quant.scale
+                       / conv.outputs[0].type.quant.scale)
+    text = render([r for r in records if r.name == conv.name])
+    assert "prescale (used)" in text and "q31 (alternative)" in text
+    assert f"z_x {z_x}" in text
+
+
+def test_tables_and_float_outputs_are_described(quantized):
+    q, x = quantized
+    records, tensors = dump(q, {"input": x}, nodes="Gemm", keep=True)
+    last = records[-1]
+    assert last.outputs[0].dtype == "float32" and last.outputs[0].real_min is None
+    assert any(line.startswith("float output: y = float32(acc) * (s_x * s_w)")
+               for line in last.integer)
+    gemm = next(n for n in q.nodes if n.name == last.name)
+    want = gemm.inputs[0].type.quant.scale * gemm.inputs[1].type.quant.scale
+    assert np.allclose(tensors[f"{last.name}.dequantize_scale"], want)
+
+
+def test_bad_node_patterns_are_refused(quantized):
+    q, x = quantized
+    with pytest.raises(InputError, match="matches no node"):
+        dump(q, {"input": x}, nodes="Softmax")
+    with pytest.raises(InputError, match="not a valid regular expression"):
+        dump(q, {"input": x}, nodes="(")
+
+
+def _cli(*args):
+    return subprocess.run([sys.executable, "-m", "lowbit", "dump", *map(str, args)],
+                          capture_output=True, text=True)
+
+
+def test_cli_on_a_qoperator_file_reproduces_qlinearconv_by_hand(quantized, tmp_path):
+    q, x = quantized
+    lowbit.save(q, tmp_path / "q.onnx", format="qoperator")
+    np.save(tmp_path / "x.npy", x)
+    r = _cli(tmp_path / "q.onnx", "--input", f"input={tmp_path / 'x.npy'}", "--nodes",
+             "QLinearConv|QuantizeLinear", "--npz", tmp_path / "v.npz")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.count("  QLinearConv\n") == 2 and "(ONNX Runtime, float32)" in r.stdout
+    loaded = lowbit.load(tmp_path / "q.onnx")
+    values = _all_values(loaded, {"input": x})
+    conv = next(n for n in loaded.nodes if n.op_type == "QLinearConv")
+    with np.load(tmp_path / "v.npz") as saved:
+        assert np.array_equal(saved[conv.outputs[0].name], values[conv.outputs[0].name])
+        x_codes = saved[conv.inputs[0].name].astype(np.int64)
+        M = saved[f"{conv.name}.M"]
+        got = saved[conv.outputs[0].name]
+    assert M.dtype == np.float32
+    const = [None if v is None else v.const_value for v in conv.inputs]
+    acc = _conv3x3(x_codes - int(const[2]), const[3].astype(np.int64))
+    acc += const[8].astype(np.int64).reshape(1, -1, 1, 1)
+    z_y = int(const[7])
+    v = acc.astype(np.float32) * M.reshape(1, -1, 1, 1)
+    by_hand = np.clip(np.rint(v.astype(np.float64)), -128 - z_y, 127 - z_y) + z_y
+    assert np.array_equal(by_hand, got)
+    assert f"z_y {z_y}" in r.stdout
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--input", "nope={x}"], "nope"),
+    (["--input", "input={bad}"], "shape"),
+    (["--input", "input={x}", "--nodes", "Softmax"], "matches no node"),
+    (["--input", "input={x}", "--nodes", "("], "not a valid regular expression"),
+])
+def test_cli_errors_name_the_problem_and_write_nothing(quantized, tmp_path, args, message):
+    q, x = quantized
+    lowbit.save(q, tmp_path / "q.onnx", format="qoperator")
+    np.save(tmp_path / "x.npy", x)
+    np.save(tmp_path / "bad.npy", x[:, :, :5])
+    args = [a.format(x=tmp_path / "x.npy", bad=tmp_path / "bad.npy") for a in args]
+    r = _cli(tmp_path / "q.onnx", *args, "--npz", tmp_path / "v.npz")
+    assert r.returncode == 1 and message in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert not (tmp_path / "v.npz").exists()
