@@ -4,6 +4,7 @@ only, and its QDQ / QOperator exports run in ONNX Runtime with the same integer 
 from __future__ import annotations
 
 import numpy as np
+import onnx
 import onnxruntime as ort
 import pytest
 
@@ -45,20 +46,39 @@ def test_accuracy_drop_is_at_most_a_tenth_of_a_point(digits, quantized):
 
 @pytest.mark.parametrize("form", ["qdq", "qoperator"])
 def test_exports_agree_with_onnxruntime(digits, quantized, tmp_path, form):
+    """Every int8 activation of the exported model, as ONNX Runtime computes it, is within one
+    code of lowbit's on at least 99 % of its values (ONNX Runtime requantizes in float32,
+    lowbit in integers), and the logits pick the same digit."""
     x, _ = digits
     _, result = quantized
     path = tmp_path / f"mnist_{form}.onnx"
     lowbit.save(result.graph, path, format=form)
     batch = {"input": x[500:1000]}
-    ours = lowbit.run(result.graph, batch)["logits"]
-    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"],
+    ours = {}
+
+    def keep(node, outputs):
+        for v, a in zip(node.outputs, outputs, strict=False):
+            if v.type is not None and v.type.quant is not None and np.asarray(a).ndim > 1:
+                ours[v.name] = np.asarray(a)
+
+    from lowbit.backends.reference.interpreter import Interpreter
+
+    logits = Interpreter(result.graph, [keep])(batch)["logits"]
+    model = onnx.load(path)
+    produced = {o for n in model.graph.node for o in n.output}
+    names = sorted(n for n in ours if n in produced)
+    assert len(names) >= 6  # input, 2 convs, 2 pools, flatten, hidden layer
+    model.graph.output.extend(onnx.helper.make_empty_tensor_value_info(n) for n in names)
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"],
                                    disabled_optimizers=["QDQS8ToU8Transformer"])
-    theirs = session.run(None, batch)[0]
-    head = next(n for n in result.graph.nodes if n.outputs[0].name == "logits")
-    w = head.inputs[1].producer.inputs[0].const_value
-    unit = float(head.inputs[0].type.quant.scale) * float(np.abs(w).max())
-    assert np.mean(np.abs(ours - theirs) <= unit * 1.001) >= 0.99
-    assert (ours.argmax(1) == theirs.argmax(1)).mean() >= 0.998
+    theirs = dict(zip(["logits", *names], session.run(["logits", *names], batch), strict=True))
+    for name in names:
+        diff = np.abs(ours[name].astype(np.int64) - theirs[name].astype(np.int64))
+        assert theirs[name].dtype == ours[name].dtype == np.int8
+        assert (diff <= 1).mean() >= 0.99, (name, (diff <= 1).mean())
+    # measured: never more than 1 code apart; 0.002 % (first conv) to 0.28 % (hidden layer)
+    # of the codes differ by one
+    assert (logits.argmax(1) == theirs["logits"].argmax(1)).mean() >= 0.998
 
 
 def test_efficientnet_lite0_keeps_top1_on_real_photos():

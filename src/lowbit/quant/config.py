@@ -14,6 +14,7 @@ matching rule in order, field by field, so later rules win. In YAML::
       weight_precision: int8      # int8 | int16
       weight_scheme: symmetric    # symmetric | asymmetric | power_of_2
       requant: auto               # auto | q31 | prescale (integer rescale encoding)
+      bias_correction: true       # static: fold the mean weight-rounding error into the bias
       granularity: row            # dynamic: activation parameters per row | head | tensor
       reduce_range: false         # dynamic: 7-bit activation codes
       activation_products: true   # dynamic: also MatMuls of two activations (attention)
@@ -72,6 +73,9 @@ DEFAULT_SCHEME = "asymmetric"
 DEFAULT_WEIGHT_PRECISION = "int8"
 DEFAULT_WEIGHT_SCHEME = "symmetric"
 DEFAULT_REQUANT = "auto"
+DEFAULT_BIAS_CORRECTION = True
+"""Static quantization of Conv/Gemm: subtract the expected output error of the weights'
+rounding, (W_q - W) . E[x], from the bias (lowbit.quant.static)."""
 DEFAULT_GRANULARITY = "row"
 DEFAULT_REDUCE_RANGE = False
 DEFAULT_ACTIVATION_PRODUCTS = True
@@ -120,6 +124,7 @@ class NodeSettings:
     weight_precision: str = DEFAULT_WEIGHT_PRECISION
     weight_scheme: str = DEFAULT_WEIGHT_SCHEME
     requant: str = DEFAULT_REQUANT
+    bias_correction: bool = DEFAULT_BIAS_CORRECTION
     granularity: str = DEFAULT_GRANULARITY
     reduce_range: bool = DEFAULT_REDUCE_RANGE
     activation_products: bool = DEFAULT_ACTIVATION_PRODUCTS
@@ -176,6 +181,7 @@ class Rule:
     weight_precision: str | None = None
     weight_scheme: str | None = None
     requant: str | None = None
+    bias_correction: bool | None = None
     granularity: str | None = None
     reduce_range: bool | None = None
     activation_products: bool | None = None
@@ -371,7 +377,7 @@ def _check_setting(key: str, value: Any) -> Any:
                 f"valid: {', '.join(choices)}"
             )
         return value
-    if key in ("per_channel", "reduce_range", "activation_products"):
+    if key in ("per_channel", "reduce_range", "activation_products", "bias_correction"):
         if not isinstance(value, bool):
             raise ConfigError(f"{key} must be true or false, got {value!r}")
         return value

@@ -156,14 +156,31 @@ def fit_exponent(lo: float, hi: float, bins: int, at_least: int | None = None) -
     return e
 
 
+def _add(a: np.ndarray | None, b: np.ndarray | None) -> np.ndarray | None:
+    """a + b, or None when either is unknown (a profile written before sums were kept)."""
+    return None if a is None or b is None else a + b
+
+
 @dataclass
 class ChannelRange:
     """Per-channel minimum and maximum along one axis (NaN where a channel had no finite
-    value)."""
+    value), and the sum and number of the finite values of each channel (float64; None in
+    profiles written before they were recorded), whose ratio is the channel mean that bias
+    correction uses."""
 
     axis: int
     min: np.ndarray
     max: np.ndarray
+    sum: np.ndarray | None = None
+    count: np.ndarray | None = None
+
+    @property
+    def mean(self) -> np.ndarray | None:
+        """sum / count per channel (NaN for a channel with no finite value), or None."""
+        if self.sum is None or self.count is None:
+            return None
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(self.count > 0, self.sum / np.maximum(self.count, 1), np.nan)
 
 
 @dataclass
@@ -289,9 +306,12 @@ class StatsObserver:
                 lo = (src.min(axis=others) if finite else np.nanmin(src, axis=others))
                 hi = (src.max(axis=others) if finite else np.nanmax(src, axis=others))
             lo, hi = lo.astype(np.float64), hi.astype(np.float64)
+            total = np.nansum(src, axis=others, dtype=np.float64)
+            count = (np.full(lo.shape, x.size // max(lo.size, 1), np.float64) if finite else
+                     np.isfinite(x).sum(axis=others).astype(np.float64))
             current = self.channels.get(axis)
             if current is None:
-                self.channels[axis] = ChannelRange(axis, lo, hi)
+                self.channels[axis] = ChannelRange(axis, lo, hi, total, count)
             elif current.min.shape != lo.shape:
                 raise ValueError(
                     f"'{self.name}': axis {axis} has {lo.size} channels in this array but "
@@ -299,15 +319,20 @@ class StatsObserver:
             else:
                 current.min = np.fmin(current.min, lo)
                 current.max = np.fmax(current.max, hi)
+                current.sum, current.count = _add(current.sum, total), _add(current.count, count)
 
     def merge(self, other: StatsObserver) -> None:
         """Add the statistics of `other` (same value, other data) to this one, exactly."""
         for axis, ch in other.channels.items():
             mine = self.channels.get(axis)
             if mine is None:
-                self.channels[axis] = ChannelRange(axis, ch.min.copy(), ch.max.copy())
+                self.channels[axis] = ChannelRange(
+                    axis, ch.min.copy(), ch.max.copy(),
+                    None if ch.sum is None else ch.sum.copy(),
+                    None if ch.count is None else ch.count.copy())
             else:
                 mine.min, mine.max = np.fmin(mine.min, ch.min), np.fmax(mine.max, ch.max)
+                mine.sum, mine.count = _add(mine.sum, ch.sum), _add(mine.count, ch.count)
         self.nan += other.nan
         self.posinf += other.posinf
         self.neginf += other.neginf

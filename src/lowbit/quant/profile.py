@@ -23,9 +23,12 @@ A `Profile` is saved as one YAML file (`Profile.save`, written to a temporary na
         min: -3.1
         max: 5.2
         histogram: {bins: 8192, exponent: -11, offset: -6349, counts: <b64>}
-        channels: [{axis: 0, min: <b64>, max: <b64>}]
+        channels: [{axis: 1, min: <b64>, max: <b64>, sum: <b64>, count: <b64>}]
 
-Constant weights (observed once, not per batch) also carry `constant: true`.
+Constant weights (observed once, not per batch) also carry `constant: true`. The data input of
+every Conv, Gemm and MatMul with a constant weight is observed per channel along the axis the
+weight reduces (Conv: 1; Gemm: 1, or 0 with transA; MatMul: the last), so that its channel means
+(`sum / count`) are there for bias correction (lowbit.quant.static).
 Arrays (`<b64>`) are base64 of zlib-compressed little-endian bytes: int64 for histogram counts
 (bin `offset + i` covers [(offset + i) * 2**exponent, (offset + i + 1) * 2**exponent)), float64
 for channel ranges. Everything else is plain YAML. A profile is keyed by the graph hash: loading
@@ -191,6 +194,11 @@ class _Recorder:
             for v in node.outputs:
                 if _is_float(v) or v.type is None:
                     self._watch(v)
+        for node in graph.nodes:
+            axis = product_input_axis(node)
+            obs = self.watched.get(node.inputs[0]) if axis is not None else None
+            if obs is not None and axis not in obs.channel_axes:
+                obs.channel_axes = (*obs.channel_axes, axis)
 
     def _watch(self, v: Value) -> None:
         if v.type is None:
@@ -210,6 +218,20 @@ class _Recorder:
     def __call__(self, node: Node, outputs: list[np.ndarray]) -> None:
         for value, array in zip(node.outputs, outputs, strict=False):
             self.observe(value, array)
+
+
+def product_input_axis(node: Node) -> int | None:
+    """The axis of a Conv/Gemm/MatMul's data input that its constant weight reduces over (the
+    input channels), or None for other nodes and products without a constant weight."""
+    if node.op_type not in ("Conv", "Gemm", "MatMul") or node.domain not in ("", "ai.onnx"):
+        return None
+    if len(node.inputs) < 2 or node.inputs[1] is None or not node.inputs[1].is_constant:
+        return None
+    if node.op_type == "Conv":
+        return 1
+    if node.op_type == "Gemm":
+        return 0 if node.attrs.get("transA") else 1
+    return -1
 
 
 def _check_batch(graph: Graph, batch: Any, index: int) -> list[np.ndarray]:
@@ -350,8 +372,7 @@ def _stats_to_yaml(s: StatsObserver, constant: bool) -> dict[str, Any]:
         entry["histogram"] = {"bins": s.bins, "exponent": hist.exponent, "offset": hist.offset,
                               "counts": _pack(hist.counts, "int64")}
     if s.channels:
-        entry["channels"] = [{"axis": ch.axis, "min": _pack(ch.min, "float64"),
-                              "max": _pack(ch.max, "float64")} for ch in s.channels.values()]
+        entry["channels"] = [_channel_to_yaml(ch) for ch in s.channels.values()]
     return entry
 
 
@@ -376,9 +397,18 @@ def _stats_from_yaml(name: str, entry: dict[str, Any]) -> StatsObserver:
         s.restore_histogram(hist)
     for c in channels:
         axis = int(c["axis"])
+        sums = [_unpack(c[k], "float64") if k in c else None for k in ("sum", "count")]
         s.channels[axis] = ChannelRange(axis, _unpack(c["min"], "float64"),
-                                        _unpack(c["max"], "float64"))
+                                        _unpack(c["max"], "float64"), *sums)
     return s
+
+
+def _channel_to_yaml(ch: ChannelRange) -> dict[str, Any]:
+    entry: dict[str, Any] = {"axis": ch.axis, "min": _pack(ch.min, "float64"),
+                             "max": _pack(ch.max, "float64")}
+    if ch.sum is not None and ch.count is not None:
+        entry |= {"sum": _pack(ch.sum, "float64"), "count": _pack(ch.count, "float64")}
+    return entry
 
 
 def _write_atomically(path: Path, data: bytes) -> None:

@@ -40,9 +40,9 @@ from lowbit.ir.verifier import verify
 from lowbit.ops import infer_node, lookup
 from lowbit.ops.registry import COMPUTE, KEEP, QUANT_DOMAIN, REQUANT, RESCALE, TABLE
 from lowbit.passes.quant_cleanup import simplify_quantize
-from lowbit.quant import calibration, schemes
+from lowbit.quant import bias_correction, calibration, schemes
 from lowbit.quant.config import NodeSettings, QuantConfig
-from lowbit.quant.profile import Profile
+from lowbit.quant.profile import Profile, product_input_axis
 
 FIXED_RANGES: dict[str, tuple[float, float]] = {
     "Softmax": (0.0, 1.0),
@@ -245,6 +245,7 @@ class _Builder:
         return TensorType(storage, shape, params)
 
     def _prepare_compute(self, node: Node, s: NodeSettings) -> str:
+        x_name = node.inputs[0].name
         x = self._int_input(node, 0, s)
         w_at = WEIGHT_INPUT[node.op_type]
         w = node.inputs[w_at]
@@ -258,10 +259,14 @@ class _Builder:
         bias_at = BIAS_INPUT.get(node.op_type)
         b = node.input_or_none(bias_at) if bias_at is not None else None
         s_in = x.type.quant.scale
+        corrected = ""
         if w_params is not None:
             if b is not None:
                 w_params = _fit_for_bias(w.const_value, b.const_value, s_in, w_params,
                                          s.weight_dtype, axis)
+            if bias_at is not None and s.bias_correction:
+                b, w_params, corrected = self._correct_bias(node, x_name, w, b, w_params, s_in,
+                                                            s.weight_dtype, axis)
             wt = TensorType(s.weight_dtype, w.type.shape, w_params)
             node.inputs[w_at] = self._quantize_value(w, wt, node, f"{w.name}_q")
         if b is not None:
@@ -271,10 +276,44 @@ class _Builder:
                                         self.g.unique_name(f"{b.name}_per_channel"), before=node)
             bias_q = schemes.bias_params(s_in, s_w, axis=0 if s_w.ndim else None)
             bt = TensorType(dtypes.INT32, b.type.shape, _bias_shape(bias_q, b.type.shape))
-            node.inputs[bias_at] = self._quantize_value(b, bt, node, f"{b.name}_q")
+            quantized_bias = self._quantize_value(b, bt, node, f"{b.name}_q")
+            while len(node.inputs) <= bias_at:
+                node.inputs.append(None)
+            node.inputs[bias_at] = quantized_bias
         wt = node.inputs[w_at].type
         granularity = "per-channel" if wt.quant.axis is not None else "per-tensor"
-        return f"{wt.dtype.name} {granularity} weights, {s.calibration} activations"
+        return f"{wt.dtype.name} {granularity} weights, {s.calibration} activations{corrected}"
+
+    def _correct_bias(self, node: Node, x_name: str, w: Value, b: Value | None,
+                      w_params: QuantParams, s_in, weight_dtype: DType, axis: int | None
+                      ) -> tuple[Value | None, QuantParams, str]:
+        """Bias correction: the bias minus the expected output error of the weights' rounding,
+        `b' = b - (W_q - W) . E[x]` per output channel (`bias_correction.weight_error`), E[x]
+        the per-channel means of the input in the profile. A missing bias starts at 0. Should
+        the corrected bias need larger weight scales to fit in int32, the error is computed
+        again with them."""
+        stats = self.profile.stats.get(x_name)
+        channel = stats.channels.get(product_input_axis(node)) if stats is not None else None
+        mean = channel.mean if channel is not None else None
+        if mean is None:
+            return b, w_params, "; no bias correction (the profile has no channel means of " \
+                f"'{x_name}': profile the model again)"
+        original = None if b is None else np.asarray(b.const_value, np.float64).reshape(-1)
+        for _ in range(2):
+            eps = bias_correction.weight_error(node, w.const_value, TensorType(
+                weight_dtype, w.type.shape, w_params), mean)
+            if eps is None:
+                return b, w_params, "; no bias correction (input channels do not match)"
+            new = (0.0 if original is None else original) - eps
+            refit = _fit_for_bias(w.const_value, new, s_in, w_params, weight_dtype, axis)
+            if refit is w_params or (np.array_equal(refit.scale, w_params.scale)):
+                break
+            w_params = refit
+        hint = b.name if b is not None else f"{node.name}_bias"
+        corrected = self.g.add_constant(new.astype(np.float32),
+                                        self.g.unique_name(f"{hint}_corrected"), before=node)
+        shift = float(np.abs(eps).max()) if eps.size else 0.0
+        return corrected, w_params, f", bias-corrected (max shift {shift:.3g})"
 
     def _prepare_other(self, node: Node, s: NodeSettings, rule: str) -> str:
         for i, v in enumerate(node.inputs):
