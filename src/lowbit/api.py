@@ -88,11 +88,13 @@ def quantize_dynamic(graph: Graph, config: QuantConfig | None = None, *,
 
 
 def compare(float_graph: Graph, quant_graph: Graph,
-            batches: Iterable[Mapping[str, np.ndarray]]) -> Comparison:
+            batches: Iterable[Mapping[str, np.ndarray]], *, samples: int = 0) -> Comparison:
     """Run a float graph and its quantized version on `batches` and return per-layer SQNR,
     cosine, max error, error in quantization steps, clipping and range use for every value they
-    share by name (`lowbit.tools.compare`); `.table(top)` renders the worst layers."""
-    return _compare(float_graph, quant_graph, batches)
+    share by name (`lowbit.tools.compare`); `.table(top)` renders the worst layers. `samples`
+    keeps up to that many float values per layer for histograms
+    (`lowbit.tools.report.write_report`)."""
+    return _compare(float_graph, quant_graph, batches, samples=samples)
 
 
 def sensitivity(float_graph: Graph, batches: Iterable[Mapping[str, np.ndarray]], *,

@@ -10,9 +10,12 @@ import argparse
 from lowbit.cli.calib_args import add_calibration_args, batches_from_args
 from lowbit.errors import InputError
 
+REPORT_SAMPLES = 20000
+"""Float values kept per layer for the report's histograms."""
+
 EXAMPLE = """example:
   lowbit quantize model.onnx -o model.int8.onnx --calib calib.npz
-  lowbit compare model.onnx model.int8.onnx --data test.npz --top 10
+  lowbit compare model.onnx model.int8.onnx --data test.npz --top 10 --report report.html
   lowbit compare model.onnx model.int8.onnx --data test.npz --sensitivity --keep 3 \\
       --config-out keep3.yaml --profile profile.yaml
   lowbit quantize model.onnx -o model.mixed.onnx --calib calib.npz --config keep3.yaml"""
@@ -26,6 +29,10 @@ def add_parser(sub) -> None:
     p.add_argument("quant_model", metavar="QUANT", help="its quantized version (ONNX)")
     add_calibration_args(p, required=True, flag="--data")
     p.add_argument("--top", type=int, help="show only the N worst layers")
+    p.add_argument("--report", metavar="REPORT.html",
+                   help="also write a self-contained HTML report: summary, SQNR chart, "
+                   "histograms with clipping ranges, the graph coloured by SQNR (needs Graphviz "
+                   "dot), the QuantConfig")
     p.add_argument("--sensitivity", action="store_true",
                    help="also quantize one layer at a time, the rest float, with QUANT's config, "
                    "and rank layers by the error each puts on the outputs")
@@ -49,12 +56,23 @@ def run(args) -> int:
         raise InputError("--config-out and --profile go with --sensitivity")
     if args.keep < 0:
         raise InputError(f"--keep must be 0 or more, got {args.keep}")
+    if args.report:
+        from lowbit.tools.report import check_dot
+
+        check_dot()  # before any work: a missing tool is reported at once
     float_graph = lowbit.load(args.float_model)
     quant_graph = lowbit.load(args.quant_model)
     batches = batches_from_args(args, float_graph)
     console = Console()
-    result = lowbit.compare(float_graph, quant_graph, batches)
+    result = lowbit.compare(float_graph, quant_graph, batches,
+                            samples=REPORT_SAMPLES if args.report else 0)
     console.print(result.table(args.top))
+    if args.report:
+        from lowbit.tools.report import write_report
+
+        write_report(result, float_graph, quant_graph, args.report,
+                     title=f"lowbit: {args.quant_model} against {args.float_model}")
+        console.print(f"wrote {args.report}")
     if args.sensitivity:
         _sensitivity(args, float_graph, quant_graph, batches, console)
     return 0

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import tempfile
-from pathlib import Path
 
 import numpy as np
 
 from lowbit.cli.data_files import parse_inputs
+from lowbit.fileio import atomic_path
 
 EXAMPLE = """example:
   lowbit run model.onnx --input input=x.npy --output out.npz"""
@@ -26,17 +25,9 @@ def add_parser(sub) -> None:
 
 
 def save_npz(path: str | os.PathLike, arrays: dict[str, np.ndarray]) -> None:
-    """Write arrays to an .npz atomically (temporary file in the same folder, then rename)."""
-    target = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".npz",
-                               dir=target.resolve().parent)
-    os.close(fd)
-    try:
+    """Write arrays to an .npz atomically (lowbit.fileio.atomic_path)."""
+    with atomic_path(path, suffix=".npz") as tmp:
         np.savez(tmp, **arrays)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def run(args) -> int:

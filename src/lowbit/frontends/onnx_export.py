@@ -8,7 +8,6 @@ never leaves a partial model behind.
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +17,7 @@ from onnx import AttributeProto, TensorProto, helper, numpy_helper
 
 from lowbit import __version__
 from lowbit.errors import LowbitError, UnsupportedError
+from lowbit.fileio import atomic_path
 from lowbit.ir.graph import CONSTANT, Graph, Node
 from lowbit.ir.types import TensorType
 from lowbit.ops import registry
@@ -142,24 +142,20 @@ def save_model(model: onnx.ModelProto, path: str | os.PathLike) -> None:
         raise LowbitError(f"{path}: folder {folder} does not exist")
     weights = sum(len(t.raw_data) for t in model.graph.initializer)
     external = weights > EXTERNAL_DATA_THRESHOLD
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
-    os.close(fd)
     data_name = path.name + ".data"
     tmp_data = folder / f".{data_name}.tmp"
     try:
-        if external:
-            onnx.save_model(model, tmp, save_as_external_data=True, all_tensors_to_one_file=True,
-                            location=tmp_data.name, size_threshold=1024)
-            _relocate_external(tmp, tmp_data.name, data_name)
-            os.replace(tmp_data, folder / data_name)
-        else:
-            onnx.save_model(model, tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        for p in (Path(tmp), tmp_data):
-            if p.exists():
-                p.unlink()
-        raise
+        with atomic_path(path) as tmp:
+            if external:
+                onnx.save_model(model, tmp, save_as_external_data=True,
+                                all_tensors_to_one_file=True, location=tmp_data.name,
+                                size_threshold=1024)
+                _relocate_external(str(tmp), tmp_data.name, data_name)
+                os.replace(tmp_data, folder / data_name)
+            else:
+                onnx.save_model(model, tmp)
+    finally:
+        tmp_data.unlink(missing_ok=True)
 
 
 def _relocate_external(model_path: str, old: str, new: str) -> None:

@@ -39,7 +39,6 @@ import dataclasses
 import difflib
 import os
 import re
-import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,6 +47,7 @@ from typing import Any
 import yaml
 
 from lowbit.errors import ConfigError
+from lowbit.fileio import write_atomically
 from lowbit.ir import dtypes
 from lowbit.ir.dtypes import DType
 from lowbit.ir.graph import Graph, Node
@@ -353,15 +353,7 @@ class QuantConfig:
         """The config as YAML text; also written (atomically) to `path` when given."""
         text = yaml.safe_dump(self.to_dict(), sort_keys=False, default_flow_style=False)
         if path is not None:
-            target = Path(path)
-            fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
-            try:
-                with os.fdopen(fd, "w", encoding="utf-8") as f:
-                    f.write(text)
-                os.replace(tmp, target)
-            except BaseException:
-                Path(tmp).unlink(missing_ok=True)
-                raise
+            write_atomically(path, text.encode("utf-8"))
         return text
 
 

@@ -40,7 +40,6 @@ from __future__ import annotations
 import base64
 import math
 import os
-import tempfile
 import zlib
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
@@ -51,6 +50,7 @@ import yaml
 
 from lowbit.backends.reference.interpreter import Interpreter, check_inputs
 from lowbit.errors import InputError, LowbitError
+from lowbit.fileio import write_atomically
 from lowbit.ir.graph import CONSTANT, Graph, Node, Value
 from lowbit.ir.hashing import graph_hash
 from lowbit.quant.observers import DEFAULT_BINS, ChannelRange, Histogram, StatsObserver
@@ -130,7 +130,7 @@ class Profile:
         }
         text = yaml.dump(doc, Dumper=_Dumper, sort_keys=False, default_flow_style=False,
                          width=1 << 30)
-        _write_atomically(Path(path), text.encode("utf-8"))
+        write_atomically(path, text.encode("utf-8"))
 
     @classmethod
     def load(cls, path: str | os.PathLike, graph: Graph | None = None) -> Profile:
@@ -409,20 +409,3 @@ def _channel_to_yaml(ch: ChannelRange) -> dict[str, Any]:
     if ch.sum is not None and ch.count is not None:
         entry |= {"sum": _pack(ch.sum, "float64"), "count": _pack(ch.count, "float64")}
     return entry
-
-
-def _write_atomically(path: Path, data: bytes) -> None:
-    folder = path.parent if str(path.parent) else Path(".")
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
-    except OSError as exc:
-        raise InputError(f"cannot write {path}: {exc.strerror or exc}") from None
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise

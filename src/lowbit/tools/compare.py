@@ -15,7 +15,9 @@ value, over all batches (accumulated, no tensor kept):
     range   = (max code - min code) / (qmax - qmin)     (integer values: share of range used)
 
 Each batch runs the float graph first, keeping the matched values of that batch only, then the
-quantized graph, whose values are compared as they are produced.
+quantized graph, whose values are compared as they are produced. With `samples=N`, each layer
+also keeps at most N of its float values (an evenly strided subset of each batch, thinned by
+half whenever it would exceed N), for the report's histograms: memory stays bounded.
 """
 
 from __future__ import annotations
@@ -50,6 +52,10 @@ class LayerStats:
     code_min: float = math.inf
     code_max: float = -math.inf
     code_span: int | None = None
+    real_range: tuple[float, float] | None = None
+    """The real range the quantized value's type represents (its clipping range)."""
+    sample: np.ndarray | None = None
+    """Up to `samples` float values of this layer (compare's `samples`), else None."""
 
     @property
     def sqnr(self) -> float:
@@ -79,6 +85,16 @@ class LayerStats:
             return None
         return (self.code_max - self.code_min) / self.code_span
 
+    def keep_sample(self, f: np.ndarray, limit: int) -> None:
+        """Add an evenly strided subset of `f` to `sample`, keeping at most `limit` values."""
+        flat = f.reshape(-1)
+        step = max(1, -(-flat.size // limit))
+        part = flat[::step].astype(np.float32)
+        sample = part if self.sample is None else np.concatenate([self.sample, part])
+        while sample.size > limit:
+            sample = sample[::2]
+        self.sample = sample
+
     def add(self, f: np.ndarray, q: np.ndarray, codes: np.ndarray | None, value: Value) -> None:
         d = q - f
         self.signal += float((f * f).sum())
@@ -91,6 +107,7 @@ class LayerStats:
             t = value.type
             qp = t.quant
             self.code_span = t.dtype.qmax - t.dtype.qmin
+            self.real_range = qp.real_range(t.dtype)
             self.step_error += float((np.abs(d) / _broadcast(qp.scale, qp.axis, codes)).sum())
             scale = _broadcast(qp.scale, qp.axis, codes)
             zero = _broadcast(qp.zero_point, qp.axis, codes)
@@ -128,9 +145,10 @@ class Comparison:
 
 
 def compare(float_graph: Graph, quant_graph: Graph,
-            batches: Iterable[Mapping[str, np.ndarray]]) -> Comparison:
+            batches: Iterable[Mapping[str, np.ndarray]], *, samples: int = 0) -> Comparison:
     """Run both graphs on each batch and compare every value they share by name (module
-    docstring). Raises InputError for an empty set of batches or graphs with nothing in common."""
+    docstring); with `samples`, keep up to that many float values per layer. Raises InputError
+    for an empty set of batches or graphs with nothing in common."""
     float_names = {v.name for n in float_graph.nodes for v in n.outputs}
     matched: dict[str, Value] = {}
     stats: dict[str, LayerStats] = {}
@@ -150,14 +168,15 @@ def compare(float_graph: Graph, quant_graph: Graph,
     seen = 0
     for batch in batches:
         seen += 1
-        _compare_batch(float_graph, quant_graph, batch, matched, stats)
+        _compare_batch(float_graph, quant_graph, batch, matched, stats, samples)
     if not seen:
         raise InputError("compare needs at least one batch of inputs")
     return Comparison([s for s in stats.values() if s.count], unmatched)
 
 
 def _compare_batch(float_graph: Graph, quant_graph: Graph, batch: Mapping[str, np.ndarray],
-                   matched: dict[str, Value], stats: dict[str, LayerStats]) -> None:
+                   matched: dict[str, Value], stats: dict[str, LayerStats],
+                   samples: int = 0) -> None:
     ref: dict[str, np.ndarray] = {}
     Interpreter(float_graph, [_keep(ref, set(matched))])(batch)
 
@@ -169,6 +188,8 @@ def _compare_batch(float_graph: Graph, quant_graph: Graph, batch: Mapping[str, n
                 continue
             codes = a if a.dtype.kind in "iu" and v.type.quant is not None else None
             stats[v.name].add(f.astype(np.float64), _dequantize(a, v), codes, v)
+            if samples:
+                stats[v.name].keep_sample(f, samples)
 
     Interpreter(quant_graph, [observe])(batch)
 

@@ -1,0 +1,250 @@
+"""`lowbit compare --report report.html`: one self-contained HTML file (no external resource;
+charts are inline base64 PNG, the graph inline SVG) with
+
+- the summary: both models, the number of compared layers, the outputs' SQNR, the worst layers;
+- the SQNR of every layer in graph order (matplotlib bar chart, worst layers in red);
+- for the `histograms` worst quantized layers, the histogram of their float values (compare's
+  `samples`) with the clipping range their quantized type represents drawn on, and the share
+  of values beyond it;
+- the float graph drawn by Graphviz `dot` as SVG, each node filled by the SQNR of its output
+  (colour scale below) and labelled with its op type and its quantized printed type;
+- the QuantConfig YAML the quantized model records (`lowbit.quant_config` metadata).
+
+Colour of a node: hue = 120 * clamp((SQNR - 10) / 30, 0, 1) degrees in HSL (red at 10 dB and
+below, green at 40 dB and above, infinite SQNR green); grey when the node has no compared
+output.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import math
+import os
+import shutil
+import subprocess
+
+import numpy as np
+
+from lowbit.errors import LowbitError
+from lowbit.fileio import write_atomically
+from lowbit.ir.graph import Graph
+from lowbit.ir.printer import format_type
+from lowbit.tools.compare import Comparison, LayerStats
+
+GREY = "#d0d0d0"
+SQNR_RED, SQNR_GREEN = 10.0, 40.0
+
+
+class ReportError(LowbitError):
+    """The report cannot be made (a missing tool such as Graphviz `dot`)."""
+
+
+def sqnr_colour(sqnr: float | None) -> str:
+    """The fill colour of a node whose output has this SQNR (module docstring)."""
+    if sqnr is None or math.isnan(sqnr):
+        return GREY
+    t = 1.0 if sqnr == math.inf else min(1.0, max(0.0, (sqnr - SQNR_RED) /
+                                                  (SQNR_GREEN - SQNR_RED)))
+    return _hsl_hex(120.0 * t, 0.75, 0.62)
+
+
+def _hsl_hex(hue: float, sat: float, light: float) -> str:
+    c = (1 - abs(2 * light - 1)) * sat
+    x = c * (1 - abs((hue / 60) % 2 - 1))
+    m = light - c / 2
+    r, g, b = [(c, x, 0), (x, c, 0), (0, c, x), (0, x, c), (x, 0, c), (c, 0, x)][int(hue // 60) % 6]
+    return "#" + "".join(f"{round((v + m) * 255):02x}" for v in (r, g, b))
+
+
+def check_dot() -> str:
+    """The path of Graphviz `dot`, or ReportError saying how to install it."""
+    dot = shutil.which("dot")
+    if dot is None:
+        raise ReportError("the report draws the graph with Graphviz `dot`, which is not on PATH; "
+                          "install it (Debian/Ubuntu: apt-get install graphviz) and run again")
+    return dot
+
+
+def write_report(comparison: Comparison, float_graph: Graph, quant_graph: Graph,
+                 path: str | os.PathLike, *, title: str = "lowbit quantization report",
+                 histograms: int = 5) -> None:
+    """Write the report (module docstring) to `path`, atomically: on any error no file is
+    left. ReportError when Graphviz `dot` is missing."""
+    dot = check_dot()
+    by_value = {s.name: s for s in comparison.layers}
+    worst = comparison.worst_first()
+    outputs = [by_value[v.name] for v in float_graph.outputs if v.name in by_value]
+    parts = [
+        _summary(comparison, float_graph, quant_graph, outputs, worst[:5], title),
+        "<h2>SQNR per layer</h2>",
+        f'<img id="sqnr-chart" alt="SQNR per layer" src="{_sqnr_chart(comparison)}">',
+        "<h2>Worst layers: float values and the clipping range</h2>",
+        _histograms([s for s in worst if s.sample is not None and s.real_range][:histograms]),
+        "<h2>Graph, coloured by SQNR</h2>",
+        _legend(),
+        f'<div id="graph">{_graph_svg(float_graph, quant_graph, by_value, dot)}</div>',
+        "<h2>QuantConfig</h2>",
+        f'<pre id="config">{html.escape(_config_text(quant_graph))}</pre>',
+    ]
+    text = _page(title, "\n".join(parts))
+    write_atomically(path, text.encode("utf-8"))
+
+
+# -- sections ---------------------------------------------------------------------------------
+
+
+def _summary(comparison: Comparison, float_graph: Graph, quant_graph: Graph,
+             outputs: list[LayerStats], worst: list[LayerStats], title: str) -> str:
+    rows = "".join(
+        f"<tr><td>{html.escape(s.name)}</td><td>{html.escape(s.op_type)}</td>"
+        f"<td><code>{html.escape(s.type_text)}</code></td><td>{_db(s.sqnr)}</td>"
+        f"<td>{s.cosine:.6f}</td><td>{_pct(s.clipped_share)}</td><td>{_pct(s.range_use)}</td>"
+        f"</tr>" for s in worst)
+    out = ", ".join(f"{html.escape(s.name)} {_db(s.sqnr)} dB" for s in outputs) or "-"
+    return (f"<h1>{html.escape(title)}</h1>"
+            f"<p>float model <b>{html.escape(float_graph.metadata.get('source', float_graph.name))}"
+            f"</b>, quantized model <b>"
+            f"{html.escape(quant_graph.metadata.get('source', quant_graph.name))}</b></p>"
+            f"<p>{len(comparison.layers)} layers compared; outputs: {out}</p>"
+            f'<table id="worst"><tr><th>worst layers</th><th>op</th><th>type</th><th>SQNR dB</th>'
+            f"<th>cosine</th><th>clipped</th><th>range use</th></tr>{rows}</table>")
+
+
+def _sqnr_chart(comparison: Comparison) -> str:
+    plt = _pyplot()
+    layers = comparison.layers
+    finite = [s.sqnr for s in layers if math.isfinite(s.sqnr)]
+    top = (max(finite) if finite else 60.0) + 5
+    values = [min(s.sqnr, top) if s.sqnr != -math.inf else 0.0 for s in layers]
+    worst = {s.name for s in comparison.worst_first()[:5]}
+    fig, ax = plt.subplots(figsize=(12, 3.2), dpi=100)
+    ax.bar(range(len(layers)), values, color=["#d62728" if s.name in worst else "#4c72b0"
+                                              for s in layers])
+    ax.set_xlabel("layer (graph order)")
+    ax.set_ylabel("SQNR (dB)")
+    ax.set_xlim(-1, max(len(layers), 1))
+    ax.grid(axis="y", alpha=0.3)
+    return _png(fig)
+
+
+def _histograms(layers: list[LayerStats]) -> str:
+    if not layers:
+        return "<p>no quantized layer with samples</p>"
+    plt = _pyplot()
+    items = []
+    for i, s in enumerate(layers):
+        lo, hi = s.real_range
+        data = s.sample.astype(np.float64)
+        beyond = float(((data < lo) | (data > hi)).mean())
+        fig, ax = plt.subplots(figsize=(6, 2.6), dpi=100)
+        span_lo, span_hi = min(lo, data.min()), max(hi, data.max())
+        ax.hist(data, bins=120, range=(span_lo, span_hi), color="#4c72b0", log=True)
+        for x in (lo, hi):
+            ax.axvline(x, color="#d62728", linewidth=1.5)
+        ax.set_title(f"{s.name}  ({_db(s.sqnr)} dB)", fontsize=9)
+        ax.set_xlabel("float value; red: clipping range of the quantized type", fontsize=8)
+        items.append(f'<figure><img class="histogram" id="histogram-{i}" alt="{html.escape(s.name)}'
+                     f'" src="{_png(fig)}" data-lo="{lo:.9g}" data-hi="{hi:.9g}">'
+                     f"<figcaption>{html.escape(s.name)}: clipping range [{lo:.6g}, {hi:.6g}], "
+                     f"{beyond:.3%} of the sampled values beyond it</figcaption></figure>")
+    return "".join(items)
+
+
+def _legend() -> str:
+    stops = [10, 15, 20, 25, 30, 35, 40]
+    cells = "".join(f'<span style="background:{sqnr_colour(v)}">{v} dB</span>' for v in stops)
+    return (f'<p class="legend">{cells}<span style="background:{GREY}">not compared</span>'
+            f"</p>")
+
+
+def _graph_svg(float_graph: Graph, quant_graph: Graph, by_value: dict[str, LayerStats],
+               dot: str) -> str:
+    quant_types = {v.name: v.type for n in quant_graph.nodes for v in n.outputs}
+    lines = ["digraph G {", 'graph [rankdir=TB, fontname="Helvetica"];',
+             'node [shape=box, style="rounded,filled", fontname="Helvetica", fontsize=10];']
+    ids: dict[str, str] = {}
+    producer: dict[str, str] = {}
+    for i, node in enumerate(n for n in float_graph.nodes if n.op_type != "Constant"):
+        nid = f"n{i}"
+        ids[node.name] = nid
+        out = node.outputs[0]
+        stats = by_value.get(out.name)
+        t = quant_types.get(out.name, out.type)
+        sqnr = f"\\n{_db(stats.sqnr)} dB" if stats is not None else ""
+        label = f"{_dot(node.op_type)}\\n{_dot(format_type(t))}{sqnr}"
+        tooltip = _dot(f"{node.name}: {out.name}")
+        fill = sqnr_colour(stats.sqnr if stats else None)
+        lines.append(f'{nid} [label="{label}", fillcolor="{fill}", tooltip="{tooltip}", '
+                     f'id="{nid}", class="layer"];')
+        for v in node.outputs:
+            producer[v.name] = nid
+    for v in float_graph.inputs:
+        lines.append(f'"in:{_dot(v.name)}" [label="{_dot(v.name)}\\n{_dot(format_type(v.type))}",'
+                     f' shape=ellipse, fillcolor="#ffffff"];')
+        producer[v.name] = f'"in:{_dot(v.name)}"'
+    for node in float_graph.nodes:
+        if node.name not in ids:
+            continue
+        for v in node.inputs:
+            if v is not None and v.name in producer:
+                lines.append(f"{producer[v.name]} -> {ids[node.name]};")
+    lines.append("}")
+    try:
+        done = subprocess.run([dot, "-Tsvg"], input="\n".join(lines).encode("utf-8"),
+                              capture_output=True, timeout=300, check=False)
+    except subprocess.TimeoutExpired:
+        raise ReportError("Graphviz dot took more than 5 minutes to lay out the graph") from None
+    if done.returncode != 0:
+        raise ReportError(f"Graphviz dot failed: {done.stderr.decode(errors='replace')[:500]}")
+    svg = done.stdout.decode("utf-8")
+    return svg[svg.index("<svg"):]
+
+
+# -- helpers ----------------------------------------------------------------------------------
+
+
+def _config_text(graph: Graph) -> str:
+    return graph.metadata.get("lowbit.quant_config") or "not recorded in the quantized model"
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _png(fig) -> str:
+    buf = io.BytesIO()
+    fig.tight_layout()
+    fig.savefig(buf, format="png")
+    _pyplot().close(fig)
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def _dot(text: str) -> str:
+    return text.replace("\\", "\\\\").replace('"', '\\"')
+
+
+def _db(x: float) -> str:
+    return "inf" if x == math.inf else ("-inf" if x == -math.inf else f"{x:.2f}")
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{x:.2%}"
+
+
+def _page(title: str, body: str) -> str:
+    style = ("body{font-family:Helvetica,Arial,sans-serif;margin:24px;max-width:1400px}"
+             "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:3px 8px;"
+             "font-size:13px;text-align:left}pre{background:#f6f6f6;padding:8px}"
+             "figure{display:inline-block;margin:6px}figcaption{font-size:12px}"
+             ".legend span{display:inline-block;padding:2px 8px;margin-right:2px;font-size:12px}"
+             "#graph svg{max-width:100%;height:auto}")
+    return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
+            f"<title>{html.escape(title)}</title><style>{style}</style></head>"
+            f"<body>{body}</body></html>")
