@@ -84,16 +84,28 @@ def test_exports_agree_with_onnxruntime(digits, quantized, tmp_path, form):
 def test_efficientnet_lite0_keeps_top1_on_real_photos():
     """EfficientNet-Lite0 with default settings, calibrated on every third photo: the depthwise
     convolutions with all-zero and 1e-9-wide weight channels that wreck per-tensor int8 get their
-    own valid scales, every node computes in int8, and top-1 agrees with float on most photos
-    (89.7 % of 87 here; ONNX Runtime's per-channel QDQ gets 66.7 % in the same benchmark)."""
+    own valid scales, every node computes in int8, bias correction removes the weights' mean
+    rounding error, and the logits stay close to float. Top-1 agreement over all 87 photos is
+    mostly decided by the 13 photos whose float top-1/top-2 margin is below 0.2 logits (flips
+    there follow the noise's sign); on the photos the float model decides clearly it is near
+    exact. Measured: logits SQNR 20.9 dB, agreement 87.4 % overall and 98.6 % (73 of 74) with
+    margin >= 0.2; without bias correction 16.1 dB, 89.7 % and 93.2 %."""
     photos = load_photos()
     graph = lowbit.load(efficientnet(True))
     calib = [{"input": photos[i:i + 1]} for i in range(0, len(photos), 3)]
     result = quantize(graph, lowbit.profile(graph, calib, progress=False),
                       assert_all_quantized=True)
     assert {r.mode for r in result.summary.rows} == {"int8"}
+    assert sum("bias-corrected" in r.detail for r in result.summary.rows) == 50  # 49 Conv, Gemm
     float_run, int_run = lowbit.compile(graph), lowbit.compile(result.graph)
-    agree = [float_run({"input": p[None]})["logits"].argmax() ==
-             int_run({"input": p[None]})["logits"].argmax() for p in photos]
-    assert len(photos) >= 80
-    assert np.mean(agree) >= 0.87, np.mean(agree)
+    ref = np.concatenate([float_run({"input": p[None]})["logits"] for p in photos])
+    got = np.concatenate([int_run({"input": p[None]})["logits"] for p in photos])
+    ref, got = ref.astype(np.float64), got.astype(np.float64)
+    top2 = np.sort(ref, axis=1)[:, -2:]
+    decisive = top2[:, 1] - top2[:, 0] >= 0.2
+    agree = got.argmax(1) == ref.argmax(1)
+    sqnr = 10 * np.log10((ref ** 2).sum() / ((got - ref) ** 2).sum())
+    assert len(photos) >= 80 and decisive.sum() >= 70
+    assert sqnr >= 20.0, sqnr
+    assert agree[decisive].mean() >= 0.97, agree[decisive].mean()
+    assert agree.mean() >= 0.85, agree.mean()
