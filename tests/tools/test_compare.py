@@ -20,11 +20,8 @@ MODEL = bundled("mnistnet.onnx")
 
 
 @pytest.fixture(scope="module")
-def mnist():
-    x = np.load(bundled("digits.npz"))["images"]
-    graph = lowbit.load(MODEL)
-    prof = lowbit.profile(graph, [{"input": x[i:i + 50]} for i in range(0, 200, 50)],
-                          progress=False)
+def mnist(mnist_profiled):
+    graph, prof, x = mnist_profiled
     return graph, prof, [{"input": x[i:i + 20]} for i in range(200, 260, 20)]
 
 

@@ -19,11 +19,8 @@ MODEL = bundled("mnistnet.onnx")
 
 
 @pytest.fixture(scope="module")
-def quantized():
-    x = np.load(bundled("digits.npz"))["images"]
-    graph = lowbit.load(MODEL)
-    prof = lowbit.profile(graph, [{"input": x[i:i + 50]} for i in range(0, 200, 50)],
-                          progress=False)
+def quantized(mnist_profiled):
+    graph, prof, x = mnist_profiled
     return lowbit.quantize(graph, prof), x[300:303]
 
 
