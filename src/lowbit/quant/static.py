@@ -8,7 +8,10 @@ quantization rule (`lowbit.ops.registry`):
   input is quantized per tensor from the profile, a constant weight per output channel (or per
   tensor), the bias to int32 at scale s_in * s_w with zero point 0. Where a bias would not fit
   in +-2**30 at that scale, the channel's weight scale grows until it does
-  (`schemes.fit_weight_scale_for_bias`), so the bias never saturates.
+  (`schemes.fit_weight_scale_for_bias`), so the bias never saturates. With `bias_correction`
+  (the default), the float bias first absorbs the mean output error of the weights' rounding,
+  `b - (W_q - W) . E[x]`, E[x] the input's channel means in the profile
+  (`lowbit.quant.bias_correction`); a Conv/Gemm without bias gets one.
 - RESCALE (Add, Sub, Mul, Concat, averages) and TABLE (Sigmoid, Tanh, ...) compute in integers
   too: their output parameters come from the profile, except the fixed ranges of Sigmoid,
   HardSigmoid and Softmax ([0, 1]) and Tanh ([-1, 1]), which also quantize a float Softmax's
