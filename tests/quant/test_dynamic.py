@@ -61,9 +61,10 @@ def test_per_tensor_uint8_equals_dynamic_quantize_linear():
     assert s0.item() == 1.0 and np.all(q0 == 0)
 
 
-def _model(path, k=24, n=8, gemm=False, attention=False):
+def _model(path, k=24, n=8, gemm=False, attention=False, zero_rows=()):
     rng = np.random.default_rng(3)
     w = rng.normal(size=(n, k) if gemm else (k, n)).astype(np.float32)
+    w[list(zero_rows)] = 0
     b = rng.normal(size=(n,)).astype(np.float32)
     inits = [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")]
     if gemm:
@@ -335,3 +336,104 @@ def test_a_fused_relu_or_clip_stays_after_the_integer_product(tmp_path, activati
     lowbit.save(q, tmp_path / "q.onnx")
     ort_y = ort.InferenceSession(str(tmp_path / "q.onnx")).run(None, {"x": x})[0]
     np.testing.assert_allclose(ort_y, got, rtol=1e-5, atol=1e-4 * np.abs(got).max())
+
+
+@pytest.mark.parametrize("symmetric", [False, True])
+def test_grouped_parameters_follow_the_formula_group_by_group(symmetric):
+    """Groups of 16 along a row of 40 (16, 16 and a short last group of 8), each coded by the
+    per-row formula on its own elements; a zero group gets scale 1."""
+    rng = np.random.default_rng(12)
+    x = rng.normal(size=(2, 3, 40)).astype(np.float32)
+    x[..., :16] *= 30  # one loud group: without groups it would set every element's scale
+    x[1, 2, 16:32] = 0
+    q, scale, zero = dynamic_params(x, [-1], symmetric, False, group_size=16)
+    top = 127 if symmetric else 255
+    assert q.shape == x.shape and scale.shape == (2, 3, 3) and zero.shape == (2, 3, 3)
+    for i in range(2):
+        for j in range(3):
+            for k, (start, stop) in enumerate(((0, 16), (16, 32), (32, 40))):
+                codes, s, z = _reference_row(x[i, j, start:stop], symmetric, top)
+                assert q[i, j, start:stop].tolist() == codes
+                assert scale[i, j, k] == s and zero[i, j, k] == z
+    assert scale[1, 2, 1] == 1.0
+    whole = dynamic_params(x, [-1], symmetric, False)
+    quiet = np.s_[..., 16:]
+    err = {}
+    for label, (qq, ss, zz) in (("group", (q, np.repeat(scale, 16, -1)[..., :40],
+                                           np.repeat(zero, 16, -1)[..., :40])),
+                                ("row", whole)):
+        err[label] = np.abs((qq.astype(np.float64) - zz) * ss - x)[quiet].mean()
+    assert err["group"] < err["row"] / 10
+
+
+def _grouped_reference(x, w, b, group, per_channel=True, asymmetric_weights=False):
+    """The grouped product computed independently: loops over groups, int64 sums."""
+    k, n = w.shape
+    y = np.zeros(x.shape[:-1] + (n,), np.float64)
+    for start in range(0, k, group):
+        xs, ws = x[..., start:start + group], w[start:start + group].astype(np.float64)
+        codes, s_a, z_a = dynamic_params(xs, [-1], False, False)
+        if asymmetric_weights:
+            lo = np.minimum(ws.min(0 if per_channel else None), 0)
+            hi = np.maximum(ws.max(0 if per_channel else None), 0)
+            s_w = ((hi - lo) / 255).astype(np.float32)
+            z_w = np.clip(np.rint(-128 - lo / s_w), -128, 127)
+        else:
+            s_w = (np.abs(ws).max(0 if per_channel else None) / 127).astype(np.float32)
+            z_w = np.zeros_like(s_w)
+        wq = np.clip(np.rint(w[start:start + group] / s_w) + z_w, -128, 127)
+        acc = (codes.astype(np.int64) - z_a.astype(np.int64)) @ (wq - z_w).astype(np.int64)
+        y += acc * (s_a.astype(np.float64) * s_w.astype(np.float64))
+    return (y.astype(np.float32) + b).astype(np.float32)
+
+
+@pytest.mark.parametrize("settings", [{}, {"per_channel": False},
+                                      {"weight_scheme": "asymmetric"}])
+def test_grouped_integer_product_and_its_onnxruntime_export(tmp_path, settings):
+    """K = 40 in groups of 16: lowbit's kernel equals the group-by-group int64 computation, and
+    ONNX Runtime runs the export (one batched MatMulInteger) to the same result."""
+    import onnxruntime as ort
+
+    w, b = _model(tmp_path / "m.onnx", k=40, n=8)
+    x = np.random.default_rng(13).normal(size=(2, 5, 40)).astype(np.float32)
+    x[..., 20:30] *= 40
+    x[1, 2] = 0
+    cfg = QuantConfig().with_default(group_size=16, smoothing=0.0, outlier_channels=0,
+                                     activation_products=False, **settings)
+    result = quantize_dynamic(lowbit.load(tmp_path / "m.onnx"), cfg)
+    row = next(r for r in result.summary.rows if r.name == "proj")
+    assert "per group of 16" in row.detail and row.mode == "int8"
+    q = result.graph
+    y = lowbit.run(q, {"x": x})["y"]
+    expect = _grouped_reference(x, w, b, 16, settings.get("per_channel", True),
+                                settings.get("weight_scheme") == "asymmetric")
+    np.testing.assert_allclose(y, expect, rtol=1e-5, atol=1e-5 * np.abs(expect).max())
+    assert np.allclose(y[1, 2], b)
+    lowbit.save(q, tmp_path / "q.onnx")
+    ops = [n.op_type for n in onnx.load(tmp_path / "q.onnx").graph.node]
+    assert ops.count("MatMulInteger") == 1
+    got = ort.InferenceSession(str(tmp_path / "q.onnx")).run(None, {"x": x})[0]
+    np.testing.assert_allclose(got, y, rtol=1e-5, atol=1e-5 * np.abs(y).max())
+
+
+def test_groups_keep_a_quiet_part_of_the_row_accurate(tmp_path):
+    """With a loud input channel (whose weights are 0, so the output is made of quiet ones),
+    per-row parameters code the quiet channels with a handful of levels; groups of 8 spoil
+    only the loud channel's own group."""
+    _model(tmp_path / "m.onnx", k=40, n=8, zero_rows=[3])
+    g = lowbit.load(tmp_path / "m.onnx")
+    x = np.random.default_rng(14).normal(size=(4, 6, 40)).astype(np.float32)
+    x[..., 3] *= 100
+    ref = lowbit.run(g, {"x": x})["y"]
+    err = {}
+    for label, cfg in (("row", {"granularity": "row"}), ("group", {"group_size": 8})):
+        q = quantize_dynamic(g, QuantConfig().with_default(**cfg)).graph
+        err[label] = np.abs(lowbit.run(q, {"x": x})["y"] - ref).mean()
+    assert err["group"] < err["row"] / 2, err
+
+
+def test_group_size_must_be_a_positive_whole_number():
+    for bad in (0, -4, 2.5, True):
+        with pytest.raises(LowbitError, match="group_size"):
+            QuantConfig().with_default(group_size=bad)
+    assert QuantConfig.from_yaml_text("default:\n  group_size: 64\n").default.group_size == 64

@@ -171,3 +171,34 @@ def test_cli_errors_name_the_problem_and_write_nothing(quantized, tmp_path, args
     r = _cli(tmp_path / "q.onnx", *args, "--npz", tmp_path / "v.npz")
     assert r.returncode == 1 and message in r.stderr and "Traceback" not in r.stderr, r.stderr
     assert not (tmp_path / "v.npz").exists()
+
+
+def test_a_grouped_dynamic_product_reproduces_from_the_dump(tmp_path):
+    """For a dynamically quantized MatMul in groups, dump prints the group formula and keeps the
+    run-time codes and parameters and the weights' [G, N] scales: enough to redo it by hand."""
+    from onnx import TensorProto, helper, numpy_helper, save
+
+    rng = np.random.default_rng(0)
+    w = rng.normal(size=(48, 5)).astype(np.float32)
+    g = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"], name="fc")], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 48])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 5])],
+                          [numpy_helper.from_array(w, "w")])
+    save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 20)]), tmp_path / "m.onnx")
+    q = lowbit.quantize_dynamic(lowbit.load(tmp_path / "m.onnx"))
+    x = rng.normal(size=(3, 48)).astype(np.float32)
+    records, tensors = dump(q, {"x": x}, keep=True)
+    fc = next(r for r in records if r.name == "fc")
+    assert any(line.startswith("per group j of 32 along K") for line in fc.integer)
+    assert any(line.startswith("B_scale [2, 5]") for line in fc.integer)
+    node = next(n for n in q.nodes if n.name == "fc")
+    codes, s_a, z_a = (tensors[v.name] for v in node.inputs[:3])
+    w_codes = node.inputs[3].const_value.astype(np.int64)
+    s_w = tensors["fc.B_scale"]
+    assert s_a.shape == (3, 2) and s_w.shape == (2, 5)
+    by_hand = np.zeros((3, 5))
+    for j, part in enumerate((slice(0, 32), slice(32, 48))):
+        acc = (codes[:, part].astype(np.int64) - z_a[:, j:j + 1]) @ w_codes[part]
+        by_hand += acc * s_a[:, j:j + 1].astype(np.float64) * s_w[j].astype(np.float64)
+    np.testing.assert_allclose(tensors["y"], by_hand.astype(np.float32), rtol=1e-6)
+    assert "per group j of 32" in render(records)

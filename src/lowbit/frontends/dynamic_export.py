@@ -12,19 +12,27 @@ keepdims, Div, Round = round half to even, Clip, Cast). DynamicMatMul becomes:
 
 then Y = float32(acc) * (A_scale * B_scale) + C. ONNX Runtime's float32 product can differ from
 lowbit's float64 one in the last bits (and int32 -> float32 rounds above 2**24).
+
+Grouped ops (`group_size` g, groups along the last axis of A, int8 weights as constants): the
+codes are zero-padded to G * g, reshaped to [..., G, g] and, for the product, transposed to
+[..., G, M, g] against the constant weights [G, g, N]; one batched MatMulInteger gives every
+group's sum of raw codes, corrected in int32 to sum((A - A_zero)(B - B_zero)) per group with
+the groups' constant column sums, row sums and real lengths (the padding adds nothing to any
+of them); then Y = ReduceSum_j(float32(acc_j) * A_scale_j * B_scale_j) + C.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from lowbit.errors import ModelError
 from lowbit.ir import dtypes
 from lowbit.ir.graph import Graph, Node, Value
 from lowbit.ops import infer_graph
 from lowbit.ops.registry import QUANT_DOMAIN, REQUIRED, lookup
 from lowbit.passes.dead_code import eliminate_dead_code
 from lowbit.passes.quant_cleanup import fold_quantized_constants
-from lowbit.quant.dynamic_params import normalize_axes, qmax
+from lowbit.quant.dynamic_params import group_count, normalize_axes, qmax, split_groups
 
 DYNAMIC_OPS = ("DynamicQuantize", "DynamicMatMul")
 
@@ -93,13 +101,50 @@ class _Emit:
         axes = normalize_axes(self.node.attrs["axes"], rank)
         symmetric = bool(self.node.attrs.get("symmetric", 0))
         reduce_range = bool(self.node.attrs.get("reduce_range", 0))
-        top = np.float32(qmax(symmetric, reduce_range))
+        group = self.node.attrs.get("group_size", 0)
+        if group:
+            self._quantize_groups(x, rank, axes, symmetric, reduce_range, group)
+            return
         if not symmetric and not reduce_range and axes == tuple(range(rank)):
             q, s, z = self.op("DynamicQuantizeLinear", [x], outputs=3)
             shape = np.ones(rank, np.int64)
             self.replace([q, self.one("Reshape", s, self.const(shape, "shape")),
                           self.one("Reshape", z, self.const(shape, "shape"))])
             return
+        self.replace(self._formula(x, axes, symmetric, reduce_range))
+
+    def _quantize_groups(self, x: Value, rank: int, axes: tuple[int, ...], symmetric: bool,
+                         reduce_range: bool, group: int) -> None:
+        k = self.node.outputs[0].type.shape[-1]
+        if axes != (rank - 1,) or not isinstance(k, int):
+            raise ModelError(f"{self.node.describe()}: only groups along a last axis of fixed "
+                             f"length export to ONNX (axes {list(axes)}, length {k})")
+        count = group_count(k, group)
+        keep = [0] * (rank - 1)
+        grouped = self.one("Reshape", self._pad_last(x, rank, count * group - k),
+                           self.const(np.array(keep + [count, group], np.int64), "groups"))
+        q, scale, zero = self._formula(grouped, (rank,), symmetric, reduce_range)
+        q = self.one("Reshape", q, self.const(np.array(keep + [count * group], np.int64),
+                                              "ungroup"))
+        if count * group != k:
+            q = self.one("Slice", q, self.const(np.array([0], np.int64), "start"),
+                         self.const(np.array([k], np.int64), "end"),
+                         self.const(np.array([-1], np.int64), "axis"))
+        flat = self.const(np.array(keep + [count], np.int64), "param_shape")
+        self.replace([q, self.one("Reshape", scale, flat), self.one("Reshape", zero, flat)])
+
+    def _pad_last(self, x: Value, rank: int, pad: int) -> Value:
+        """x zero-padded by `pad` elements at the end of its last axis."""
+        if not pad:
+            return x
+        pads = np.zeros(2 * rank, np.int64)
+        pads[-1] = pad
+        return self.one("Pad", x, self.const(pads, "pads"))
+
+    def _formula(self, x: Value, axes: tuple[int, ...], symmetric: bool,
+                 reduce_range: bool) -> list[Value]:
+        """[codes, scale, zero point] of x by lowbit.quant.dynamic_params, in float32 ops."""
+        top = np.float32(qmax(symmetric, reduce_range))
         f0, f1 = self.const(np.float32(0), "zero"), self.const(np.float32(1), "one")
         ftop = self.const(top, "qmax")
         if symmetric:
@@ -120,14 +165,17 @@ class _Emit:
             q = self.one("Clip", self.one("Add", self.one("Round", self.one("Div", x, scale)),
                                           zero), f0, ftop)
             code = dtypes.UINT8
-        self.replace([self.one("Cast", q, to=code.onnx_code), scale, self.one("Cast", zero,
-                                                                         to=code.onnx_code)])
+        return [self.one("Cast", q, to=code.onnx_code), scale,
+                self.one("Cast", zero, to=code.onnx_code)]
 
     # -- DynamicMatMul --------------------------------------------------------------------------
     def matmul(self) -> None:
         ins = list(self.node.inputs) + [None] * 3
         a, a_scale, a_zero, b, b_scale, b_zero, c = ins[:7]
         i32 = dtypes.INT32.onnx_code
+        if self.node.attrs.get("group_size", 0):
+            self._matmul_groups(a, a_scale, a_zero, b, b_scale, b_zero, c)
+            return
         za = self.one("Cast", a_zero, to=i32)
         if b.is_constant:
             w = b.type
@@ -149,6 +197,46 @@ class _Emit:
             scale_b = b_scale
         y = self.one("Mul", self.one("Cast", acc, to=dtypes.FLOAT32.onnx_code),
                      self.one("Mul", a_scale, scale_b))
+        if c is not None:
+            y = self.one("Add", y, c)
+        self.replace([y])
+
+    def _matmul_groups(self, a, a_scale, a_zero, b, b_scale, b_zero, c) -> None:
+        g = self.node.attrs["group_size"]
+        if not (b.is_constant and b_scale.is_constant and b_zero.is_constant):
+            raise ModelError(f"{self.node.describe()}: a grouped product exports to ONNX only "
+                             f"with constant weights")
+        rank = len(self.node.outputs[0].type.shape)  # A's (the weights are 2-D)
+        k = b.type.shape[-2]
+        count = group_count(k, g)
+        i32, f32 = dtypes.INT32.onnx_code, dtypes.FLOAT32.onnx_code
+        to_groups = list(range(rank - 2)) + [rank - 1, rank - 2, rank]  # [..., G, M, g]
+        codes = self.one("Reshape", self._pad_last(a, rank, count * g - k),
+                         self.const(np.array([0] * (rank - 1) + [count, g], np.int64),
+                                    "groups"))
+        codes = self.one("Transpose", codes, perm=to_groups)
+        weights = np.moveaxis(split_groups(np.asarray(b.const_value), 0, g), 0, -1)  # [G,g,N]
+        acc = self.op("MatMulInteger", [codes, self.const(weights, "weight_groups")])[0]
+        to_params = list(range(rank - 2)) + [rank - 1, rank - 2]  # [..., M, G] -> [..., G, M]
+        za = self.one("Unsqueeze", self.one("Transpose", self.one("Cast", a_zero, to=i32),
+                                            perm=to_params),
+                      self.const(np.array([-1], np.int64), "last"))  # [..., G, M, 1]
+        colsum = weights.astype(np.int64).sum(axis=1, keepdims=True).astype(np.int32)
+        acc = self.one("Sub", acc, self.one("Mul", za, self.const(colsum, "colsum")))
+        zb = np.asarray(b_zero.const_value, np.int64)[:, None, :]  # [G, 1, N]
+        if np.any(zb != 0):
+            lengths = np.minimum(g, k - g * np.arange(count)).reshape(-1, 1, 1)
+            rows = self.reduce("ReduceSum", self.one("Cast", codes, to=i32), (rank,))
+            acc = self.one("Sub", acc, self.one("Mul", rows, self.const(zb.astype(np.int32),
+                                                                        "weight_zero")))
+            acc = self.one("Add", acc, self.one("Mul", za, self.const(
+                (lengths * zb).astype(np.int32), "length_zero")))
+        sa = self.one("Unsqueeze", self.one("Transpose", a_scale, perm=to_params),
+                      self.const(np.array([-1], np.int64), "last"))
+        sb = self.const(np.asarray(b_scale.const_value, np.float32)[:, None, :], "weight_scale")
+        terms = self.one("Mul", self.one("Cast", acc, to=f32), self.one("Mul", sa, sb))
+        y = self.one("ReduceSum", terms, self.const(np.array([-3], np.int64), "group_axis"),
+                     keepdims=0)
         if c is not None:
             y = self.one("Add", y, c)
         self.replace([y])

@@ -12,9 +12,14 @@ codes, shaped to broadcast against them (a reduced axis has length 1):
         Y   = float32(acc * (A_scale * B_scale)) + C               (product in float64)
 
 B is either a quantized constant (int8 weights with static per-tensor or per-output-channel
-parameters in its type, B_scale/B_zero absent) or dynamically quantized codes (with B_scale,
-B_zero). The parameters must be constant along the inner dimension K (A's last axis, B's
-second-to-last), so that the integer sum factors out exactly.
+parameters in its type, B_scale/B_zero absent) or codes with explicit B_scale, B_zero
+(dynamically quantized activations, or grouped int8 weights). The parameters must be constant
+along the inner dimension K (A's last axis, B's second-to-last), so that the integer sum
+factors out exactly, or, with `group_size` g > 0, constant within each of the G = ceil(K / g)
+groups of g consecutive elements along K (the parameters then have length G there):
+
+        acc_j = matmul(A_j - A_zero_j, B_j - B_zero_j)            group j, exact integers
+        Y     = float32(sum_j acc_j * (A_scale_j * B_scale_j)) + C (sum and products in float64)
 """
 
 from __future__ import annotations
@@ -24,13 +29,21 @@ from lowbit.ir.graph import Node
 from lowbit.ir.types import Dim, TensorType
 from lowbit.ops.linalg import matmul_shape
 from lowbit.ops.registry import QUANT_DOMAIN, REQUIRED, Attr, OpDef, fail, register
-from lowbit.quant.dynamic_params import normalize_axes
+from lowbit.quant.dynamic_params import group_count, normalize_axes
 
 CODES = (dt.UINT8, dt.INT8)
 
 
-def _param_shape(node: Node, x: tuple[Dim, ...], axes: tuple[int, ...]) -> tuple[Dim, ...]:
-    return tuple(1 if i in axes else d for i, d in enumerate(x))
+def groups_along(k: Dim, group_size: int) -> Dim:
+    """The number of groups G = ceil(K / g) along a dimension of length K (1 without groups;
+    unknown for a symbolic K)."""
+    if not group_size:
+        return 1
+    return group_count(k, group_size) if isinstance(k, int) else None
+
+
+def _param_shape(x: tuple[Dim, ...], axes: tuple[int, ...], group_size: int) -> tuple[Dim, ...]:
+    return tuple(groups_along(d, group_size) if i in axes else d for i, d in enumerate(x))
 
 
 @register
@@ -39,14 +52,16 @@ class DynamicQuantize(OpDef):
     over `axes` (see `lowbit.quant.dynamic_params` for the exact formula and rounding):
     `symmetric` 0 gives uint8 codes with a zero point, 1 int8 codes with zero point 0;
     `reduce_range` 1 uses 7 bits. Outputs q, scale (float32) and zero_point (q's dtype), the
-    parameters shaped like x with the reduced axes of length 1."""
+    parameters shaped like x with the reduced axes of length 1. With `group_size` g > 0 the one
+    reduced axis is cut into groups of g elements, one parameter set each (length ceil(K / g)
+    along that axis)."""
 
     op_type = "DynamicQuantize"
     domain = QUANT_DOMAIN
     inputs = ("x", "channel_scale?")
     outputs = ("y", "y_scale", "y_zero_point")
     attrs = {"axes": Attr("ints", REQUIRED), "symmetric": Attr("int", 0),
-             "reduce_range": Attr("int", 0)}
+             "reduce_range": Attr("int", 0), "group_size": Attr("int", 0)}
 
     def infer(self, node: Node, in_types: list[TensorType | None]) -> list[TensorType]:
         x = in_types[0]
@@ -59,12 +74,16 @@ class DynamicQuantize(OpDef):
             axes = normalize_axes(node.attrs["axes"], len(x.shape))
         except ValueError as e:
             raise fail(node, str(e)) from None
+        group_size = node.attrs.get("group_size", 0)
+        if group_size < 0 or (group_size and len(axes) != 1):
+            raise fail(node, f"group_size {group_size} needs one reduced axis and g >= 0, got "
+                             f"axes {list(axes)}")
         c = in_types[1] if len(in_types) > 1 else None
         if c is not None and (c.dtype != dt.FLOAT32 or c.shape is None or len(c.shape) != 1
                               or c.shape[0] != x.shape[-1]):
             raise fail(node, f"channel_scale must be a float32 vector as long as x's last axis "
                              f"({x.shape[-1]}), got {c}")
-        p = _param_shape(node, x.shape, axes)
+        p = _param_shape(x.shape, axes, group_size)
         return [TensorType(codes, x.shape), TensorType(dt.FLOAT32, p), TensorType(codes, p)]
 
 
@@ -77,6 +96,7 @@ class DynamicMatMul(OpDef):
     domain = QUANT_DOMAIN
     inputs = ("A", "A_scale", "A_zero_point", "B", "B_scale?", "B_zero_point?", "C?")
     outputs = ("Y",)
+    attrs = {"group_size": Attr("int", 0)}
 
     def infer(self, node: Node, in_types: list[TensorType | None]) -> list[TensorType]:
         a, a_scale, a_zero, b = in_types[:4]
@@ -85,8 +105,14 @@ class DynamicMatMul(OpDef):
         for i, t in ((0, a), (3, b)):
             if t is None or t.dtype not in CODES:
                 raise fail(node, f"input {i} must hold 8-bit codes (uint8 or int8)")
-        self._check_param(node, a, a_scale, a_zero, -1, "A")
+        g = node.attrs.get("group_size", 0)
+        if g < 0:
+            raise fail(node, f"group_size must be >= 0, got {g}")
+        self._check_param(node, a, a_scale, a_zero, -1, "A", g)
         if b.quant is not None:
+            if g:
+                raise fail(node, "grouped B takes its parameters as B_scale/B_zero_point "
+                                 "inputs, not in its type")
             if b_scale is not None or b_zero is not None:
                 raise fail(node, "B has static parameters in its type; give no B_scale/B_zero")
             if b.quant.axis is not None and b.shape is not None and \
@@ -95,20 +121,22 @@ class DynamicMatMul(OpDef):
         else:
             if b_scale is None or b_zero is None:
                 raise fail(node, "B needs B_scale and B_zero_point (or a quantized type)")
-            self._check_param(node, b, b_scale, b_zero, -2, "B")
+            self._check_param(node, b, b_scale, b_zero, -2, "B", g)
         if c is not None and c.dtype != dt.FLOAT32:
             raise fail(node, "the bias C must be float32")
         return [TensorType(dt.FLOAT32, matmul_shape(node, a.shape, b.shape))]
 
     @staticmethod
     def _check_param(node: Node, x: TensorType, scale: TensorType | None,
-                     zero: TensorType | None, inner: int, label: str) -> None:
+                     zero: TensorType | None, inner: int, label: str, group_size: int) -> None:
         if scale is None or scale.dtype != dt.FLOAT32:
             raise fail(node, f"{label}_scale must be float32")
         if zero is None or zero.dtype != x.dtype:
             raise fail(node, f"{label}_zero_point must have {label}'s dtype {x.dtype}")
         if x.shape is None or scale.shape is None or len(x.shape) < 2:
             return
-        if len(scale.shape) != len(x.shape) or scale.shape[inner] != 1:
+        want = groups_along(x.shape[inner], group_size)
+        if len(scale.shape) != len(x.shape) or (want is not None
+                                                and scale.shape[inner] not in (want, None)):
             raise fail(node, f"{label}_scale {scale.shape} must have {label}'s rank and length "
-                             f"1 along the inner dimension (axis {inner})")
+                             f"{want} along the inner dimension (axis {inner})")

@@ -15,6 +15,10 @@ symmetric (int8 codes, zero point 0, qmax = 127, or 63 with reduce_range):
     scale = 1 if m == 0 else m / qmax
     q     = clamp(round_half_even(x / scale), -qmax, qmax)
 
+Grouped (`group_size` g > 0, one reduced axis a of length K): the slices are the groups of g
+consecutive elements along a (the last group holds K - g * (G - 1) when g does not divide K),
+G = ceil(K / g) of them; scale and zero point have length G along a.
+
 A slice that is all zeros (a padded token, a masked attention row) gets scale 1 and codes equal
 to its zero point: it stands for exact zeros, and never divides by zero. NaN elements are
 ignored by the range and give the code `zero` (they stand for 0). The
@@ -51,11 +55,35 @@ def normalize_axes(axes: Sequence[int], rank: int) -> tuple[int, ...]:
     return tuple(out)
 
 
-def dynamic_params(x: np.ndarray, axes: Sequence[int], symmetric: bool, reduce_range: bool
-                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def group_count(k: int, group_size: int) -> int:
+    """G = ceil(K / g): the number of groups along an inner dimension of length K."""
+    return -(-k // group_size)
+
+
+def split_groups(x: np.ndarray, axis: int, group_size: int) -> np.ndarray:
+    """x with `axis` (length K) moved last, zero-padded to G * g and split into [..., G, g]."""
+    x = np.moveaxis(x, axis, -1)
+    k = x.shape[-1]
+    pad = group_count(k, group_size) * group_size - k
+    if pad:
+        x = np.concatenate([x, np.zeros(x.shape[:-1] + (pad,), x.dtype)], axis=-1)
+    return x.reshape(x.shape[:-1] + (-1, group_size))
+
+
+def dynamic_params(x: np.ndarray, axes: Sequence[int], symmetric: bool, reduce_range: bool,
+                   group_size: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(codes, scale, zero_point) of float32 `x` by the module docstring's formula. Scale and
-    zero point keep the reduced axes with length 1, so they broadcast against x."""
+    zero point keep the reduced axes with length 1 (G with `group_size`), so they broadcast
+    against x (against its grouped form)."""
     x = np.asarray(x, np.float32)
+    if group_size:
+        (axis,) = normalize_axes(axes, x.ndim)
+        groups = split_groups(x, axis, group_size)
+        q, scale, zero = dynamic_params(groups, [-1], symmetric, reduce_range)
+        k = x.shape[axis]
+        q = q.reshape(q.shape[:-2] + (-1,))[..., :k]
+        return (np.moveaxis(q, -1, axis), np.moveaxis(scale[..., 0], -1, axis),
+                np.moveaxis(zero[..., 0], -1, axis))
     ax = normalize_axes(axes, x.ndim)
     top = np.float32(qmax(symmetric, reduce_range))
     nan = np.isnan(x)

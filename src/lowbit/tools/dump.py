@@ -174,14 +174,25 @@ def integer_parameters(node: Node) -> tuple[list[str], dict[str, np.ndarray]]:
                    if op == "QuantizeLinear" else "y = (x - x_zero_point) * x_scale")
         lines.append(f"{formula}; scale {_p_value(scale)}, zero point {_p_value(zero)}")
         return lines, arrays
-    if not any(_quantized(t) for t in types):
-        return [], {}
     if node.domain == QUANT_DOMAIN and op == "DynamicMatMul":
-        lines.append("acc = sum((a - A_zero_point)(b - z_b)) in int32; y = float32(acc * A_scale"
-                     " * s_b) + C, A_scale and A_zero_point computed at run time")
+        group = node.attrs.get("group_size", 0)
+        if group:
+            lines.append(f"per group j of {group} along K: acc_j = sum((a - A_zero_point_j)(b - "
+                         f"B_zero_point_j)) in int32; y = float32(sum_j acc_j * A_scale_j * "
+                         f"B_scale_j) + C, A_scale and A_zero_point computed at run time")
+        else:
+            lines.append("acc = sum((a - A_zero_point)(b - z_b)) in int32; y = float32(acc * "
+                         "A_scale * s_b) + C, A_scale and A_zero_point computed at run time")
         if _quantized(types[3]):
             lines.append(f"s_b {_p(types[3].quant.scale)}")
+        elif node.inputs[4].is_constant:
+            scale = np.asarray(node.inputs[4].const_value)
+            lines.append(f"B_scale {list(scale.shape)} from {scale.min():.9g} to "
+                         f"{scale.max():.9g}")
+            arrays["B_scale"] = scale
         return lines, arrays
+    if not any(_quantized(t) for t in types):
+        return [], {}
     if op in ("Conv", "Gemm", "MatMul"):
         _linear(node, types, out, lines, arrays)
     elif op in ("Add", "Sub"):

@@ -9,6 +9,13 @@ checks the int32 bound, and dequantizes once:
 
 where B_scale is the weight type's scale (per output channel along B's last axis) or the run-time
 B_scale tensor. |acc| <= K * 255 * 128 for 8-bit operands, inside int32 for K < 65794.
+
+With `group_size` g, each group's sum acc_j (|acc_j| <= g * 255 * 128) is exact and
+
+    Y = float32(sum_j float64(acc_j) * float64(A_scale_j) * float64(B_scale_j)) + C
+
+summed in float64; the zero-padded tail of a last, shorter group
+adds nothing.
 """
 
 from __future__ import annotations
@@ -20,7 +27,7 @@ from lowbit.backends.reference.kernels.int_linear import matmul_exact
 from lowbit.errors import KernelError
 from lowbit.ops.registry import QUANT_DOMAIN
 from lowbit.quant import arith
-from lowbit.quant.dynamic_params import dynamic_params
+from lowbit.quant.dynamic_params import dynamic_params, split_groups
 from lowbit.quant.fixed_point import INT32_MAX, INT32_MIN
 
 
@@ -30,7 +37,8 @@ def dynamic_quantize(node, inputs):
     if channel_scale is not None:
         x = (np.asarray(x, np.float32) / channel_scale.astype(np.float32)).astype(np.float32)
     q, scale, zero = dynamic_params(x, node.attrs["axes"], bool(node.attrs.get("symmetric", 0)),
-                                    bool(node.attrs.get("reduce_range", 0)))
+                                    bool(node.attrs.get("reduce_range", 0)),
+                                    node.attrs.get("group_size", 0))
     return [q, scale, zero]
 
 
@@ -39,6 +47,9 @@ def dynamic_matmul(node, inputs):
     a, a_scale, a_zero, b = inputs[:4]
     b_scale, b_zero, c = (list(inputs[4:]) + [None] * 3)[:3]
     tb = node.inputs[3].type
+    g = node.attrs.get("group_size", 0)
+    if g:
+        return [_grouped(node, g, a, a_scale, a_zero, b, b_scale, b_zero, c)]
     ca = a.astype(np.int64) - a_zero.astype(np.int64)
     if tb.quant is not None:
         cb = arith.centred(b, tb)
@@ -54,3 +65,24 @@ def dynamic_matmul(node, inputs):
     if c is not None:
         y = (y + c.astype(np.float32)).astype(np.float32)
     return [y]
+
+
+def _spread(zero: np.ndarray, axis: int, group_size: int, k: int) -> np.ndarray:
+    """Per-group zero points repeated over their group's elements along `axis` (length k)."""
+    full = np.repeat(zero.astype(np.int64), group_size, axis=axis)
+    return np.take(full, np.arange(k), axis=axis)
+
+
+def _grouped(node, g: int, a, a_scale, a_zero, b, b_scale, b_zero, c) -> np.ndarray:
+    k = a.shape[-1]
+    ca = a.astype(np.int64) - _spread(a_zero, -1, g, k)
+    cb = b.astype(np.int64) - _spread(b_zero, -2, g, k)
+    groups_a = np.moveaxis(split_groups(ca, -1, g), -2, -3)   # [..., G, M, g]
+    groups_b = np.moveaxis(split_groups(cb, -2, g), -3, -1)   # [..., G, g, N]
+    acc = matmul_exact(groups_a, groups_b).astype(np.float64)  # [..., G, M, N]
+    scale = (np.moveaxis(np.asarray(a_scale, np.float64), -1, -2)[..., None]
+             * np.asarray(b_scale, np.float64)[..., None, :])
+    y = (acc * scale).sum(axis=-3).astype(np.float32)
+    if c is not None:
+        y = (y + c.astype(np.float32)).astype(np.float32)
+    return y
