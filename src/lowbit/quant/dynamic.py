@@ -206,7 +206,7 @@ class _Builder:
             else:
                 qb = self._dynamic(b, s, right=True, before=node)
                 weights = "two activations (right operand per column)" \
-                    if s.granularity == "row" else "two activations"
+                    if s.granularity in ("row", "group") else "two activations"
             self._int_product(qa, qb, bias, node.outputs, node.name, node, group)
             self.g.nodes.remove(node)
         codes = "int8 symmetric" if s.scheme == "symmetric" else "uint8 asymmetric"
