@@ -3,9 +3,10 @@ quantized embedding Gathers) imports with its integer weights kept bit for bit a
 lowbit.run. ONNX Runtime does not agree with itself to 1e-3 on this model: with and without its
 graph optimizations (fused MatMulIntegerToFloat, DynamicQuantizeMatMul) the last hidden state
 differs by up to 0.06 (per-channel) and 0.26 (per-tensor), because a float difference of one ulp
-before a DynamicQuantizeLinear flips a code, and flips compound over 6 layers; and its uint8 x
-int8 kernels saturate pair sums to int16 where the spec does not (docs/onnx_quantized_ops.md).
-The test holds lowbit, which follows the spec, to ONNX Runtime's own spread."""
+before a DynamicQuantizeLinear flips a code, and flips compound over 6 layers; and on CPUs
+without VNNI its uint8 x int8 kernels saturate pair sums to int16 where the spec does not
+(docs/onnx_quantized_ops.md). The test holds lowbit, which follows the spec, to ONNX Runtime's
+own spread."""
 
 from __future__ import annotations
 

@@ -135,8 +135,10 @@ def group_weights(w: np.ndarray, s: NodeSettings, group: int
 
 
 def _weights_text(s: NodeSettings, group: int) -> str:
-    per = "per-channel" if s.per_channel else "per-tensor"
-    return f"int8 {per} weights" + (f" per group of {group}" if group else "")
+    if group:
+        return f"int8 weights per group of {group}" + (" and output channel" if s.per_channel
+                                                       else "")
+    return f"int8 {'per-channel' if s.per_channel else 'per-tensor'} weights"
 
 
 class _Builder:
