@@ -442,3 +442,80 @@ def test_group_size_must_be_a_positive_whole_number():
         with pytest.raises(LowbitError, match="group_size"):
             QuantConfig().with_default(group_size=bad)
     assert QuantConfig.from_yaml_text("default:\n  group_size: 64\n").default.group_size == 64
+
+
+def _attention_model(path, k=24, d=8):
+    """h = x W; P = Softmax(h hᵀ); y = P h: P·V's inner dimension is the sequence (symbolic)."""
+    rng = np.random.default_rng(15)
+    inits = [numpy_helper.from_array(rng.normal(size=(k, d)).astype(np.float32), "w")]
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"], name="proj"),
+             helper.make_node("Transpose", ["h"], ["ht"], perm=[0, 2, 1], name="tr"),
+             helper.make_node("MatMul", ["h", "ht"], ["s"], name="scores"),
+             helper.make_node("Softmax", ["s"], ["p"], axis=-1, name="softmax"),
+             helper.make_node("MatMul", ["p", "h"], ["y"], name="mix")]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["B", "S", k])
+    g = helper.make_graph(nodes, "g", [x], [helper.make_tensor_value_info("y", TensorProto.FLOAT,
+                                                                          None)], inits)
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 20)]), path)
+
+
+@pytest.mark.parametrize("seq", [40, 5])
+def test_grouped_products_of_two_activations_and_their_export(tmp_path, seq):
+    """P·V in groups of 16 keys (ragged for 40: 16, 16, 8): lowbit's product equals a group-by-
+    group computation from its own codes, and the ONNX export, whose padding is computed at run
+    time from the sequence length, agrees in ONNX Runtime."""
+    import onnxruntime as ort
+
+    from lowbit.backends.reference.interpreter import Interpreter
+
+    _attention_model(tmp_path / "a.onnx")
+    x = np.random.default_rng(16).normal(size=(2, seq, 24)).astype(np.float32) * 0.3
+    q = quantize_dynamic(lowbit.load(tmp_path / "a.onnx"),
+                         QuantConfig().with_default(group_size=16)).graph
+    mix = next(n for n in q.nodes if n.name == "mix")
+    assert mix.attrs["group_size"] == 16
+    seen = {}
+
+    def keep(node, outputs):
+        for v, arr in zip(node.outputs, outputs, strict=False):
+            seen[v.name] = np.asarray(arr)
+
+    y = Interpreter(q, [keep])({"x": x})["y"]
+    a, s_a, z_a, b, s_b, z_b = (seen[v.name] for v in mix.inputs[:6])
+    assert s_a.shape == (2, seq, -(-seq // 16)) and s_b.shape == (2, -(-seq // 16), 8)
+    by_hand = np.zeros((2, seq, 8))
+    for j, start in enumerate(range(0, seq, 16)):
+        part = slice(start, start + 16)
+        ca = a[..., part].astype(np.int64) - z_a[..., j:j + 1]
+        cb = b[:, part].astype(np.int64) - z_b[:, j:j + 1]
+        by_hand += (ca @ cb) * s_a[..., j:j + 1].astype(np.float64) * s_b[:, j:j + 1]
+    np.testing.assert_allclose(y, by_hand.astype(np.float32), rtol=1e-6, atol=1e-7)
+    lowbit.save(q, tmp_path / "q.onnx")
+    got = ort.InferenceSession(str(tmp_path / "q.onnx")).run(None, {"x": x})[0]
+    np.testing.assert_allclose(got, y, rtol=1e-5, atol=1e-5 * np.abs(y).max())
+
+
+def test_groups_keep_small_probabilities_beside_an_attention_sink(tmp_path):
+    """A probability row with one key at 0.3 and 255 near-equal keys sharing the rest: per row,
+    uint8 codes give the small ones a level or two, all rounded the same way, so P·V is off by
+    a sizeable share of the mass; in groups of 32 only the sink's own group is coarse."""
+    nodes = [helper.make_node("MatMul", ["p", "v"], ["y"], name="mix")]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("p", TensorProto.FLOAT,
+                                                                     [1, 4, 256]),
+                                       helper.make_tensor_value_info("v", TensorProto.FLOAT,
+                                                                     [1, 256, 4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 20)]),
+              tmp_path / "pv.onnx")
+    rng = np.random.default_rng(17)
+    p = rng.uniform(0.9, 1.1, (1, 4, 256))
+    p[..., 0] = p[..., 1:].sum(-1) * 0.3 / 0.7  # the others get 2.1-2.6 steps of 0.3 / 255
+    p = (p / p.sum(-1, keepdims=True)).astype(np.float32)
+    v = (1 + 0.1 * rng.normal(size=(1, 256, 4))).astype(np.float32)
+    graph = lowbit.load(tmp_path / "pv.onnx")
+    want = lowbit.run(graph, {"p": p, "v": v})["y"]
+    err = {}
+    for label, cfg in (("row", {"granularity": "row"}), ("group", {})):
+        q = quantize_dynamic(graph, QuantConfig().with_default(**cfg)).graph
+        err[label] = np.abs(lowbit.run(q, {"p": p, "v": v})["y"] - want).max()
+    assert err["row"] > 0.02 and err["group"] < err["row"] / 5, err

@@ -52,23 +52,26 @@ def lower_dynamic(graph: Graph) -> Graph:
     """A copy of `graph` with DynamicQuantize/DynamicMatMul written in standard ONNX ops."""
     g = fold_quantized_constants(graph.copy())
     floats: dict[Value, Value] = {}
+    grouped: dict[Value, tuple[Value, Value]] = {}
     for node in list(g.nodes):
         if node.domain != QUANT_DOMAIN:
             continue
         if node.op_type == "DynamicQuantize":
-            _Emit(g, node, floats).quantize()
+            _Emit(g, node, floats, grouped).quantize()
         elif node.op_type == "DynamicMatMul":
-            _Emit(g, node, floats).matmul()
+            _Emit(g, node, floats, grouped).matmul()
     g = eliminate_dead_code(g)
     infer_graph(g, keep_quant=False)
     return g
 
 
 class _Emit:
-    def __init__(self, graph: Graph, node: Node, floats: dict[Value, Value]) -> None:
+    def __init__(self, graph: Graph, node: Node, floats: dict[Value, Value],
+                 grouped: dict[Value, tuple[Value, Value]]) -> None:
         self.g = graph
         self.node = node
         self.floats = floats  # codes -> the same integers in float32, before their Cast
+        self.grouped = grouped  # grouped codes -> (centred codes [..., G, g], scale [..., G, 1])
 
     def real(self, codes: Value) -> Value:
         """float32 of integer `codes`: the float value the formula cast them from, if this
@@ -135,26 +138,48 @@ class _Emit:
 
     def _quantize_groups(self, x: Value, rank: int, axes: tuple[int, ...], symmetric: bool,
                          reduce_range: bool, group: int) -> None:
-        k = self.node.outputs[0].type.shape[-1]
-        if axes != (rank - 1,) or not isinstance(k, int):
-            raise ModelError(f"{self.node.describe()}: only groups along a last axis of fixed "
-                             f"length export to ONNX (axes {list(axes)}, length {k})")
-        count = group_count(k, group)
+        """Groups along the last axis (a left operand) or the second-to-last (a right operand,
+        transposed to put it last), of fixed or run-time length K. The codes, zero-padded to
+        G * g and centred on their zero points, stay available in float in that grouped form
+        [..., G, g] (`self.grouped`) for the product, where the padding adds exact zeros."""
+        (axis,) = axes
+        if axis not in (rank - 1, rank - 2):
+            raise ModelError(f"{self.node.describe()}: groups along axis {axis} of a rank-{rank} "
+                             f"tensor do not export to ONNX (only the last two axes)")
+        swap = list(range(rank - 2)) + [rank - 1, rank - 2]
+        right = axis == rank - 2
+        if right:
+            x = self.one("Transpose", x, perm=swap)
+        k = self.node.outputs[0].type.shape[axis]
         keep = [0] * (rank - 1)
-        grouped = self.one("Reshape", self._pad_last(x, rank, count * group - k),
-                           self.const(np.array(keep + [count, group], np.int64), "groups"))
+        grouped = self.one("Reshape", self._pad_to_groups(x, rank, group, k),
+                           self.const(np.array(keep + [-1, group], np.int64), "groups"))
         q, scale, zero = self._formula(grouped, (rank,), symmetric, reduce_range)
-        ungroup = self.const(np.array(keep + [count * group], np.int64), "ungroup")
-        flat = self.const(np.array(keep + [count], np.int64), "param_shape")
-        outs = [self.one("Reshape", q, ungroup), self.one("Reshape", self.real(q), ungroup)]
-        if count * group != k:
-            cut = [self.const(np.array([0], np.int64), "start"),
-                   self.const(np.array([k], np.int64), "end"),
-                   self.const(np.array([-1], np.int64), "axis")]
-            outs = [self.one("Slice", v, *cut) for v in outs]
-        zeros = [self.one("Reshape", zero, flat), self.one("Reshape", self.real(zero), flat)]
-        self.floats[outs[0]], self.floats[zeros[0]] = outs[1], zeros[1]
-        self.replace([outs[0], self.one("Reshape", scale, flat), zeros[0]])
+        centred = self.one("Sub", self.real(q), self.real(zero))
+        merge = self.const(np.array(keep + [-1], np.int64), "merge")
+        codes = self.one("Reshape", q, merge)
+        if not isinstance(k, int) or k % group:
+            end = self.const(np.array([k], np.int64), "end") if isinstance(k, int) else \
+                self.one("Shape", x, start=-1)
+            codes = self.one("Slice", codes, self.const(np.array([0], np.int64), "start"), end,
+                             self.const(np.array([-1], np.int64), "axis"))
+        outs = [codes, self.one("Reshape", scale, merge), self.one("Reshape", zero, merge)]
+        if right:
+            outs = [self.one("Transpose", v, perm=swap) for v in outs]
+        self.grouped[outs[0]] = (centred, scale)
+        self.replace(outs)
+
+    def _pad_to_groups(self, x: Value, rank: int, group: int, k) -> Value:
+        """x zero-padded at the end of its last axis to a multiple of `group`; the amount is
+        computed at run time when the length k is not fixed."""
+        if isinstance(k, int):
+            return self._pad_last(x, rank, group_count(k, group) * group - k)
+        g = self.const(np.array([group], np.int64), "group")
+        short = self.one("Mod", self.one("Sub", g, self.one("Mod", self.one("Shape", x,
+                                                                            start=-1), g)), g)
+        pads = self.one("Concat", self.const(np.zeros(2 * rank - 1, np.int64), "pads"), short,
+                        axis=0)
+        return self.one("Pad", x, pads)
 
     def _pad_last(self, x: Value, rank: int, pad: int) -> Value:
         """x zero-padded by `pad` elements at the end of its last axis."""
@@ -227,21 +252,33 @@ class _Emit:
 
     def _matmul_groups(self, a, a_scale, a_zero, b, b_scale, b_zero, c) -> None:
         g = self.node.attrs["group_size"]
-        if not (b.is_constant and b_scale.is_constant and b_zero.is_constant):
-            raise ModelError(f"{self.node.describe()}: a grouped product exports to ONNX only "
-                             f"with constant weights")
-        rank = len(self.node.outputs[0].type.shape)  # A's (the weights are 2-D)
+        rank = len(self.node.outputs[0].type.shape)
+        keep = [0] * (rank - 1)
+        merge = self.const(np.array(keep + [-1], np.int64), "merge")
+        real = []
+        for codes in (a, b) if not b.is_constant else (a,):
+            if codes not in self.grouped:
+                raise ModelError(f"{self.node.describe()}: a grouped operand exports to ONNX only "
+                                 f"from a grouped DynamicQuantize of the same graph")
+            centred, scale = self.grouped[codes]
+            real.append(self.one("Reshape", self.one("Mul", centred, scale), merge))
+        if b.is_constant:
+            real.append(self._grouped_weights(b, b_scale, b_zero, g))
+        else:  # the right operand's groups were formed on its transpose
+            real[1] = self.one("Transpose", real[1],
+                               perm=list(range(rank - 2)) + [rank - 1, rank - 2])
+        y = self.one("MatMul", *real)
+        if c is not None:
+            y = self.one("Add", y, c)
+        self.replace([y])
+
+    def _grouped_weights(self, b: Value, b_scale: Value, b_zero: Value, g: int) -> Value:
+        """The int8 weights dequantized per group, [G * g, N] with zero padding rows."""
+        if not (b_scale.is_constant and b_zero.is_constant):
+            raise ModelError(f"{self.node.describe()}: grouped weights need constant scales")
         k, n = b.type.shape[-2:]
         count = group_count(k, g)
         f32 = dtypes.FLOAT32.onnx_code
-        keep = [0] * (rank - 1)
-        codes = self.one("Reshape", self._pad_last(self.real(a), rank, count * g - k),
-                         self.const(np.array(keep + [count, g], np.int64), "groups"))
-        last = self.const(np.array([-1], np.int64), "last")
-        centred = self.one("Sub", codes, self.one("Unsqueeze", self.real(a_zero), last))
-        real_a = self.one("Reshape", self.one("Mul", centred, self.one("Unsqueeze", a_scale,
-                                                                       last)),
-                          self.const(np.array(keep + [count * g], np.int64), "ungroup"))
         zero = np.asarray(b_zero.const_value)
         w = np.asarray(b.const_value)
         w = np.concatenate([w, np.repeat(zero[-1:], count * g - k, axis=0)])  # padding: 0.0
@@ -252,9 +289,5 @@ class _Emit:
                                                      "weight_zero")),
                           self.const(np.asarray(b_scale.const_value, np.float32)[:, None, :],
                                      "weight_scale"))
-        real_w = self.one("Reshape", real_w, self.const(np.array([count * g, n], np.int64),
-                                                        "weight_shape"))
-        y = self.one("MatMul", real_a, real_w)
-        if c is not None:
-            y = self.one("Add", y, c)
-        self.replace([y])
+        return self.one("Reshape", real_w, self.const(np.array([count * g, n], np.int64),
+                                                      "weight_shape"))

@@ -99,9 +99,10 @@ DEFAULT_OUTLIER_CHANNELS = 2
 an integer product of their own (`lowbit.quant.smoothing.gelu_outlier_channels`); 0: none."""
 GRANULARITIES: tuple[str, ...] = ("group", "row", "head", "tensor")
 """Dynamic quantization: one set of run-time activation parameters per group of `group_size`
-elements of a row (with weights per group and output channel; products of two activations
-use whole rows), per row (token) of a product's left operand (per column of a right activation
-operand), per matrix of a batched product (per attention head for [B, H, S, D]; per sequence
+elements of a row (with weights per group and output channel; the right operand of a product
+of two activations per group of a column), per row (token) of a product's left operand (per
+column of a right activation operand), per matrix of a batched product (per attention head
+for [B, H, S, D]; per sequence
 for [B, S, K]), or per tensor."""
 REQUANT_METHODS: tuple[str, ...] = ("auto", "q31", "prescale")
 """auto: the more accurate encoding for the output width (lowbit.quant.fixed_point)."""

@@ -25,7 +25,12 @@ becomes a `DynamicMatMul` (`lowbit.ops.dynamic`) reading 8-bit codes:
   bias C is added in float.
 
 MatMuls of two activations (attention Q·Kᵀ and P·V) are quantized the same way on both sides
-when `activation_products` is set (the right operand per column for "row"). Everything else
+when `activation_products` is set (the right operand per column for "row", per group of a
+column for "group"). Groups matter for P·V, whose inner dimension is the sequence: with an
+attention sink (one key taking half of a row's probability) and many near-equal small
+probabilities, per-row uint8 codes give the small ones one or two levels, all rounded the same
+way; on 256 repetitions of one word the embedding cosine was 0.983 per row and is 0.9994 in
+groups of 32 (a Lorem-ipsum paragraph repeated 4 times: 0.9987 -> 0.9998). Everything else
 (LayerNorm, Softmax, GELU, residual adds) stays in float, as the integer-free parts of dynamic
 quantization always do.
 
@@ -195,7 +200,7 @@ class _Builder:
         if b.is_constant and smooth is None and len(b.type.shape) == 2:
             outliers = self._outliers.get(node.name)
         bias = node.input_or_none(2) if node.op_type == "Gemm" else None
-        group = s.group_size if s.granularity == "group" and b.is_constant else 0
+        group = s.group_size if s.granularity == "group" else 0
         if outliers is not None:
             self._split_product(node, a, b, bias, outliers, s, group)
             weights = (f"{_weights_text(s, group)} (GELU channels {outliers.tolist()} in a "
@@ -206,7 +211,7 @@ class _Builder:
                 qb: tuple[Value | None, ...] = self._weights(b, s, group, node)
                 weights = _weights_text(s, group)
             else:
-                qb = self._dynamic(b, s, right=True, before=node)
+                qb = self._dynamic(b, s, right=True, before=node, group=group)
                 weights = "two activations (right operand per column)" \
                     if s.granularity in ("row", "group") else "two activations"
             self._int_product(qa, qb, bias, node.outputs, node.name, node, group)
