@@ -102,8 +102,7 @@ GRANULARITIES: tuple[str, ...] = ("group", "row", "head", "tensor")
 elements of a row (with weights per group and output channel; the right operand of a product
 of two activations per group of a column), per row (token) of a product's left operand (per
 column of a right activation operand), per matrix of a batched product (per attention head
-for [B, H, S, D]; per sequence
-for [B, S, K]), or per tensor."""
+for [B, H, S, D]; per sequence for [B, S, K]), or per tensor."""
 REQUANT_METHODS: tuple[str, ...] = ("auto", "q31", "prescale")
 """auto: the more accurate encoding for the output width (lowbit.quant.fixed_point)."""
 
