@@ -42,7 +42,7 @@ a token, a few channels still set the range of all 384 or 1536 (transformer acti
 outlier channels beyond the two a GELU split and the LayerNorm smoothing take care of); groups
 of 32 confine each to its group. On all-MiniLM-L6-v2 (benchmarks/dynamic_vs_peers.py, 70
 texts a kind) the single-word embedding cosine mean goes from 0.9987 per row to 0.9997 in
-groups of 32 (minimum 0.9965 -> 0.9993).
+groups of 32 (minimum 0.9965 -> 0.9993), long texts from 0.9993 to 0.9998.
 """
 
 from __future__ import annotations
