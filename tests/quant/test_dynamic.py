@@ -470,8 +470,12 @@ def test_grouped_products_of_two_activations_and_their_export(tmp_path, seq):
 
     _attention_model(tmp_path / "a.onnx")
     x = np.random.default_rng(16).normal(size=(2, seq, 24)).astype(np.float32) * 0.3
-    q = quantize_dynamic(lowbit.load(tmp_path / "a.onnx"),
-                         QuantConfig().with_default(group_size=16)).graph
+    result = quantize_dynamic(lowbit.load(tmp_path / "a.onnx"),
+                              QuantConfig().with_default(group_size=16))
+    row = next(r for r in result.summary.rows if r.name == "mix")
+    assert row.detail.startswith("two activations (right operand per group of a column)")
+    assert row.detail.endswith("per group of 16")
+    q = result.graph
     mix = next(n for n in q.nodes if n.name == "mix")
     assert mix.attrs["group_size"] == 16
     seen = {}

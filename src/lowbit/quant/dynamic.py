@@ -212,8 +212,9 @@ class _Builder:
                 weights = _weights_text(s, group)
             else:
                 qb = self._dynamic(b, s, right=True, before=node, group=group)
-                weights = "two activations (right operand per column)" \
-                    if s.granularity in ("row", "group") else "two activations"
+                weights = {"row": "two activations (right operand per column)",
+                           "group": "two activations (right operand per group of a column)"
+                           }.get(s.granularity, "two activations")
             self._int_product(qa, qb, bias, node.outputs, node.name, node, group)
             self.g.nodes.remove(node)
         codes = "int8 symmetric" if s.scheme == "symmetric" else "uint8 asymmetric"
