@@ -15,10 +15,11 @@ keepdims, Div, Round = round half to even, Clip, Cast). DynamicMatMul becomes:
 then Y = float32(acc) * (A_scale * B_scale) + C. ONNX Runtime's float32 product can differ from
 lowbit's float64 one in the last bits (and int32 -> float32 rounds above 2**24).
 
-Grouped ops (`group_size` g, groups along the last axis of A, int8 weights as constants):
-DynamicQuantize zero-pads x to G * g, reshapes it to [..., G, g] and applies the formula per
-group. DynamicMatMul is written in QDQ form, since ONNX has no per-group integer product:
-A_real = (A - A_zero_j) * A_scale_j and W_real = (W - W_zero_j) * W_scale_j per group (the
+Grouped ops (`group_size` g, groups along the last axis of A and the second-to-last of B, B
+int8 weights as constants or an activation): DynamicQuantize zero-pads x to G * g (by an
+amount computed at run time when K is not fixed), reshapes it to [..., G, g] and applies the
+formula per group. DynamicMatMul is written in QDQ form, since ONNX has no per-group integer
+product: A_real = (A - A_zero_j) * A_scale_j and W_real = (W - W_zero_j) * W_scale_j per group (the
 weights stay int8 in the file, their padding rows equal to the zero point so that they stand
 for 0; ONNX Runtime folds their dequantization when it loads the model), then
 Y = MatMul(A_real, W_real) + C in float32. In real arithmetic that is exactly

@@ -56,7 +56,7 @@ from lowbit.ir.types import TensorType
 from lowbit.ir.verifier import verify
 from lowbit.ops import infer_node
 from lowbit.ops.registry import FUSED_CLIP, QUANT_DOMAIN
-from lowbit.quant import calibration, smoothing
+from lowbit.quant import arith, calibration, smoothing
 from lowbit.quant.config import NodeSettings, QuantConfig
 from lowbit.quant.dynamic_params import split_groups
 from lowbit.quant.static import (
@@ -127,16 +127,16 @@ def group_weights(w: np.ndarray, s: NodeSettings, group: int
         flat = blocks.transpose(1, 2, 0).reshape(group * n, count)
     params = calibration.weight_params(flat, dtype=s.weight_dtype, scheme=s.weight_scheme,
                                        axis=1)
-    scale = params.scale.reshape(count, -1)
-    zero = params.zero_point.reshape(count, -1)
-    scale, zero = np.broadcast_to(scale, (count, n)), np.broadcast_to(zero, (count, n))
-    lo, hi = s.weight_dtype.qmin, s.weight_dtype.qmax
-    full_scale = np.repeat(scale, group, axis=0)[:k]
-    full_zero = np.repeat(zero, group, axis=0)[:k]
-    codes = np.clip(np.rint(np.asarray(w, np.float32) / full_scale) + full_zero, lo, hi)
-    dtype = s.weight_dtype.np_dtype
-    return (codes.astype(dtype), np.ascontiguousarray(scale, np.float32),
-            np.ascontiguousarray(zero).astype(dtype))
+    codes = arith.quantize(flat, TensorType(s.weight_dtype, flat.shape, params))
+    if s.per_channel:
+        codes = codes.reshape(group, count, n).transpose(1, 0, 2)
+    else:
+        codes = codes.reshape(group, n, count).transpose(2, 0, 1)
+    scale = np.broadcast_to(params.scale.reshape(count, -1), (count, n))
+    zero = np.broadcast_to(params.zero_point.reshape(count, -1), (count, n))
+    return (np.ascontiguousarray(codes.reshape(count * group, n)[:k]),
+            np.ascontiguousarray(scale, np.float32),
+            np.ascontiguousarray(zero).astype(s.weight_dtype.np_dtype))
 
 
 def _weights_text(s: NodeSettings, group: int) -> str:
@@ -220,8 +220,7 @@ class _Builder:
         codes = "int8 symmetric" if s.scheme == "symmetric" else "uint8 asymmetric"
         bits = ", 7-bit" if s.reduce_range else ""
         bits += ", LayerNorm-smoothed" if smooth is not None else ""
-        per = f"group of {group}" if group else ("row" if s.granularity == "group"
-                                                 else s.granularity)
+        per = f"group of {group}" if group else s.granularity
         self.rows.append(NodeReport(node.name, node.op_type, "int8",
                                     f"{weights}; activations {codes}{bits} per {per}"))
 
