@@ -78,9 +78,12 @@ def _value(graph, batch, name):
     return store[name]
 
 
-def test_corrected_bias_follows_the_formula(setup):
+@pytest.mark.parametrize("rounding", ["nearest", "gptq"])
+def test_corrected_bias_follows_the_formula(setup, rounding):
+    """eps is computed from the codes the kernel uses: nearest rounding, or the codes
+    error-compensating rounding picked (a float constant already on the grid)."""
     graph, _, prof = setup
-    q = quantize(graph, prof)
+    q = quantize(graph, prof, QuantConfig.from_dict({"default": {"weight_rounding": rounding}}))
     assert all("bias-corrected" in r.detail for r in q.summary.rows
                if r.op_type in ("Conv", "Gemm"))
     lowbit_graph = q.graph
@@ -90,6 +93,12 @@ def test_corrected_bias_follows_the_formula(setup):
     w = w.astype(np.float64)
     scale = wt.quant.scale.reshape(-1, 1, 1, 1)
     w_q = np.clip(np.rint(w.astype(np.float32) / scale.astype(np.float32)), -127, 127) * scale
+    if rounding == "gptq":
+        on_grid = dw.inputs[1].producer.inputs[0].const_value.astype(np.float64)
+        codes = np.rint(on_grid / scale)
+        assert np.allclose(codes * scale, on_grid, rtol=1e-6, atol=0)
+        assert np.abs(codes - w_q / scale).max() == 1 and not np.array_equal(codes * scale, w_q)
+        w_q = codes * scale
     eps = ((w_q - w).sum(axis=(1, 2, 3))) * prof["x"].channels[1].mean
     float_bias = dw.inputs[2].producer.inputs[0].const_value
     assert np.allclose(float_bias, -eps, rtol=1e-6, atol=1e-7)
@@ -101,7 +110,8 @@ def test_corrected_bias_follows_the_formula(setup):
 def test_correction_removes_the_mean_shift_and_can_be_turned_off(setup):
     graph, batches, prof = setup
     # min-max ranges: no clipping, so the output's mean error is the weights' rounding alone
-    on = QuantConfig.from_dict({"default": {"calibration": "minmax"}})
+    on = QuantConfig.from_dict({"default": {"calibration": "minmax",
+                                            "weight_rounding": "nearest"}})
     off = on.with_default(bias_correction=False)
     shifts = {}
     for label, config in (("on", on), ("off", off)):

@@ -131,7 +131,7 @@ def test_load_refuses_files_that_are_not_profiles(tmp_path: Path):
     bad.write_text(damaged)
     with pytest.raises(InputError, match="damaged lowbit profile"):
         Profile.load(bad)
-    bad.write_text(good.read_text().replace("version: 1", "version: 7"))
+    bad.write_text(good.read_text().replace("version: 2", "version: 7"))
     with pytest.raises(InputError, match="version 7"):
         Profile.load(bad)
 

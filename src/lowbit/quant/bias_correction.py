@@ -27,13 +27,16 @@ from lowbit.ir.types import TensorType
 from lowbit.quant import arith
 
 
-def weight_error(node: Node, weight: np.ndarray, wt: TensorType,
-                 mean: np.ndarray) -> np.ndarray | None:
+def weight_error(node: Node, weight: np.ndarray, wt: TensorType, mean: np.ndarray,
+                 rounded: np.ndarray | None = None) -> np.ndarray | None:
     """eps per output channel (module docstring) for Conv/Gemm `node` whose float weight
-    `weight` is quantized to type `wt`, with input channel means `mean`; None when the means
-    do not match the weight's input channels (or are not finite)."""
+    `weight` is quantized to type `wt` (nearest rounding, or the codes' values `rounded` when
+    given), with input channel means `mean`; None when the means do not match the weight's
+    input channels (or are not finite)."""
     w = np.asarray(weight, np.float64)
-    dw = arith.dequantize(arith.quantize(weight, wt), wt).astype(np.float64) - w
+    if rounded is None:
+        rounded = arith.dequantize(arith.quantize(weight, wt), wt)
+    dw = np.asarray(rounded, np.float64) - w
     mean = np.asarray(mean, np.float64).reshape(-1)
     if not np.all(np.isfinite(mean)):
         return None

@@ -15,6 +15,7 @@ matching rule in order, field by field, so later rules win. In YAML::
       weight_scheme: symmetric    # symmetric | asymmetric | power_of_2
       requant: auto               # auto | q31 | prescale (integer rescale encoding)
       bias_correction: true       # static: fold the mean weight-rounding error into the bias
+      weight_rounding: gptq       # static: gptq (errors cancel through the inputs) | nearest
       granularity: group          # dynamic: activation parameters per group | row | head | tensor
       group_size: 32              # dynamic, granularity group: inner-dimension elements a group
       reduce_range: false         # dynamic: 7-bit activation codes
@@ -81,6 +82,7 @@ DEFAULT_REQUANT = "auto"
 DEFAULT_BIAS_CORRECTION = True
 """Static quantization of Conv/Gemm: subtract the expected output error of the weights'
 rounding, (W_q - W) . E[x], from the bias (lowbit.quant.static)."""
+DEFAULT_WEIGHT_ROUNDING = "gptq"
 DEFAULT_GRANULARITY = "group"
 DEFAULT_GROUP_SIZE = 32
 """Dynamic quantization with granularity "group": a product's inner dimension K is cut into
@@ -103,6 +105,11 @@ elements of a row (with weights per group and output channel; the right operand 
 of two activations per group of a column), per row (token) of a product's left operand (per
 column of a right activation operand), per matrix of a batched product (per attention head
 for [B, H, S, D]; per sequence for [B, S, K]), or per tensor."""
+WEIGHT_ROUNDINGS: tuple[str, ...] = ("gptq", "nearest")
+"""Static quantization of constant weights: gptq picks the weights' codes so that their output
+errors cancel through the calibration inputs' second moments (exhaustively for rows of up to 9
+weights, by GPTQ for longer ones: lowbit.quant.weight_rounding); nearest rounds each weight on
+its own."""
 REQUANT_METHODS: tuple[str, ...] = ("auto", "q31", "prescale")
 """auto: the more accurate encoding for the output width (lowbit.quant.fixed_point)."""
 
@@ -115,6 +122,7 @@ _CHOICES: dict[str, tuple[str, ...]] = {
     "weight_scheme": WEIGHT_SCHEMES,
     "requant": REQUANT_METHODS,
     "granularity": GRANULARITIES,
+    "weight_rounding": WEIGHT_ROUNDINGS,
 }
 _DTYPES: dict[str, DType] = {
     "int8": dtypes.INT8, "uint8": dtypes.UINT8, "int16": dtypes.INT16,
@@ -139,6 +147,7 @@ class NodeSettings:
     weight_scheme: str = DEFAULT_WEIGHT_SCHEME
     requant: str = DEFAULT_REQUANT
     bias_correction: bool = DEFAULT_BIAS_CORRECTION
+    weight_rounding: str = DEFAULT_WEIGHT_ROUNDING
     granularity: str = DEFAULT_GRANULARITY
     group_size: int = DEFAULT_GROUP_SIZE
     reduce_range: bool = DEFAULT_REDUCE_RANGE
@@ -197,6 +206,7 @@ class Rule:
     weight_scheme: str | None = None
     requant: str | None = None
     bias_correction: bool | None = None
+    weight_rounding: str | None = None
     granularity: str | None = None
     group_size: int | None = None
     reduce_range: bool | None = None

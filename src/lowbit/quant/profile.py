@@ -9,7 +9,7 @@ intermediate after its last use.
 A `Profile` is saved as one YAML file (`Profile.save`, written to a temporary name and renamed):
 
     format: lowbit-profile
-    version: 1
+    version: 2
     graph_hash: sha256:...      # lowbit.ir.hashing.graph_hash of the profiled graph
     batches: 100
     samples: 100                # sum over batches of the first input's leading dimension
@@ -25,6 +25,14 @@ A `Profile` is saved as one YAML file (`Profile.save`, written to a temporary na
         histogram: {bins: 8192, exponent: -11, offset: -6349, counts: <b64>}
         channels: [{axis: 1, min: <b64>, max: <b64>, sum: <b64>, count: <b64>}]
 
+    products:                   # per Conv/Gemm/MatMul with a constant weight, by node name
+      conv1: {groups: 1, size: 27, count: 401408, second: <b64>}
+
+`products` holds the input moments of each product node with a constant weight
+(`lowbit.quant.input_moments`; rows up to 4096 long): `second` is the upper triangle (row-major,
+diagonal included) of each group's K x K matrix S, float64.
+Error-compensating weight rounding (`lowbit.quant.weight_rounding`) reads them; a version 1
+profile has none, and its weights round to nearest.
 Constant weights (observed once, not per batch) also carry `constant: true`. The data input of
 every Conv, Gemm and MatMul with a constant weight is observed per channel along the axis the
 weight reduces (Conv: 1; Gemm: 1, or 0 with transA; MatMul: the last), so that its channel means
@@ -53,10 +61,13 @@ from lowbit.errors import InputError, LowbitError
 from lowbit.fileio import write_atomically
 from lowbit.ir.graph import CONSTANT, Graph, Node, Value
 from lowbit.ir.hashing import graph_hash
+from lowbit.quant.input_moments import InputMoments, moments_shape, observe_input
 from lowbit.quant.observers import DEFAULT_BINS, ChannelRange, Histogram, StatsObserver
 
 FORMAT = "lowbit-profile"
-VERSION = 1
+VERSION = 2
+READABLE_VERSIONS = (1, 2)
+"""Version 1 has no `products` (input moments): its weights round to nearest."""
 
 
 class Profile:
@@ -64,9 +75,12 @@ class Profile:
     counts."""
 
     def __init__(self, graph_hash: str, stats: dict[str, StatsObserver] | None = None,
-                 batches: int = 0, samples: int = 0, constants: set[str] | None = None) -> None:
+                 batches: int = 0, samples: int = 0, constants: set[str] | None = None,
+                 moments: dict[str, InputMoments] | None = None) -> None:
         self.graph_hash = graph_hash
         self.stats: dict[str, StatsObserver] = dict(stats or {})
+        self.moments: dict[str, InputMoments] = dict(moments or {})
+        """Input moments per product node name (`lowbit.quant.input_moments`)."""
         self.batches = batches
         self.samples = samples
         self.constants: set[str] = set(constants or ())
@@ -113,6 +127,11 @@ class Profile:
                 self.stats[name].merge(stats)
             else:
                 self.stats[name] = stats
+        for name, moments in other.moments.items():
+            if name in self.moments:
+                self.moments[name].merge(moments)
+            else:
+                self.moments[name] = moments
         self.batches += other.batches
         self.samples += other.samples
 
@@ -127,6 +146,7 @@ class Profile:
             "samples": self.samples,
             "values": {name: _stats_to_yaml(s, name in self.constants)
                        for name, s in self.stats.items()},
+            "products": {name: _moments_to_yaml(m) for name, m in self.moments.items()},
         }
         text = yaml.dump(doc, Dumper=_Dumper, sort_keys=False, default_flow_style=False,
                          width=1 << 30)
@@ -148,16 +168,19 @@ class Profile:
         if not isinstance(doc, dict) or doc.get("format") != FORMAT:
             raise InputError(f"{path} is not a lowbit profile (no 'format: {FORMAT}' header); "
                              f"create one with lowbit.profile(...).save(path)")
-        if doc.get("version") != VERSION:
+        if doc.get("version") not in READABLE_VERSIONS:
             raise InputError(f"{path} is a version {doc.get('version')} profile; this lowbit "
-                             f"reads version {VERSION}: profile the model again")
+                             f"reads versions {', '.join(map(str, READABLE_VERSIONS))}: "
+                             f"profile the model again")
         try:
             values = doc["values"] or {}
             stats = {str(name): _stats_from_yaml(str(name), entry)
                      for name, entry in values.items()}
             constants = {str(name) for name, entry in values.items() if entry.get("constant")}
+            moments = {str(name): _moments_from_yaml(str(name), entry)
+                       for name, entry in (doc.get("products") or {}).items()}
             profile = cls(str(doc["graph_hash"]), stats, int(doc["batches"]),
-                          int(doc["samples"]), constants)
+                          int(doc["samples"]), constants, moments)
         except (KeyError, TypeError, ValueError, AttributeError, zlib.error) as exc:
             raise InputError(f"{path} is a damaged lowbit profile ({type(exc).__name__}: "
                              f"{exc})") from None
@@ -194,11 +217,17 @@ class _Recorder:
             for v in node.outputs:
                 if _is_float(v) or v.type is None:
                     self._watch(v)
+        self.moments: dict[str, InputMoments] = {}
+        self.products: dict[Value, list[Node]] = {}
         for node in graph.nodes:
             axis = product_input_axis(node)
             obs = self.watched.get(node.inputs[0]) if axis is not None else None
             if obs is not None and axis not in obs.channel_axes:
                 obs.channel_axes = (*obs.channel_axes, axis)
+            shape = moments_shape(node) if axis is not None else None
+            if shape is not None:
+                self.moments[node.name] = InputMoments.empty(node.name, *shape)
+                self.products.setdefault(node.inputs[0], []).append(node)
 
     def _watch(self, v: Value) -> None:
         if v.type is None:
@@ -214,6 +243,9 @@ class _Recorder:
                 value.name, self.bins, self.axes)
         if obs is not None:
             obs.observe(array)
+        for node in self.products.get(value, ()):
+            if _float_array(array):
+                observe_input(self.moments[node.name], node, array)
 
     def __call__(self, node: Node, outputs: list[np.ndarray]) -> None:
         for value, array in zip(node.outputs, outputs, strict=False):
@@ -295,6 +327,7 @@ def profile(graph: Graph, batches: Iterable[Mapping[str, np.ndarray]], *, progre
         raise InputError("the calibration set is empty: no batches were given; pass an iterable "
                          "of {input name: array} with at least one batch")
     result.stats.update(recorder.stats)
+    result.moments.update({name: m for name, m in recorder.moments.items() if m.count})
     for node in graph.nodes:
         if node.op_type == CONSTANT and node.output.name not in result.stats:
             array = node.attrs["value"]
@@ -409,3 +442,19 @@ def _channel_to_yaml(ch: ChannelRange) -> dict[str, Any]:
     if ch.sum is not None and ch.count is not None:
         entry |= {"sum": _pack(ch.sum, "float64"), "count": _pack(ch.count, "float64")}
     return entry
+
+
+def _moments_to_yaml(m: InputMoments) -> dict[str, Any]:
+    upper = np.triu_indices(m.size)
+    return {"groups": m.groups, "size": m.size, "count": m.count,
+            "second": _pack(m.second[:, upper[0], upper[1]].reshape(-1), "float64")}
+
+
+def _moments_from_yaml(name: str, entry: dict[str, Any]) -> InputMoments:
+    groups, size = int(entry["groups"]), int(entry["size"])
+    upper = np.triu_indices(size)
+    packed = _unpack(entry["second"], "float64").reshape(groups, len(upper[0]))
+    second = np.zeros((groups, size, size))
+    second[:, upper[0], upper[1]] = packed
+    second[:, upper[1], upper[0]] = packed
+    return InputMoments(name, second, int(entry["count"]))

@@ -30,6 +30,7 @@ why it stayed in float.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -43,8 +44,9 @@ from lowbit.ir.verifier import verify
 from lowbit.ops import infer_node, lookup
 from lowbit.ops.registry import COMPUTE, KEEP, QUANT_DOMAIN, REQUANT, RESCALE, TABLE
 from lowbit.passes.quant_cleanup import simplify_quantize
-from lowbit.quant import bias_correction, calibration, schemes
+from lowbit.quant import bias_correction, calibration, schemes, weight_rounding
 from lowbit.quant.config import NodeSettings, QuantConfig
+from lowbit.quant.input_moments import moments_problem, moments_shape
 from lowbit.quant.profile import Profile, product_input_axis
 
 FIXED_RANGES: dict[str, tuple[float, float]] = {
@@ -263,14 +265,20 @@ class _Builder:
         b = node.input_or_none(bias_at) if bias_at is not None else None
         s_in = x.type.quant.scale
         corrected = ""
+        rounding = ""
         if w_params is not None:
             if b is not None:
                 w_params = _fit_for_bias(w.const_value, b.const_value, s_in, w_params,
                                          s.weight_dtype, axis)
+            rounder, rounding = self._weight_rounder(node, s)
             if bias_at is not None and s.bias_correction:
                 b, w_params, corrected = self._correct_bias(node, x_name, w, b, w_params, s_in,
-                                                            s.weight_dtype, axis)
+                                                            s.weight_dtype, axis, rounder)
             wt = TensorType(s.weight_dtype, w.type.shape, w_params)
+            rounded = rounder(wt) if rounder is not None else None
+            if rounded is not None:
+                w = self.g.add_constant(rounded.astype(np.float32),
+                                        self.g.unique_name(f"{w.name}_rounded"), before=node)
             node.inputs[w_at] = self._quantize_value(w, wt, node, f"{w.name}_q")
         if b is not None:
             s_w = node.inputs[w_at].type.quant.scale
@@ -285,10 +293,37 @@ class _Builder:
             node.inputs[bias_at] = quantized_bias
         wt = node.inputs[w_at].type
         granularity = "per-channel" if wt.quant.axis is not None else "per-tensor"
-        return f"{wt.dtype.name} {granularity} weights, {s.calibration} activations{corrected}"
+        return (f"{wt.dtype.name} {granularity} weights{rounding}, {s.calibration} "
+                f"activations{corrected}")
+
+    def _weight_rounder(self, node: Node, s: NodeSettings
+                        ) -> tuple[Callable[[TensorType], np.ndarray] | None, str]:
+        """(the function from a weight type to the real values of the codes error-compensating
+        rounding picks, or None for nearest rounding; the summary's words for it)."""
+        if s.weight_rounding == "nearest":
+            return None, ""
+        problem = moments_problem(node)
+        moments = self.profile.moments.get(node.name)
+        if problem is None and moments is None:
+            problem = "the profile has no input moments (profile the model again)"
+        if problem is None and (moments.groups, moments.size) != moments_shape(node):
+            problem = "the profile's input moments do not match its weight"
+        if problem is not None:
+            return None, f" (rounded to nearest: {problem})"
+        weight = node.inputs[WEIGHT_INPUT[node.op_type]].const_value
+        done: dict[bytes, np.ndarray] = {}
+
+        def rounder(wt: TensorType) -> np.ndarray:
+            key = wt.quant.scale.tobytes() + wt.quant.zero_point.tobytes()
+            if key not in done:
+                done[key] = weight_rounding.round_weight(node, weight, wt, moments)
+            return done[key]
+
+        return rounder, " (GPTQ rounding)"
 
     def _correct_bias(self, node: Node, x_name: str, w: Value, b: Value | None,
-                      w_params: QuantParams, s_in, weight_dtype: DType, axis: int | None
+                      w_params: QuantParams, s_in, weight_dtype: DType, axis: int | None,
+                      rounder: Callable[[TensorType], np.ndarray] | None
                       ) -> tuple[Value | None, QuantParams, str]:
         """Bias correction: the bias minus the expected output error of the weights' rounding,
         `b' = b - (W_q - W) . E[x]` per output channel (`bias_correction.weight_error`), E[x]
@@ -303,8 +338,9 @@ class _Builder:
                 f"'{x_name}': profile the model again)"
         original = None if b is None else np.asarray(b.const_value, np.float64).reshape(-1)
         for _ in range(2):
-            eps = bias_correction.weight_error(node, w.const_value, TensorType(
-                weight_dtype, w.type.shape, w_params), mean)
+            wt = TensorType(weight_dtype, w.type.shape, w_params)
+            eps = bias_correction.weight_error(node, w.const_value, wt, mean,
+                                               rounder(wt) if rounder is not None else None)
             if eps is None:
                 return b, w_params, "; no bias correction (input channels do not match)"
             new = (0.0 if original is None else original) - eps

@@ -1,0 +1,166 @@
+"""Second moments of what a constant weight multiplies, for error-compensating weight rounding.
+
+A Conv, Gemm or MatMul with a constant weight computes, for each output element, a dot
+product `y[n] = w[n] . x` of one weight row with one input vector x of length K. For each
+such node the profile accumulates, over every input vector the calibration data produces,
+
+    S[g] = sum x x^T    (K x K, float64)      count = number of vectors
+
+per weight group g (Conv with `group` G: G blocks, each with its own K = C_in/G * prod(kernel);
+Gemm and MatMul: one block). The input vectors are:
+
+    Conv    the receptive fields: the input zero-padded by `pads` (or auto_pad), windows of
+            `kernel_shape` with `dilations`, taken every `strides`, channel-major then kernel
+            position (the order of `W.reshape(C_out, -1)`); one vector per output position and
+            batch item, so that `W.reshape(C_out, -1) @ vectors` is the convolution
+    Gemm    the rows of A (the columns with transA)
+    MatMul  the vectors along the last axis of A (2-D constant B only)
+
+`E[x x^T] = S / count` is the matrix H of `lowbit.quant.weight_rounding`: the expected squared
+output error of a weight error d is `d^T H d`. Memory is fixed (K^2 per group, K at most
+`MAX_SIZE`), whatever the number of batches, and the vectors are formed a bounded piece at a
+time (`CHUNK` numbers). Each piece's products are summed in the input's precision (float32 for
+float32 data, relative error about 1e-6, far below what changes a rounding decision) and added
+to the float64 totals.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+
+from lowbit.ir.graph import Node
+from lowbit.ops.conv_geometry import window_from_attrs
+
+CHUNK = 1 << 22
+"""Numbers of input vectors formed at once while profiling (float64: 32 MiB)."""
+MAX_SIZE = 4096
+"""Longest input vector K whose moments are kept (K x K float64 a group: 128 MiB at most);
+products with longer rows round their weights to nearest."""
+
+
+class InputMoments:
+    """S and count (module docstring) of one product node, accumulated over batches."""
+
+    def __init__(self, node: str, second: np.ndarray, count: int) -> None:
+        self.node = node
+        self.second = second
+        """S: float64 [G, K, K]."""
+        self.count = count
+
+    @classmethod
+    def empty(cls, node: str, groups: int, size: int) -> InputMoments:
+        return cls(node, np.zeros((groups, size, size)), 0)
+
+    @property
+    def groups(self) -> int:
+        return int(self.second.shape[0])
+
+    @property
+    def size(self) -> int:
+        return int(self.second.shape[1])
+
+    def observe(self, vectors: np.ndarray) -> None:
+        """Add input vectors given as [G, K, P] (P vectors per group; any layout)."""
+        self.second += np.matmul(vectors, vectors.transpose(0, 2, 1))
+        self.count += int(vectors.shape[2])
+
+    def merge(self, other: InputMoments) -> None:
+        if other.second.shape != self.second.shape:
+            raise ValueError(f"input moments of '{self.node}' have shape "
+                             f"{self.second.shape} and {other.second.shape}")
+        self.second += other.second
+        self.count += other.count
+
+    def correlation(self) -> np.ndarray:
+        """H = E[x x^T], float64 [G, K, K] (zeros before any vector was seen)."""
+        return self.second / max(self.count, 1)
+
+
+def moments_problem(node: Node) -> str | None:
+    """Why `node` (a Conv, Gemm or MatMul) has no input moments, or None when it has."""
+    if node.op_type not in ("Conv", "Gemm", "MatMul"):
+        return f"{node.op_type} is not a product"
+    w = node.inputs[1] if len(node.inputs) > 1 else None
+    if w is None or w.const_value is None:
+        return "its weight is not constant"
+    ndim = w.const_value.ndim
+    if ndim < 3 if node.op_type == "Conv" else ndim != 2:
+        return f"no input vectors for a {ndim}-D {node.op_type} weight"
+    size = _shape(node)[1]
+    if size > MAX_SIZE:
+        return f"its rows are {size} long (moments are kept up to {MAX_SIZE})"
+    return None
+
+
+def moments_shape(node: Node) -> tuple[int, int] | None:
+    """(G, K) of `node`'s input moments, or None when it has none (`moments_problem`)."""
+    return None if moments_problem(node) is not None else _shape(node)
+
+
+def _shape(node: Node) -> tuple[int, int]:
+    w = node.inputs[1].const_value
+    if node.op_type == "Conv":
+        return int(node.attrs.get("group", 1)), int(np.prod(w.shape[1:]))
+    if node.op_type == "Gemm":
+        return 1, int(w.shape[1] if node.attrs.get("transB") else w.shape[0])
+    return 1, int(w.shape[0])
+
+
+def observe_input(moments: InputMoments, node: Node, x: np.ndarray) -> None:
+    """Add the input vectors of `node` for its data input `x` to `moments`."""
+    for vectors in input_vectors(node, x):
+        moments.observe(vectors)
+
+
+def input_vectors(node: Node, x: np.ndarray) -> Iterator[np.ndarray]:
+    """The input vectors of `node` for data input `x` (module docstring), as [G, K, P] pieces
+    of about `CHUNK` numbers (float32 for float32 data, else float64; often a strided view)."""
+    x = np.asarray(x)
+    dtype = np.float32 if x.dtype == np.float32 else np.float64
+    if node.op_type == "Conv":
+        yield from _receptive_fields(node, x.astype(dtype, copy=False))
+        return
+    rows = x.T if node.op_type == "Gemm" and node.attrs.get("transA") else \
+        x.reshape(-1, x.shape[-1])
+    step = max(1, CHUNK // max(rows.shape[1], 1))
+    for start in range(0, rows.shape[0], step):
+        yield np.asarray(rows[start:start + step], dtype).T[None]
+
+
+def _receptive_fields(node: Node, x: np.ndarray) -> Iterator[np.ndarray]:
+    w = node.inputs[1].const_value
+    spatial = x.ndim - 2
+    window = window_from_attrs(node, w.shape[2:], spatial)
+    pads = window.resolved_pads(x.shape[2:])
+    groups = int(node.attrs.get("group", 1))
+    channels = x.shape[1]
+    taps = int(np.prod(window.kernel))
+    if taps == 1 and not any(pads) and all(s == 1 for s in window.strides):
+        # 1x1, stride 1: each position's channels are the vector, read in place
+        per_item = x.reshape(x.shape[0], groups, channels // groups, -1)
+        step = max(1, CHUNK // max(channels, 1))
+        for item in per_item:
+            for start in range(0, item.shape[2], step):
+                yield item[:, :, start:start + step]
+        return
+    span = [(k - 1) * d + 1 for k, d in zip(window.kernel, window.dilations, strict=True)]
+    # The windows of one batch item, [C, out_1..out_n, k_1..k_n], are a view (strides and
+    # dilations are slicing); they are copied in pieces cut along out_1.
+    index = (slice(None),) + tuple(slice(None, None, s) for s in window.strides) \
+        + tuple(slice(None, None, d) for d in window.dilations)
+    for item in x:
+        padded = np.pad(item, [(0, 0)] + [(pads[i], pads[i + spatial]) for i in range(spatial)])
+        windows = np.lib.stride_tricks.sliding_window_view(
+            padded, span, axis=tuple(range(1, 1 + spatial)))[index]
+        outs = windows.shape[1:1 + spatial]
+        per_row = channels * taps * int(np.prod(outs[1:]))
+        step = max(1, CHUNK // max(per_row, 1))
+        for start in range(0, outs[0], step):
+            piece = np.ascontiguousarray(windows[:, start:start + step])
+            positions = int(np.prod(piece.shape[1:1 + spatial]))
+            # [G, C/G, P, taps] -> [G, C/G, taps, P] (a view) -> [G, K, P]
+            flat = piece.reshape(groups, channels // groups, positions, taps)
+            yield flat.transpose(0, 1, 3, 2).reshape(groups, (channels // groups) * taps,
+                                                     positions)

@@ -1,0 +1,151 @@
+"""Error-compensating rounding of constant weights (`weight_rounding: gptq`, the default).
+
+Rounding each weight to the nearest code minimises each weight's own error, not the error of
+the outputs. With H = E[x x^T] the second moment of the input vectors a weight row multiplies
+(`lowbit.quant.input_moments`), a row w rounded to values w_q changes its output by d . x,
+d = w_q - w, with expected square
+
+    E[(d . x)^2] = d^T H d
+
+and choosing the codes so that the errors cancel through H lowers it. The scale and zero point
+are not changed, only which code each weight gets. Two solvers, by row length K:
+
+- K <= 9 (3x3 depthwise kernels, 1x1 convolutions of few channels): exhaustive. Each weight may
+  take the code below or above w / s + z (floor and floor + 1, each clamped to [qmin, qmax]);
+  all 2^K choices are scored by d^T H d and the lowest is kept (ties: the first in binary order,
+  all-floor first). The result is optimal and always within one code of nearest rounding.
+- Larger K: GPTQ (Frantar et al., "GPTQ: Accurate Post-Training Quantization for Generative
+  Pre-trained Transformers", 2022) in descending order of diag(H) ("act-order"). With
+  H' = H + 0.01 * mean(diag H) * I (damping; an input that is always 0 first gets H_kk = 1) and
+  U the upper Cholesky factor of H'^-1, for the columns k in that order:
+  q_k = clamp(round_half_even(w_k / s + z), qmin, qmax), e = (w_k - s (q_k - z)) / U_kk, and the
+  columns not yet rounded absorb the error, w_j -= e * U_kj. A weight can move more than one
+  code from nearest, never outside [qmin, qmax].
+
+Bias correction (`lowbit.quant.bias_correction`) then removes the mean output shift that is
+left. Measured on EfficientNet-Lite0 (benchmarks/efficientnet_precision.py): logits SQNR of
+int8 weights alone (int16 activations) 25.6 -> 30.9 dB, of W8A8 21.9 -> 23.9 dB.
+"""
+
+from __future__ import annotations
+
+from itertools import product
+
+import numpy as np
+
+from lowbit.ir.graph import Node
+from lowbit.ir.types import TensorType
+from lowbit.quant.input_moments import InputMoments
+
+EXHAUSTIVE_MAX = 9
+"""Rows of at most this many weights are rounded by trying every floor/ceil choice."""
+DAMPING = 0.01
+"""GPTQ's damping, a fraction of the mean diagonal of H added to the diagonal."""
+BLOCK = 128
+"""GPTQ applies the updates of this many columns to the later ones at once (same result)."""
+
+_CHOICES: dict[int, np.ndarray] = {}
+
+
+def round_rows(rows: np.ndarray, scale: np.ndarray, zero_point: np.ndarray, qmin: int,
+               qmax: int, correlation: np.ndarray) -> np.ndarray:
+    """Codes (int64, `rows`' shape) for weight rows [N, K] with per-row scale and zero point
+    ([N], or scalars) and the rows' input second moment H [K, K] (module docstring). Groups
+    with their own H go in one call as rows [G, N, K], scale and zero point [G, N], H
+    [G, K, K]."""
+    rows = np.asarray(rows, np.float64)
+    h = np.asarray(correlation, np.float64)
+    if rows.ndim == 2:
+        return round_rows(rows[None], np.reshape(scale, (1, -1)), np.reshape(zero_point, (1, -1)),
+                          qmin, qmax, h[None])[0]
+    scale = np.broadcast_to(np.asarray(scale, np.float64), rows.shape[:2])[..., None]
+    zero = np.broadcast_to(np.asarray(zero_point, np.float64), rows.shape[:2])[..., None]
+    if rows.shape[2] <= EXHAUSTIVE_MAX:
+        return _exhaustive(rows, scale, zero, qmin, qmax, h)
+    order = np.argsort(-np.diagonal(h, axis1=1, axis2=2), axis=1, kind="stable")  # [G, K]
+    h = np.take_along_axis(np.take_along_axis(h, order[:, :, None], 1), order[:, None, :], 2)
+    codes = _gptq(np.take_along_axis(rows, order[:, None, :], 2), scale, zero, qmin, qmax, h)
+    return np.take_along_axis(codes, np.argsort(order, axis=1)[:, None, :], 2)
+
+
+def _exhaustive(rows, scale, zero, qmin, qmax, h) -> np.ndarray:
+    """rows [G, N, K], scale and zero [G, N, 1], h [G, K, K]; a bounded number of rows at a
+    time."""
+    groups, n, k = rows.shape
+    choices = _CHOICES.get(k)
+    if choices is None:
+        choices = _CHOICES[k] = np.array(list(product((0.0, 1.0), repeat=k)))  # [2^K, K]
+    flat, s, z = rows.reshape(-1, k), scale.reshape(-1, 1), zero.reshape(-1, 1)
+    group = np.repeat(np.arange(groups), n)
+    codes = np.empty(flat.shape, np.int64)
+    chunk = max(1, (1 << 22) // (len(choices) * k))
+    for start in range(0, len(flat), chunk):
+        part = slice(start, start + chunk)
+        cand = np.clip(np.floor(flat[part] / s[part] + z[part])[:, None, :] + choices, qmin,
+                       qmax)  # [rows, 2^K, K]
+        d = (cand - z[part, :, None]) * s[part, :, None] - flat[part, None, :]
+        cost = np.einsum("rck,rkl,rcl->rc", d, h[group[part]], d)
+        codes[part] = cand[np.arange(len(cand)), np.argmin(cost, axis=1)]
+    return codes.reshape(rows.shape)
+
+
+def _gptq(rows, scale, zero, qmin, qmax, h) -> np.ndarray:
+    """rows [G, N, K], scale and zero [G, N, 1], h [G, K, K], columns already in order."""
+    k = rows.shape[2]
+    h = h.copy()
+    diag = np.diagonal(h, axis1=1, axis2=2).copy()
+    diag[diag <= 0] = 1.0  # inputs that are always 0
+    diag += DAMPING * diag.mean(axis=1, keepdims=True)
+    h[:, np.arange(k), np.arange(k)] = diag
+    try:
+        upper = np.linalg.cholesky(np.linalg.inv(h)).transpose(0, 2, 1)
+    except np.linalg.LinAlgError:  # H' numerically singular: damp it as much again
+        h[:, np.arange(k), np.arange(k)] += diag.mean(axis=1, keepdims=True)
+        upper = np.linalg.cholesky(np.linalg.inv(h)).transpose(0, 2, 1)
+    w = rows.copy()
+    s, z = scale[..., 0], zero[..., 0]
+    codes = np.empty(rows.shape, np.int64)
+    for first in range(0, k, BLOCK):
+        last = min(first + BLOCK, k)
+        errors = np.empty(rows.shape[:2] + (last - first,))
+        for j in range(first, last):
+            q = np.clip(np.round(w[:, :, j] / s + z), qmin, qmax)
+            codes[:, :, j] = q
+            err = (w[:, :, j] - (q - z) * s) / upper[:, j, j][:, None]
+            w[:, :, j + 1:last] -= err[:, :, None] * upper[:, None, j, j + 1:last]
+            errors[:, :, j - first] = err
+        w[:, :, last:] -= errors @ upper[:, first:last, last:]  # the same updates, at once
+    return codes
+
+
+def weight_rows(node: Node, weight: np.ndarray) -> np.ndarray:
+    """The rows [N, K] of `node`'s constant weight, one per output channel, in the order of
+    the input vectors of `lowbit.quant.input_moments`: Conv W.reshape(C_out, -1), Gemm B^T
+    (B with transB), MatMul B^T."""
+    w = np.asarray(weight)
+    if node.op_type == "Conv":
+        return w.reshape(w.shape[0], -1)
+    if node.op_type == "Gemm" and node.attrs.get("transB"):
+        return w
+    return w.T
+
+
+def round_weight(node: Node, weight: np.ndarray, wt: TensorType,
+                 moments: InputMoments) -> np.ndarray:
+    """`weight` (the constant weight of Conv/Gemm/MatMul `node`) as the real values
+    `scale * (q - zero_point)` of the codes q that `round_rows` picks for type `wt`, in float64
+    and `weight`'s shape; each group of output channels uses its own H."""
+    q = wt.quant
+    assert q is not None
+    rows = weight_rows(node, np.asarray(weight, np.float64))
+    n = rows.shape[0]
+    scale = np.broadcast_to(np.asarray(q.scale, np.float64).reshape(-1), (n,))
+    zero = np.broadcast_to(np.asarray(q.zero_point, np.float64).reshape(-1), (n,))
+    groups = moments.groups
+    codes = round_rows(rows.reshape(groups, n // groups, -1), scale.reshape(groups, -1),
+                       zero.reshape(groups, -1), wt.dtype.qmin, wt.dtype.qmax,
+                       moments.correlation()).reshape(rows.shape)
+    values = (codes - zero[:, None]) * scale[:, None]
+    if node.op_type == "Conv":
+        return values.reshape(np.shape(weight))
+    return values if node.op_type == "Gemm" and node.attrs.get("transB") else values.T

@@ -1,0 +1,163 @@
+"""Input moments: the input vectors are exactly what each weight row multiplies (W rows @ vectors
+is the Conv/Gemm/MatMul output), pieces of any size give the same moments, and the profile
+keeps, merges, saves and loads them; without them weights round to nearest, and say so."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import lowbit
+from lowbit.ir.graph import Node
+from lowbit.quant import input_moments
+from lowbit.quant.input_moments import InputMoments, input_vectors, moments_problem
+from lowbit.quant.profile import Profile
+from lowbit.quant.static import quantize
+from lowbit.quant.weight_rounding import weight_rows
+
+RNG = np.random.default_rng(11)
+
+
+def _single(path, op, attrs, x_shape, w):
+    nodes = [helper.make_node(op, ["x", "w"], ["y"], name="p", **attrs)]
+    g = helper.make_graph(nodes, "one", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, list(x_shape))], [helper.make_tensor_value_info(
+            "y", TensorProto.FLOAT, None)], [numpy_helper.from_array(w, "w")])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return lowbit.load(path)
+
+
+CONVS = {
+    "strided, padded": ({"strides": [2, 2], "pads": [1, 0, 2, 1]}, (2, 4, 9, 8), (6, 4, 3, 3)),
+    "dilated": ({"dilations": [2, 1], "pads": [2, 1, 2, 1]}, (2, 3, 8, 8), (4, 3, 3, 3)),
+    "grouped": ({"group": 2, "pads": [1, 1, 1, 1]}, (1, 4, 7, 7), (6, 2, 3, 3)),
+    "depthwise": ({"group": 3, "strides": [2, 2]}, (2, 3, 9, 9), (3, 1, 3, 3)),
+    "same_upper": ({"auto_pad": "SAME_UPPER", "strides": [2, 2]}, (1, 2, 7, 6), (3, 2, 2, 3)),
+    "1-d": ({"pads": [1, 1], "strides": [2]}, (2, 3, 11), (5, 3, 3)),
+}
+
+
+@pytest.mark.parametrize("case", list(CONVS))
+def test_conv_input_vectors_reproduce_the_convolution(case, tmp_path, monkeypatch):
+    attrs, x_shape, w_shape = CONVS[case]
+    w = RNG.normal(size=w_shape).astype(np.float32)
+    graph = _single(tmp_path / "c.onnx", "Conv", attrs, x_shape, w)
+    node = next(n for n in graph.nodes if n.op_type == "Conv")
+    x = RNG.normal(size=x_shape).astype(np.float32)
+    y = lowbit.run(graph, {"x": x})["y"].astype(np.float64)
+    groups = attrs.get("group", 1)
+    rows = weight_rows(node, w.astype(np.float64)).reshape(groups, w_shape[0] // groups, -1)
+    monkeypatch.setattr(input_moments, "CHUNK", 40)  # many pieces
+    pieces = list(input_vectors(node, x))
+    assert len(pieces) > x_shape[0]
+    vectors = np.concatenate(pieces, axis=2)  # [G, K, N * positions], batch-major
+    out = np.einsum("gok,gkp->gop", rows, vectors).reshape(w_shape[0], x_shape[0], -1)
+    assert np.allclose(out.transpose(1, 0, 2).reshape(y.shape), y, atol=1e-5)
+
+
+@pytest.mark.parametrize(("op", "attrs", "x_shape", "w_shape"), [
+    ("Gemm", {"transB": 1}, (5, 6), (4, 6)),
+    ("Gemm", {}, (5, 6), (6, 4)),
+    ("MatMul", {}, (2, 3, 6), (6, 4)),
+])
+def test_gemm_and_matmul_input_vectors_reproduce_the_product(op, attrs, x_shape, w_shape,
+                                                             tmp_path):
+    w = RNG.normal(size=w_shape).astype(np.float32)
+    graph = _single(tmp_path / "g.onnx", op, attrs, x_shape, w)
+    node = next(n for n in graph.nodes if n.op_type == op)
+    x = RNG.normal(size=x_shape).astype(np.float32)
+    y = lowbit.run(graph, {"x": x})["y"].astype(np.float64)
+    vectors = np.concatenate(list(input_vectors(node, x)), axis=2)[0]
+    assert np.allclose((weight_rows(node, w.astype(np.float64)) @ vectors).T.reshape(y.shape), y,
+                       atol=1e-5)
+
+
+def test_gemm_with_transposed_input_reads_its_columns():
+    w = Node("Gemm", [], [], {"transA": 1}, "g")
+    x = RNG.normal(size=(6, 5))
+    assert np.array_equal(np.concatenate(list(input_vectors(w, x)), axis=2)[0], x)
+
+
+def _two_convs(path):
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["a"], name="conv", pads=[1] * 4),
+             helper.make_node("Relu", ["a"], ["r"], name="relu"),
+             helper.make_node("Conv", ["r", "w2"], ["y"], name="dw", group=4)]
+    inits = [numpy_helper.from_array(RNG.normal(size=(4, 3, 3, 3)).astype(np.float32), "w1"),
+             numpy_helper.from_array(np.zeros(4, np.float32), "b1"),
+             numpy_helper.from_array(RNG.normal(size=(4, 1, 3, 3)).astype(np.float32), "w2")]
+    g = helper.make_graph(nodes, "two", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, ["N", 3, 10, 10])], [helper.make_tensor_value_info(
+            "y", TensorProto.FLOAT, None)], inits)
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return lowbit.load(path)
+
+
+def test_profile_keeps_merges_saves_and_loads_input_moments(tmp_path):
+    graph = _two_convs(tmp_path / "m.onnx")
+    batches = [{"x": RNG.normal(size=(2, 3, 10, 10)).astype(np.float32)} for _ in range(3)]
+    whole = lowbit.profile(graph, batches, progress=False)
+    assert set(whole.moments) == {"conv", "dw"}
+    conv = whole.moments["conv"]
+    assert (conv.groups, conv.size, conv.count) == (1, 27, 6 * 100)
+    assert (whole.moments["dw"].groups, whole.moments["dw"].size) == (4, 9)
+    assert whole.moments["dw"].count == 6 * 64
+    x = np.concatenate([b["x"] for b in batches])
+    node = next(n for n in graph.nodes if n.name == "conv")
+    v = np.concatenate(list(input_vectors(node, x)), axis=2)
+    v = v.astype(np.float64)
+    assert np.allclose(conv.second[0], v[0] @ v[0].T, rtol=1e-5, atol=1e-3)
+    parts = lowbit.profile(graph, batches[:1], progress=False)
+    parts.merge(lowbit.profile(graph, batches[1:], progress=False))
+    for name in ("conv", "dw"):
+        assert np.allclose(parts.moments[name].second, whole.moments[name].second, atol=1e-3)
+        assert parts.moments[name].count == whole.moments[name].count
+    whole.save(tmp_path / "p.yaml")
+    again = Profile.load(tmp_path / "p.yaml", graph)
+    for name in ("conv", "dw"):
+        assert np.array_equal(again.moments[name].second, whole.moments[name].second)
+        assert again.moments[name].count == whole.moments[name].count
+
+
+def test_without_moments_weights_round_to_nearest_and_the_summary_says_why(tmp_path):
+    """A version 1 profile (written before moments were kept) still loads; its weights round to
+    nearest, exactly as `weight_rounding: nearest` does, and the summary says why."""
+    graph = _two_convs(tmp_path / "m.onnx")
+    batches = [{"x": RNG.normal(size=(2, 3, 10, 10)).astype(np.float32)} for _ in range(2)]
+    prof = lowbit.profile(graph, batches, progress=False)
+    prof.save(tmp_path / "p.yaml")
+    text = (tmp_path / "p.yaml").read_text()
+    old = text[:text.index("products:")].replace("version: 2", "version: 1")
+    (tmp_path / "v1.yaml").write_text(old)
+    v1 = Profile.load(tmp_path / "v1.yaml", graph)
+    assert not v1.moments
+    result = quantize(graph, v1)
+    details = [r.detail for r in result.summary.rows if r.op_type == "Conv"]
+    assert len(details) == 2 and all("rounded to nearest: the profile has no input moments"
+                                     in d for d in details)
+    nearest = quantize(graph, prof, lowbit.QuantConfig.from_dict(
+        {"default": {"weight_rounding": "nearest"}}))
+    x = {"x": RNG.normal(size=(2, 3, 10, 10)).astype(np.float32)}
+    assert np.array_equal(lowbit.run(result.graph, x)["y"], lowbit.run(nearest.graph, x)["y"])
+    gptq = quantize(graph, prof)
+    assert all("GPTQ rounding" in r.detail for r in gptq.summary.rows if r.op_type == "Conv")
+
+
+def test_rows_longer_than_the_limit_keep_no_moments(tmp_path, monkeypatch):
+    graph = _two_convs(tmp_path / "m.onnx")
+    monkeypatch.setattr(input_moments, "MAX_SIZE", 20)
+    conv = next(n for n in graph.nodes if n.name == "conv")
+    assert moments_problem(conv) == "its rows are 27 long (moments are kept up to 20)"
+    prof = lowbit.profile(graph, [{"x": RNG.normal(size=(1, 3, 10, 10)).astype(np.float32)}],
+                          progress=False)
+    assert set(prof.moments) == {"dw"}
+    details = {r.name: r.detail for r in quantize(graph, prof).summary.rows}
+    assert "rounded to nearest: its rows are 27 long" in details["conv"]
+    assert "GPTQ rounding" in details["dw"]
+
+
+def test_moments_of_different_shapes_do_not_merge():
+    a, b = InputMoments.empty("n", 1, 3), InputMoments.empty("n", 1, 4)
+    with pytest.raises(ValueError, match="input moments of 'n'"):
+        a.merge(b)
