@@ -136,11 +136,32 @@ class _Builder:
         self.rows: list[NodeReport] = []
         self._quantized: dict[tuple[Value, TensorType], Value] = {}
         self._dequantized: dict[Value, Value] = {}
-        self._read = {v for n in graph.nodes for v in n.inputs if v is not None}
-        """Values some node reads (in the float graph: quantizing only adds readers of new
-        values)."""
+        self._integer_readers = self._plan()
+        """Values that some node worth computing in integers reads, and graph outputs
+        (`_plan`)."""
 
     # -- driver ---------------------------------------------------------------------------------
+    def _plan(self) -> set[Value]:
+        """The values read by a node worth computing in integers, or that are graph outputs,
+        found walking the graph backwards: a COMPUTE node is worth it whenever its settings are
+        integer (its product is the work quantization saves); any other node with an integer
+        rule only when one of its results is read by a node worth it or is a graph output (an
+        integer model end to end stays so). A node whose results only float nodes read stays
+        float, since rounding them to integers would add error and save no float work (a
+        transformer's residual Adds before LayerNorm); a COMPUTE node whose result no node worth
+        it reads returns it in float from its int32 accumulator."""
+        read: set[Value] = set(self.g.outputs)
+        for node in reversed(self.g.nodes):
+            if node.op_type == CONSTANT or node.domain == QUANT_DOMAIN:
+                continue
+            op = lookup(node.op_type, node.domain)
+            rule = op.quant_rule if op is not None else None
+            if rule is None or not self.config.settings_for(node).quantized:
+                continue
+            if rule == COMPUTE or any(v in read for v in node.outputs):
+                read.update(v for v in node.inputs if v is not None)
+        return read
+
     def run(self) -> None:
         for node in list(self.g.nodes):
             if node.op_type == CONSTANT or node.domain == QUANT_DOMAIN:
@@ -170,6 +191,9 @@ class _Builder:
             return "an input is neither float32 nor quantized"
         if rule == COMPUTE:
             return self._compute_reason(node)
+        if not any(v in self._integer_readers for v in node.outputs):
+            return "only float nodes read its result (integers would add rounding and save " \
+                "no float work)"
         if rule == KEEP and not _is_int(node.inputs[0]):
             return "its input is float (it moves values: integer only after an integer node)"
         if not any(not v.is_constant for v in data):
@@ -216,19 +240,18 @@ class _Builder:
             detail = self._prepare_other(node, s, rule)
         if s.requant != "auto" and op.quant_rule in (COMPUTE, RESCALE):
             node.attrs[REQUANT] = s.requant
-        float_out = rule == COMPUTE and self._feeds_only_outputs(node.outputs[0])
+        out = node.outputs[0]
+        float_out = rule == COMPUTE and (out not in self._integer_readers or (
+            out in self.g.outputs and not any(out in n.inputs for n in self.g.nodes)))
         for value in node.outputs:
             if not float_out:
                 value.type = self._result_type(node, value, s, rule)
         if float_out:
-            detail += "; float output from the int32 accumulator (graph output)"
+            detail += "; float output from the int32 accumulator (" + (
+                "graph output)" if node.outputs[0] in self.g.outputs else
+                "only float nodes read it)")
         self.rows.append(NodeReport(node.name, node.op_type, s.dtype.name if float_out
                                     else node.outputs[0].type.dtype.name, detail))
-
-    def _feeds_only_outputs(self, value: Value) -> bool:
-        """Whether `value` is a graph output read by no node: the last layer, whose result
-        needs no integer rounding."""
-        return value in self.g.outputs and value not in self._read
 
     def _result_type(self, node: Node, value: Value, s: NodeSettings, rule: str) -> TensorType:
         if rule == KEEP:
