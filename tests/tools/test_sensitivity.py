@@ -17,6 +17,7 @@ import lowbit
 from lowbit.cli.demo import bundled
 from lowbit.errors import InputError
 from lowbit.quant.config import NodeSettings, QuantConfig, Rule
+from lowbit.quant.static import quantize
 
 MODEL = bundled("mnistnet.onnx")
 
@@ -46,10 +47,13 @@ def test_each_figure_is_the_output_sqnr_with_that_layer_alone_quantized(mnist):
     for layer in ranked.layers[:2] + ranked.layers[-1:]:
         alone = QuantConfig(NodeSettings(precision="float"),
                             (Rule(name=layer.name, precision="int8"),))
-        q = lowbit.quantize(graph, prof, alone)
+        # the layer's result is rounded as in the whole model (whose next layers read integers)
+        q = quantize(graph, prof, alone, plan_config=QuantConfig()).graph
         quantized = [n.name for n in q.nodes if n.name in {m.name for m in graph.nodes}
                      and any(v.type.quant is not None for v in n.inputs + n.outputs if v)]
         assert quantized == [layer.name]
+        node = next(n for n in q.nodes if n.name == layer.name)
+        assert node.outputs[0].type.quant is not None or node.outputs[0] in q.outputs
         assert layer.sqnr == pytest.approx(_sqnr(graph, q, data), rel=1e-9)
     assert ranked.all_quantized_sqnr == pytest.approx(
         _sqnr(graph, lowbit.quantize(graph, prof), data), rel=1e-9)

@@ -108,14 +108,18 @@ class QuantResult:
 
 
 def quantize(graph: Graph, profile: Profile, config: QuantConfig | None = None, *,
-             assert_all_quantized: bool = False) -> QuantResult:
+             assert_all_quantized: bool = False,
+             plan_config: QuantConfig | None = None) -> QuantResult:
     """Quantize a copy of `graph` (see the module docstring); `profile` must have been taken on
-    `graph`. With `assert_all_quantized`, any node left computing in float is an error."""
+    `graph`. With `assert_all_quantized`, any node left computing in float is an error.
+    `plan_config` (default: `config`) is the config whose integer nodes decide which results
+    are worth integers: `lowbit.sensitivity` quantizes one layer alone with the whole model's
+    plan, so that the layer's result is rounded as it is in the whole model."""
     config = config or QuantConfig()
     profile.check(graph)
     warnings = config.check(graph)
     g = graph.copy()
-    builder = _Builder(g, profile, config)
+    builder = _Builder(g, profile, config, plan_config or config)
     builder.run()
     g = simplify_quantize(g)
     summary = QuantSummary(builder.rows, list(warnings))
@@ -129,19 +133,20 @@ def quantize(graph: Graph, profile: Profile, config: QuantConfig | None = None, 
 
 
 class _Builder:
-    def __init__(self, graph: Graph, profile: Profile, config: QuantConfig) -> None:
+    def __init__(self, graph: Graph, profile: Profile, config: QuantConfig,
+                 plan_config: QuantConfig) -> None:
         self.g = graph
         self.profile = profile
         self.config = config
         self.rows: list[NodeReport] = []
         self._quantized: dict[tuple[Value, TensorType], Value] = {}
         self._dequantized: dict[Value, Value] = {}
-        self._integer_readers = self._plan()
+        self._integer_readers = self._plan(plan_config)
         """Values that some node worth computing in integers reads, and graph outputs
         (`_plan`)."""
 
     # -- driver ---------------------------------------------------------------------------------
-    def _plan(self) -> set[Value]:
+    def _plan(self, config: QuantConfig) -> set[Value]:
         """The values read by a node worth computing in integers, or that are graph outputs,
         found walking the graph backwards: a COMPUTE node is worth it whenever its settings are
         integer (its product is the work quantization saves); any other node with an integer
@@ -156,7 +161,7 @@ class _Builder:
                 continue
             op = lookup(node.op_type, node.domain)
             rule = op.quant_rule if op is not None else None
-            if rule is None or not self.config.settings_for(node).quantized:
+            if rule is None or not config.settings_for(node).quantized:
                 continue
             if rule == COMPUTE or any(v in read for v in node.outputs):
                 read.update(v for v in node.inputs if v is not None)

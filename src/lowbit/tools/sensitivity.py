@@ -7,9 +7,10 @@ with the user's config plus two rules appended last,
     - regex: '.*'          precision: float      # every node stays in float ...
     - name: N              precision: <N's>      # ... except N, with all its own settings
 
-so N's input is quantized with its calibrated range, N computes in integers and its output is
-dequantized for the float rest. That graph runs on every batch and its outputs are compared
-with the float graph's, over all outputs and batches:
+so N's input is quantized with its calibrated range, N computes in integers and its output,
+rounded as in the whole quantized model (static: the whole config decides which results are
+worth integers), is dequantized for the float rest. That graph runs on every batch and its
+outputs are compared with the float graph's, over all outputs and batches:
 
     SQNR   = 10 log10(sum f^2 / sum (q - f)^2) dB   (inf when identical)
     cosine = sum f q / sqrt(sum f^2 * sum q^2)
@@ -139,7 +140,8 @@ def sensitivity(
         own = config.settings_for(node).precision
         alone = QuantConfig(config.default, (*config.rules, Rule(regex=".*", precision="float"),
                                              Rule(name=name, precision=own)), config.source)
-        sqnr, cosine = _output_error(quantize(float_graph, alone).graph, batches, reference)
+        sqnr, cosine = _output_error(quantize(float_graph, alone, config).graph, batches,
+                                     reference)
         layers.append(LayerSensitivity(name, op_type, sqnr, cosine))
     layers.sort(key=lambda s: (s.sqnr, s.name))
     everything, _ = _output_error(full.graph, batches, reference)
@@ -148,8 +150,8 @@ def sensitivity(
 
 def _quantizer(profile: Profile | None, dynamic: bool) -> Callable:
     if dynamic:
-        return lambda g, c: _dynamic.quantize_dynamic(g, c)
-    return lambda g, c: _static.quantize(g, profile, c)
+        return lambda g, c, whole=None: _dynamic.quantize_dynamic(g, c)
+    return lambda g, c, whole=None: _static.quantize(g, profile, c, plan_config=whole)
 
 
 def _outputs(graph: Graph, batch: Mapping[str, np.ndarray]) -> list[np.ndarray]:
