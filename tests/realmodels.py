@@ -26,6 +26,34 @@ MINILM_TEXTS = [
     "weights keep small channels from being rounded away. " * 2,
 ]
 
+MINILM_CALIBRATION_TEXTS = [
+    "Hello", "Thank you", "See you tomorrow.", "Where is the station?",
+    "The weather was cold and wet all week.",
+    "She opened the window and the room filled with the smell of rain.",
+    "Prices rose again in March, and the central bank is expected to respond.",
+    "The team won its third match in a row after a late goal.",
+    "Please send me the report before the meeting on Friday.",
+    "A small dog ran across the park chasing a red ball.",
+    "The new library will open next spring with a larger reading room.",
+    "Scientists measured the temperature of the lake every hour for a year.",
+    "He forgot his umbrella on the train and had to buy another one.",
+    "Our flight was delayed by two hours because of fog.",
+    "Add the flour slowly and stir until the mixture is smooth.",
+    "The museum shows paintings from the seventeenth century.",
+    "Two thousand people attended the concert in the old theatre.",
+    "Children learn languages faster than adults, studies suggest.",
+    "The software update fixes a bug that drained the battery.",
+    "The river flooded the lower part of the town after the storm, and volunteers spent the "
+    "weekend filling sandbags and helping families move their furniture upstairs.",
+    "In the first quarter the company reported higher sales in Europe and Asia, while its "
+    "costs fell thanks to cheaper shipping and a smaller office in the city centre.",
+    "The committee will publish its recommendations in June, after hearing evidence from "
+    "teachers, parents and students about the length of the school day.",
+    "Why?", "Great idea!",
+]
+"""Texts a user might calibrate MiniLM's static quantization with (written for these tests;
+disjoint from MINILM_TEXTS and the benchmarks' gensim texts)."""
+
 
 def _key(name: str) -> Path:
     import torch

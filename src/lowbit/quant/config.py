@@ -20,7 +20,7 @@ matching rule in order, field by field, so later rules win. In YAML::
       group_size: 32              # dynamic, granularity group: inner-dimension elements a group
       reduce_range: false         # dynamic: 7-bit activation codes
       activation_products: true   # dynamic: also MatMuls of two activations (attention)
-      smoothing: 0.5              # dynamic: LayerNorm-based channel smoothing exponent (0: off)
+      smoothing: 0.5              # products reading a LayerNorm: SmoothQuant exponent (0: off)
       outlier_channels: 2         # dynamic: GELU outlier channels in a product of their own
     rules:
       - name: conv1               # the first conv stays in float
@@ -94,8 +94,9 @@ multiply-add per group and output."""
 DEFAULT_REDUCE_RANGE = False
 DEFAULT_ACTIVATION_PRODUCTS = True
 DEFAULT_SMOOTHING = 0.5
-"""Dynamic quantization of a product reading a LayerNormalization: exponent alpha of the
-per-channel smoothing factors (`lowbit.quant.smoothing`); 0 turns smoothing off."""
+"""A product reading a LayerNormalization: exponent alpha of the per-channel smoothing factors
+(`lowbit.quant.smoothing`; dynamic quantization takes the channel ranges from the LayerNorm's
+constants, static from calibration); 0 turns smoothing off."""
 DEFAULT_OUTLIER_CHANNELS = 2
 """Dynamic quantization of a product reading a GELU: how many estimated outlier channels get
 an integer product of their own (`lowbit.quant.smoothing.gelu_outlier_channels`); 0: none."""

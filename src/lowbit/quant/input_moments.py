@@ -77,6 +77,12 @@ class InputMoments:
         """H = E[x x^T], float64 [G, K, K] (zeros before any vector was seen)."""
         return self.second / max(self.count, 1)
 
+    def scaled(self, factors: np.ndarray) -> InputMoments:
+        """The moments of the vectors `x * factors` (one factor per element of K): S becomes
+        diag(f) S diag(f)."""
+        f = np.asarray(factors, np.float64).reshape(1, -1)
+        return InputMoments(self.node, self.second * f[:, :, None] * f[:, None, :], self.count)
+
 
 def moments_problem(node: Node) -> str | None:
     """Why `node` (a Conv, Gemm or MatMul) has no input moments, or None when it has."""

@@ -1,5 +1,7 @@
-"""Data-free handling of activation outlier channels in dynamic quantization: channel smoothing
-of products that read a LayerNormalization, and outlier channels of products that read a GELU.
+"""Activation outlier channels of transformers: channel smoothing of products that read a
+LayerNormalization (dynamic quantization from the LayerNorm's constants, static quantization
+from the calibrated channel ranges), and outlier channels of products that read a GELU
+(dynamic quantization).
 
 Transformer LayerNorm outputs have a few channels far larger than the rest (all-MiniLM-L6-v2:
 up to 28 where the median channel peaks near 1), most of all on the [CLS]/[SEP] tokens that
@@ -17,6 +19,12 @@ The activation is divided by t (float32) before its run-time quantization (`Dyna
 the product is unchanged in exact arithmetic. Measured on MiniLM (alpha 0.5): embedding cosine
 on "Ok" 0.9915 -> 0.9957; products reading GELU outputs gain nothing from a weight-derived
 estimate, so only LayerNorm-fed products are smoothed.
+
+Static quantization smooths the same products with SmoothQuant's own ranges, the calibrated
+channel extremes `a_k = max(|min_k|, |max_k|)` (`calibrated_ranges`); `lowbit.quant.static`
+divides by t in a float Mul before the input's Quantize and quantizes that input with the
+min-max range of x / t, which the channel extremes give exactly (the profile holds no histogram
+of x / t).
 
 GELU outputs (the FFN down projection's input) have "massive" channels instead: one neuron
 reaching 24 on the [CLS] token where the row's median is 0.3, which both coarsens that row's
@@ -130,3 +138,11 @@ def gelu_outlier_channels(v: Value, count: int) -> np.ndarray | None:
         return None
     e = (np.abs(np.asarray(w, np.float64)) * ranges[:, None]).max(axis=0)
     return np.sort(np.argsort(-e, kind="stable")[:count]).astype(np.int64)
+
+
+def calibrated_ranges(channel_min: np.ndarray, channel_max: np.ndarray) -> np.ndarray | None:
+    """a_k = max(|min_k|, |max_k|) of a product input's calibrated channel ranges (static
+    quantization), or None when a channel has no finite value."""
+    a = np.maximum(np.abs(np.asarray(channel_min, np.float64)),
+                   np.abs(np.asarray(channel_max, np.float64)))
+    return a if np.all(np.isfinite(a)) else None

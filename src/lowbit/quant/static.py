@@ -8,10 +8,13 @@ quantization rule (`lowbit.ops.registry`):
   input is quantized per tensor from the profile, a constant weight per output channel (or per
   tensor), the bias to int32 at scale s_in * s_w with zero point 0. Where a bias would not fit
   in +-2**30 at that scale, the channel's weight scale grows until it does
-  (`schemes.fit_weight_scale_for_bias`), so the bias never saturates. With `bias_correction`
-  (the default), the float bias first absorbs the mean output error of the weights' rounding,
-  `b - (W_q - W) . E[x]`, E[x] the input's channel means in the profile
-  (`lowbit.quant.bias_correction`); a Conv/Gemm without bias gets one.
+  (`schemes.fit_weight_scale_for_bias`), so the bias never saturates. With `weight_rounding:
+  gptq` (the default) the weights' codes are chosen so that their output errors cancel through
+  the calibration inputs' second moments (`lowbit.quant.weight_rounding`). With
+  `bias_correction` (the default), the float bias then absorbs the mean output error of the
+  weights' rounding, `b - (W_q - W) . E[x]`, E[x] the input's channel means in the profile
+  (`lowbit.quant.bias_correction`); a Conv/Gemm without bias gets one. A MatMul/Gemm reading a
+  LayerNormalization is smoothed first (`smoothing`, SmoothQuant: `_Builder._smooth`).
 - RESCALE (Add, Sub, Mul, Concat, averages) and TABLE (Sigmoid, Tanh, ...) compute in integers
   too: their output parameters come from the profile, except the fixed ranges of Sigmoid,
   HardSigmoid and Softmax ([0, 1]) and Tanh ([-1, 1]), which also quantize a float Softmax's
@@ -19,13 +22,19 @@ quantization rule (`lowbit.ops.registry`):
 - KEEP (Relu, MaxPool, Reshape, Transpose, ...) follows its input: integer in, integer out with
   the same parameters.
 
+Integers pay only where an integer node uses them: a RESCALE, TABLE or KEEP node whose results
+only float nodes read (not a graph output) stays float, and says so, since rounding its result
+would add error and save no float work (a transformer's residual Adds before LayerNorm). A
+COMPUTE node whose result no integer node reads (a graph output, or only float nodes) returns
+it in float straight from its int32 accumulator (s_in * s_w * acc), so final logits are not
+rounded to 8 bits.
+
 Float values entering integer nodes get a Quantize (weights too: the float payload stays in the
-graph until `fold_quantized_constants`), integer values read by float nodes or graph outputs a
-Dequantize. A COMPUTE node whose result is only a graph output returns it in float straight
-from its int32 accumulator (s_in * s_w * acc), so final logits are not rounded to 8 bits.
-int16 activations are always symmetric (zero point 0, as TFLite's 16x8 mode), so
-their products stay within int32. Every node ends up in the summary: how it was quantized, or
-why it stayed in float.
+graph until `fold_quantized_constants`; weights that error-compensating rounding moved are a new
+float constant already on the integer grid), integer values read by float nodes or graph
+outputs a Dequantize. int16 activations are always symmetric (zero point 0, as TFLite's 16x8
+mode), so their products stay within int32. Every node ends up in the summary: how it was
+quantized, or why it stayed in float.
 """
 
 from __future__ import annotations
@@ -44,9 +53,10 @@ from lowbit.ir.verifier import verify
 from lowbit.ops import infer_node, lookup
 from lowbit.ops.registry import COMPUTE, KEEP, QUANT_DOMAIN, REQUANT, RESCALE, TABLE
 from lowbit.passes.quant_cleanup import simplify_quantize
-from lowbit.quant import bias_correction, calibration, schemes, weight_rounding
+from lowbit.quant import bias_correction, calibration, schemes, smoothing, weight_rounding
 from lowbit.quant.config import NodeSettings, QuantConfig
 from lowbit.quant.input_moments import moments_problem, moments_shape
+from lowbit.quant.observers import ChannelRange, StatsObserver
 from lowbit.quant.profile import Profile, product_input_axis
 
 FIXED_RANGES: dict[str, tuple[float, float]] = {
@@ -136,7 +146,11 @@ class _Builder:
     def __init__(self, graph: Graph, profile: Profile, config: QuantConfig,
                  plan_config: QuantConfig) -> None:
         self.g = graph
-        self.profile = profile
+        self.profile = Profile(profile.graph_hash, profile.stats, profile.batches,
+                               profile.samples, profile.constants, profile.moments)
+        """A copy that statistics of values made while quantizing (smoothed inputs) join."""
+        self._minmax: set[str] = set()
+        """Values whose range is min-max whatever the config: no histogram of them exists."""
         self.config = config
         self.rows: list[NodeReport] = []
         self._quantized: dict[tuple[Value, TensorType], Value] = {}
@@ -273,11 +287,13 @@ class _Builder:
                                                                    _scheme(s, storage)))
         stats = self.profile[value.name]
         scheme = _scheme(s, s.dtype)
+        method = "minmax" if value.name in self._minmax else s.calibration
         storage, params = calibration.activation_params(
-            stats, dtype=s.dtype, scheme=scheme, method=s.calibration, percentile=s.percentile)
+            stats, dtype=s.dtype, scheme=scheme, method=method, percentile=s.percentile)
         return TensorType(storage, shape, params)
 
     def _prepare_compute(self, node: Node, s: NodeSettings) -> str:
+        smoothed = self._smooth(node, s)
         x_name = node.inputs[0].name
         x = self._int_input(node, 0, s)
         w_at = WEIGHT_INPUT[node.op_type]
@@ -321,8 +337,48 @@ class _Builder:
             node.inputs[bias_at] = quantized_bias
         wt = node.inputs[w_at].type
         granularity = "per-channel" if wt.quant.axis is not None else "per-tensor"
-        return (f"{wt.dtype.name} {granularity} weights{rounding}, {s.calibration} "
-                f"activations{corrected}")
+        ranges = "min-max range of the smoothed input" if smoothed else \
+            f"{s.calibration} activations"
+        return f"{wt.dtype.name} {granularity} weights{rounding}, {ranges}{corrected}{smoothed}"
+
+    def _smooth(self, node: Node, s: NodeSettings) -> str:
+        """SmoothQuant for a MatMul/Gemm reading a LayerNormalization (`lowbit.quant.smoothing`):
+        with a_k the calibrated extremes of the input's channels along K and w_k the weight's
+        row maxima, t_k = a_k ** alpha / w_k ** (1 - alpha); the input becomes Mul(x, 1 / t)
+        (float32, before its Quantize), the weight diag(t) W, and the profile's statistics of
+        x carry over exactly to x / t: channel ranges and means divided by t, the input moments
+        scaled by 1 / t, the tensor range the extremes of the channel ranges (min-max: there
+        is no histogram of x / t). Returns the summary's words, or "" when not smoothed."""
+        x, w = node.inputs[0], node.input_or_none(1)
+        weight = smoothing.weight_of(node)
+        axis = product_input_axis(node)
+        if s.smoothing == 0 or weight is None or axis is None or not _is_float(x) or \
+                smoothing.layernorm_ranges(x) is None or x.name not in self.profile:
+            return ""
+        stats = self.profile[x.name]
+        channel = stats.channels.get(axis)
+        ranges = None if channel is None else smoothing.calibrated_ranges(channel.min,
+                                                                           channel.max)
+        if ranges is None or ranges.size != weight.shape[0]:
+            return ""
+        t = smoothing.smoothing_factors(ranges, [weight], s.smoothing).astype(np.float64)
+        inverse = self.g.add_constant((1.0 / t).astype(np.float32),
+                                      self.g.unique_name(f"{node.name}_smoothing"), before=node)
+        mul = self.g.make_node("Mul", [x, inverse], name=self.g.unique_node_name(
+            f"{node.name}_smooth"), output_names=[self.g.unique_name(f"{x.name}_smoothed")],
+            output_types=[x.type], before=node)
+        node.inputs[0] = mul.output
+        scaled = np.asarray(w.const_value, np.float64)
+        scaled = scaled * (t[None, :] if node.op_type == "Gemm" and node.attrs.get("transB")
+                           else t[:, None])
+        node.inputs[1] = self.g.add_constant(scaled.astype(np.float32), self.g.unique_name(
+            f"{w.name}_smoothed"), before=node)
+        self.profile.stats[mul.output.name] = _divided(stats, axis, t, mul.output.name)
+        moments = self.profile.moments.get(node.name)
+        if moments is not None:
+            self.profile.moments[node.name] = moments.scaled(1.0 / t)
+        self._minmax.add(mul.output.name)
+        return f", smoothed (alpha {s.smoothing:g}, t {t.min():.3g}..{t.max():.3g})"
 
     def _weight_rounder(self, node: Node, s: NodeSettings
                         ) -> tuple[Callable[[TensorType], np.ndarray] | None, str]:
@@ -489,6 +545,17 @@ class _Builder:
             d = self._dequantize(v, None)
             v.name, d.name = d.name, v.name
             self.g.outputs[i] = d
+
+
+def _divided(stats: StatsObserver, axis: int, t: np.ndarray, name: str) -> StatsObserver:
+    """The statistics of x / t (t > 0 per channel along `axis`) from those of x: exact for the
+    channel ranges, sums and the tensor's extremes; no histogram."""
+    channel = stats.channels[axis]
+    divided = ChannelRange(axis, channel.min / t, channel.max / t,
+                           None if channel.sum is None else channel.sum / t, channel.count)
+    return StatsObserver(name, stats.bins, (axis,), count=stats.count, zeros=stats.zeros,
+                         min=float(np.nanmin(divided.min)), max=float(np.nanmax(divided.max)),
+                         channels={axis: divided})
 
 
 def gemm_problem(node: Node) -> str | None:
