@@ -30,7 +30,8 @@ A `Profile` is saved as one YAML file (`Profile.save`, written to a temporary na
 
 `products` holds the input moments of each product node with a constant weight
 (`lowbit.quant.input_moments`; rows up to 4096 long): `second` is the upper triangle (row-major,
-diagonal included) of each group's K x K matrix S, float64.
+diagonal included) of each group's K x K matrix S, stored as float32 (S only steers rounding
+decisions; its relative error of 6e-8 changes none).
 Error-compensating weight rounding (`lowbit.quant.weight_rounding`) reads them; a version 1
 profile has none, and its weights round to nearest.
 Constant weights (observed once, not per batch) also carry `constant: true`. The data input of
@@ -447,13 +448,14 @@ def _channel_to_yaml(ch: ChannelRange) -> dict[str, Any]:
 def _moments_to_yaml(m: InputMoments) -> dict[str, Any]:
     upper = np.triu_indices(m.size)
     return {"groups": m.groups, "size": m.size, "count": m.count,
-            "second": _pack(m.second[:, upper[0], upper[1]].reshape(-1), "float64")}
+            "second": _pack(m.second[:, upper[0], upper[1]].reshape(-1), "float32")}
 
 
 def _moments_from_yaml(name: str, entry: dict[str, Any]) -> InputMoments:
     groups, size = int(entry["groups"]), int(entry["size"])
     upper = np.triu_indices(size)
-    packed = _unpack(entry["second"], "float64").reshape(groups, len(upper[0]))
+    packed = _unpack(entry["second"], "float32").astype(np.float64).reshape(groups,
+                                                                             len(upper[0]))
     second = np.zeros((groups, size, size))
     second[:, upper[0], upper[1]] = packed
     second[:, upper[1], upper[0]] = packed

@@ -22,8 +22,11 @@ are not changed, only which code each weight gets. Two solvers, by row length K:
   columns not yet rounded absorb the error, w_j -= e * U_kj. A weight can move more than one
   code from nearest, never outside [qmin, qmax].
 
-Bias correction (`lowbit.quant.bias_correction`) then removes the mean output shift that is
-left. Measured on EfficientNet-Lite0 (benchmarks/efficientnet_precision.py): logits SQNR of
+With fewer input vectors than K, H is singular and the damping keeps the unseen directions
+near nearest rounding; measured, that still helps: MiniLM calibrated on 331 tokens (K = 384 and
+1536) gets single-word embedding cosines 0.978 / 0.971 with GPTQ, 0.972 / 0.961 with nearest
+rounding. Bias correction (`lowbit.quant.bias_correction`) then removes the mean output shift
+that is left. Measured on EfficientNet-Lite0 (benchmarks/efficientnet_precision.py): logits SQNR of
 int8 weights alone (int16 activations) 25.6 -> 30.9 dB, of W8A8 21.9 -> 23.9 dB.
 """
 
