@@ -19,6 +19,7 @@ quantization gives.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import tempfile
 import time
@@ -59,8 +60,10 @@ def ort_quantize(src, dst, calib, per_channel: bool, reduce_range: bool = False)
         def get_next(self):
             return next(self.it, None)
 
-    quantize_static(str(src), str(dst), Reader(), quant_format=QuantFormat.QDQ,
-                    per_channel=per_channel, reduce_range=reduce_range)
+    # ONNX Runtime writes temporary models (and their external data) to the working directory
+    with contextlib.chdir(Path(dst).parent):
+        quantize_static(str(src), str(dst), Reader(), quant_format=QuantFormat.QDQ,
+                        per_channel=per_channel, reduce_range=reduce_range)
 
 def logits(run, batches) -> np.ndarray:
     return np.concatenate([run(b) for b in batches]).astype(np.float64)
