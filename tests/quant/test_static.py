@@ -457,3 +457,26 @@ def _layernorm_out(graph, batch):
 
     Interpreter(graph, [keep])(batch)
     return seen["h"]
+
+
+def test_explicit_pad_on_the_input_computes_in_integers():
+    """Legacy exporters put 'same' padding in a Pad before the first Conv: the Pad's float
+    input (the graph input) is quantized with its profile statistics and the Pad moves codes,
+    so the model is integer end to end (before, it stayed float and failed
+    --assert-all-quantized); zeros are exact, so the result is the same."""
+    nodes = [helper.make_node("Pad", ["x", "pads"], ["p"], name="pad"),
+             helper.make_node("Conv", ["p", "w", "b"], ["y"], name="conv", strides=[2, 2])]
+    inits = [numpy_helper.from_array(np.array([0, 0, 0, 0, 0, 0, 1, 1], np.int64), "pads"),
+             _init("w", (4, 3, 3, 3)), _init("b", (4,))]
+    g = helper.make_graph(nodes, "pad", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, ["N", 3, 8, 8])], [helper.make_tensor_value_info(
+            "y", TensorProto.FLOAT, None)], inits)
+    graph = optimize(import_model(helper.make_model(
+        g, opset_imports=[helper.make_opsetid("", 17)]), "pad"))
+    data = [{"x": RNG.normal(size=(2, 3, 8, 8)).astype(np.float32)} for _ in range(3)]
+    result = quantize(graph, lowbit.profile(graph, data, progress=False),
+                      assert_all_quantized=True)
+    row = next(r for r in result.summary.rows if r.name == "pad")
+    assert row.mode == "int8" and row.detail == "keeps its input's parameters"
+    ref = lowbit.run(graph, data[0])["y"]
+    assert _cos(ref, lowbit.run(result.graph, data[0])["y"]) > 0.999

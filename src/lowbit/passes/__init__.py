@@ -11,6 +11,7 @@ from lowbit.passes.dead_code import eliminate_dead_code
 from lowbit.passes.fold_batchnorm import fold_batch_norm
 from lowbit.passes.fold_constants import fold_constants
 from lowbit.passes.fuse_activation import fuse_activations
+from lowbit.passes.fuse_layer_norm import fuse_layer_norms
 from lowbit.passes.pipeline import Pass, run_passes
 from lowbit.passes.static_reshape import constant_reshape_targets
 
@@ -24,6 +25,7 @@ OPTIMIZE_PIPELINE: list[Pass] = [
     fold_constants,  # shape sub-graphs and weight transforms become constants
     constant_reshape_targets,  # Reshape targets over symbolic dims become 0 / -1 constants
     fold_batch_norm,  # BN after Conv/Gemm disappears into the weights (exact up to rounding)
+    fuse_layer_norms,  # layer norms spelled out in elementwise ops (opset < 17) become one op
     fuse_activations,  # Relu/Clip become output clamps, which quantization turns into ranges
     eliminate_dead_code,  # drop what the rewrites left behind
 ]
@@ -49,6 +51,7 @@ __all__ = [
     "fold_batch_norm",
     "fold_constants",
     "fuse_activations",
+    "fuse_layer_norms",
     "optimize",
     "run_passes",
 ]

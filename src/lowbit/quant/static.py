@@ -67,6 +67,10 @@ FIXED_RANGES: dict[str, tuple[float, float]] = {
 }
 """Ops whose output range is known without calibration."""
 
+LAYOUT_OPS = frozenset({"Pad", "Reshape", "Transpose", "Flatten", "Squeeze", "Unsqueeze",
+                        "Identity"})
+"""KEEP ops that only rearrange their input (Pad adds zeros, which every range holds)."""
+
 WEIGHT_INPUT = {"Conv": 1, "Gemm": 1, "MatMul": 1}
 BIAS_INPUT = {"Conv": 2, "Gemm": 2}
 
@@ -213,7 +217,7 @@ class _Builder:
         if not any(v in self._integer_readers for v in node.outputs):
             return "only float nodes read its result (integers would add rounding and save " \
                 "no float work)"
-        if rule == KEEP and not _is_int(node.inputs[0]):
+        if rule == KEEP and not _is_int(node.inputs[0]) and not self._layout_of_profiled(node):
             return "its input is float (it moves values: integer only after an integer node)"
         if not any(not v.is_constant for v in data):
             return "all its inputs are constant"
@@ -226,6 +230,13 @@ class _Builder:
                     return f"no profile statistics for '{v.name}'"
             return None
         return f"unknown quantization rule {rule!r}"
+
+    def _layout_of_profiled(self, node: Node) -> bool:
+        """Whether `node` only rearranges (or zero-pads) a float value the profile has
+        statistics of, e.g. the explicit Pad legacy exporters put on a model's input: its input
+        is then quantized with those statistics, as its result would be, and it moves codes."""
+        x = node.inputs[0]
+        return node.op_type in LAYOUT_OPS and _is_float(x) and x.name in self.profile
 
     def _compute_reason(self, node: Node) -> str | None:
         x = node.inputs[0]
