@@ -27,7 +27,8 @@ def load(path: str | os.PathLike, *, optimize: bool = True) -> Graph:
     """Import an ONNX model as a typed Graph.
 
     With `optimize` (the default), the optimization pipeline runs: constant folding of shape
-    sub-graphs, batch-norm folding, Relu/Clip fused as output clamps, dead code; without it only
+    sub-graphs, batch-norm folding, decomposed layer norms fused into LayerNormalization,
+    Relu/Clip fused as output clamps, dead code; without it only
     the import pipeline (folding, dead code). Profile and quantize the graph `load` returns.
     Unsupported or malformed models raise `lowbit.LowbitError` naming the node and the reason.
     """

@@ -216,7 +216,8 @@ def test_layernorm_smoothing_is_exact_in_float_and_reduces_error(tmp_path):
 
 
 def test_decomposed_layernorm_is_smoothed_too(tmp_path):
-    """Opset-14 exporters write LayerNorm as ReduceMean/Sub/Pow/Sqrt/Div/Mul/Add."""
+    """Opset-14 exporters write LayerNorm as ReduceMean/Sub/Pow/Sqrt/Div/Mul/Add; `lowbit.load`
+    fuses it into one LayerNormalization, whose reader is smoothed as usual."""
     rng = np.random.default_rng(9)
     k = 8
     gamma = rng.uniform(0.5, 2, k).astype(np.float32)

@@ -89,6 +89,19 @@ class Node:
         return f"{outs} = {self.op_type}({ins})  # {self.name}"
 
 
+def constant_operand(node: Node) -> tuple[np.ndarray, Value] | None:
+    """(the constant input's values as float64, the other input) of a two-input node with
+    exactly one Constant-produced input (a bias Add, a scale Mul), else None."""
+    if len(node.inputs) != 2 or any(v is None for v in node.inputs):
+        return None
+    a, b = node.inputs
+    if b.is_constant and not a.is_constant:
+        return np.asarray(b.const_value, np.float64), a
+    if a.is_constant and not b.is_constant:
+        return np.asarray(a.const_value, np.float64), b
+    return None
+
+
 class Graph:
     """Inputs, outputs and nodes in topological order, with the ONNX opset they follow."""
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from lowbit.ir import dtypes
-from lowbit.ir.graph import Graph, Node, Value
+from lowbit.ir.graph import Graph, Node, Value, constant_operand
 
 
 def fuse_layer_norms(graph: Graph) -> Graph:
@@ -65,9 +65,10 @@ def _match(div: Node, users, graph: Graph) -> _Match | None:
     d, std = div.inputs
     sqrt = _sole_producer(std, div, users, graph, "Sqrt")
     add_eps = _sole_producer(sqrt.inputs[0], sqrt, users, graph, "Add") if sqrt else None
-    eps, var = _constant_and_other(add_eps) if add_eps is not None else (None, None)
-    if eps is None or eps.size != 1:
+    found = constant_operand(add_eps) if add_eps is not None else None
+    if found is None or found[0].size != 1:
         return None
+    eps, var = found
     mean2 = _sole_producer(var, add_eps, users, graph, "ReduceMean")
     square = _sole_producer(mean2.inputs[0], mean2, users, graph, None) if mean2 else None
     if square is None or not _last_axis_mean(mean2) or not _squares(square, d):
@@ -103,8 +104,8 @@ def _match(div: Node, users, graph: Graph) -> _Match | None:
 def _affine_constant(node: Node, value: Value, channels: int) -> Value | None:
     """The constant operand of `node` (Mul or Add of `value` and a constant over the last
     axis), else None."""
-    array, other = _constant_and_other(node)
-    if array is None or other is not value or not _per_channel(array, channels):
+    found = constant_operand(node)
+    if found is None or found[1] is not value or not _per_channel(found[0], channels):
         return None
     return node.inputs[1] if node.inputs[0] is value else node.inputs[0]
 
@@ -123,11 +124,10 @@ def _vector(v: Value | None, channels: int, graph: Graph, before: Node,
     return graph.add_constant(flat, graph.unique_name(f"{before.name}_{role}"), before=before)
 
 
-def _per_channel(array: np.ndarray, channels) -> bool:
+def _per_channel(array: np.ndarray, channels: int) -> bool:
     """A constant that broadcasts over the last axis only: [C] or [1, .., 1, C] (or [1])."""
     shape = np.shape(array)
-    return isinstance(channels, int) and (
-        all(d == 1 for d in shape[:-1]) and (not shape or shape[-1] in (1, channels)))
+    return all(d == 1 for d in shape[:-1]) and (not shape or shape[-1] in (1, channels))
 
 
 def _sole_reader(v: Value, users, graph: Graph) -> Node | None:
@@ -149,19 +149,6 @@ def _sole_producer(v: Value, reader: Node, users, graph: Graph,
     if len(readers) != 1 or readers[0][0] is not reader or len(producer.outputs) != 1:
         return None
     return producer
-
-
-def _constant_and_other(node: Node) -> tuple[np.ndarray | None, Value | None]:
-    """(the constant input's values, the other input) of a two-input node with exactly one
-    constant input, else (None, None)."""
-    if len(node.inputs) != 2 or any(v is None for v in node.inputs):
-        return None, None
-    a, b = node.inputs
-    if b.is_constant and not a.is_constant:
-        return np.asarray(b.const_value, np.float64), a
-    if a.is_constant and not b.is_constant:
-        return np.asarray(a.const_value, np.float64), b
-    return None, None
 
 
 def _last_axis_mean(node: Node) -> bool:

@@ -43,20 +43,19 @@ from __future__ import annotations
 
 import numpy as np
 
-from lowbit.ir.graph import Node, Value
+from lowbit.ir.graph import Node, Value, constant_operand
 
 FLOOR = 1e-5
 
 
 def layernorm_ranges(v: Value) -> np.ndarray | None:
     """a_k = |Scale_k| + |B_k| when `v` is the normalized output of a LayerNormalization over
-    its last axis with constant Scale (and B), or of the decomposed form older exporters write,
-    `Add(Mul(Div(x - mean, Sqrt(var + eps)), Scale), B)`; else None."""
+    its last axis with constant Scale (and B), else None. The decomposed form older exporters
+    write is one LayerNormalization by then (`lowbit.passes.fuse_layer_norms`, run by
+    `lowbit.load`)."""
     if v.type is None or v.type.shape is None or not v.type.shape:
         return None
     node = v.producer
-    if node is not None and node.op_type == "Add":
-        return _decomposed_ranges(node, v.type.shape[-1])
     if node is None or node.op_type != "LayerNormalization" or node.outputs[0] is not v:
         return None
     axis = int(node.attrs.get("axis", -1)) % len(v.type.shape)
@@ -93,33 +92,6 @@ def weight_of(node: Node) -> np.ndarray | None:
     return w.T if node.op_type == "Gemm" and node.attrs.get("transB") else w
 
 
-def _constant_and_other(node: Node) -> tuple[np.ndarray, Value] | None:
-    a, b = node.inputs[0], node.inputs[1]
-    if b.is_constant and not a.is_constant:
-        return np.asarray(b.const_value, np.float64), a
-    if a.is_constant and not b.is_constant:
-        return np.asarray(a.const_value, np.float64), b
-    return None
-
-
-def _decomposed_ranges(add: Node, channels) -> np.ndarray | None:
-    bias = _constant_and_other(add)
-    if bias is None or bias[1].producer is None or bias[1].producer.op_type != "Mul":
-        return None
-    scale = _constant_and_other(bias[1].producer)
-    if scale is None or scale[1].producer is None or scale[1].producer.op_type != "Div":
-        return None
-    root = scale[1].producer.inputs[1].producer
-    if root is None or root.op_type != "Sqrt" or not isinstance(channels, int):
-        return None
-    try:
-        s = np.broadcast_to(scale[0].reshape(-1), (channels,))
-        b = np.broadcast_to(bias[0].reshape(-1), (channels,))
-    except ValueError:
-        return None
-    return np.abs(s) + np.abs(b)
-
-
 def gelu_outlier_channels(v: Value, count: int) -> np.ndarray | None:
     """The `count` channels of largest e_k (module docstring), sorted, when `v` is
     Gelu(MatMul(LayerNorm output, W_up) [+ constant bias]); else None."""
@@ -128,7 +100,7 @@ def gelu_outlier_channels(v: Value, count: int) -> np.ndarray | None:
         return None
     up = gelu.inputs[0].producer
     if up is not None and up.op_type == "Add":
-        other = _constant_and_other(up)
+        other = constant_operand(up)
         up = other[1].producer if other is not None else None
     if up is None or up.op_type not in ("MatMul", "Gemm"):
         return None
