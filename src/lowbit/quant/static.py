@@ -159,6 +159,9 @@ class _Builder:
         self.rows: list[NodeReport] = []
         self._quantized: dict[tuple[Value, TensorType], Value] = {}
         self._dequantized: dict[Value, Value] = {}
+        self._read = {v for n in graph.nodes for v in n.inputs if v is not None}
+        """Values some node reads (in the float graph: quantizing only adds readers of new
+        values)."""
         self._integer_readers = self._plan(plan_config)
         """Values that some node worth computing in integers reads, and graph outputs
         (`_plan`)."""
@@ -272,7 +275,7 @@ class _Builder:
             node.attrs[REQUANT] = s.requant
         out = node.outputs[0]
         float_out = rule == COMPUTE and (out not in self._integer_readers or (
-            out in self.g.outputs and not any(out in n.inputs for n in self.g.nodes)))
+            out in self.g.outputs and out not in self._read))
         for value in node.outputs:
             if not float_out:
                 value.type = self._result_type(node, value, s, rule)
@@ -379,9 +382,9 @@ class _Builder:
             f"{node.name}_smooth"), output_names=[self.g.unique_name(f"{x.name}_smoothed")],
             output_types=[x.type], before=node)
         node.inputs[0] = mul.output
-        scaled = np.asarray(w.const_value, np.float64)
-        scaled = scaled * (t[None, :] if node.op_type == "Gemm" and node.attrs.get("transB")
-                           else t[:, None])
+        scaled = np.asarray(weight, np.float64) * t[:, None]  # [K, N], as weight_of gives it
+        if node.op_type == "Gemm" and node.attrs.get("transB"):
+            scaled = scaled.T
         node.inputs[1] = self.g.add_constant(scaled.astype(np.float32), self.g.unique_name(
             f"{w.name}_smoothed"), before=node)
         self.profile.stats[mul.output.name] = _divided(stats, axis, t, mul.output.name)
