@@ -162,3 +162,26 @@ def test_moments_of_different_shapes_do_not_merge():
     a, b = InputMoments.empty("n", 1, 3), InputMoments.empty("n", 1, 4)
     with pytest.raises(ValueError, match="input moments of 'n'"):
         a.merge(b)
+
+
+def test_products_reading_one_value_share_their_moments(tmp_path):
+    """Two MatMuls on one input (as a transformer's Q and K projections) see the same vectors:
+    the moments are formed once and each product gets its own copy."""
+    nodes = [helper.make_node("MatMul", ["x", "wq"], ["q"], name="q"),
+             helper.make_node("MatMul", ["x", "wk"], ["k"], name="k"),
+             helper.make_node("Add", ["q", "k"], ["y"], name="sum")]
+    inits = [numpy_helper.from_array(RNG.normal(size=(6, 4)).astype(np.float32), "wq"),
+             numpy_helper.from_array(RNG.normal(size=(6, 4)).astype(np.float32), "wk")]
+    g = helper.make_graph(nodes, "qk", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, ["N", 3, 6])], [helper.make_tensor_value_info(
+            "y", TensorProto.FLOAT, None)], inits)
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]),
+              tmp_path / "qk.onnx")
+    graph = lowbit.load(tmp_path / "qk.onnx")
+    x = RNG.normal(size=(5, 3, 6)).astype(np.float32)
+    prof = lowbit.profile(graph, [{"x": x[:2]}, {"x": x[2:]}], progress=False)
+    q, k = prof.moments["q"], prof.moments["k"]
+    rows = x.reshape(-1, 6).astype(np.float64)
+    for m in (q, k):
+        assert m.count == 15 and np.allclose(m.second[0], rows.T @ rows, rtol=1e-5)
+    assert q is not k and q.second is not k.second

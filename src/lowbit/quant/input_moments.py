@@ -114,6 +114,17 @@ def _shape(node: Node) -> tuple[int, int]:
     return 1, int(w.shape[0])
 
 
+def vector_layout(node: Node) -> tuple:
+    """What decides `node`'s input vectors besides the input itself: products reading one value
+    with equal layouts (a transformer's Q, K and V projections) have the same moments."""
+    if node.op_type == "Conv":
+        geometry = ("group", "kernel_shape", "strides", "dilations", "pads", "auto_pad")
+        return ("Conv", tuple(node.inputs[1].const_value.shape[1:]),
+                *(repr(node.attrs.get(k)) for k in geometry))
+    columns = node.op_type == "Gemm" and bool(node.attrs.get("transA"))
+    return ("columns" if columns else "rows", _shape(node)[1])
+
+
 def observe_input(moments: InputMoments, node: Node, x: np.ndarray) -> None:
     """Add the input vectors of `node` for its data input `x` to `moments`."""
     for vectors in input_vectors(node, x):

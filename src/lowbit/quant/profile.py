@@ -62,7 +62,12 @@ from lowbit.errors import InputError, LowbitError
 from lowbit.fileio import write_atomically
 from lowbit.ir.graph import CONSTANT, Graph, Node, Value
 from lowbit.ir.hashing import graph_hash
-from lowbit.quant.input_moments import InputMoments, moments_shape, observe_input
+from lowbit.quant.input_moments import (
+    InputMoments,
+    moments_shape,
+    observe_input,
+    vector_layout,
+)
 from lowbit.quant.observers import DEFAULT_BINS, ChannelRange, Histogram, StatsObserver
 
 FORMAT = "lowbit-profile"
@@ -218,8 +223,10 @@ class _Recorder:
             for v in node.outputs:
                 if _is_float(v) or v.type is None:
                     self._watch(v)
+        self.products: dict[Value, dict[tuple, list[Node]]] = {}
+        """Per value, the products reading it, grouped by `vector_layout`: a group's moments are
+        accumulated once, for its first node (`moments`), and copied to the others at the end."""
         self.moments: dict[str, InputMoments] = {}
-        self.products: dict[Value, list[Node]] = {}
         for node in graph.nodes:
             axis = product_input_axis(node)
             obs = self.watched.get(node.inputs[0]) if axis is not None else None
@@ -227,8 +234,11 @@ class _Recorder:
                 obs.channel_axes = (*obs.channel_axes, axis)
             shape = moments_shape(node) if axis is not None else None
             if shape is not None:
-                self.moments[node.name] = InputMoments.empty(node.name, *shape)
-                self.products.setdefault(node.inputs[0], []).append(node)
+                group = self.products.setdefault(node.inputs[0], {}).setdefault(
+                    vector_layout(node), [])
+                if not group:
+                    self.moments[node.name] = InputMoments.empty(node.name, *shape)
+                group.append(node)
 
     def _watch(self, v: Value) -> None:
         if v.type is None:
@@ -244,9 +254,21 @@ class _Recorder:
                 value.name, self.bins, self.axes)
         if obs is not None:
             obs.observe(array)
-        for node in self.products.get(value, ()):
-            if _float_array(array):
-                observe_input(self.moments[node.name], node, array)
+        if value in self.products and _float_array(array):
+            for first, *_ in self.products[value].values():
+                observe_input(self.moments[first.name], first, array)
+
+    def all_moments(self) -> dict[str, InputMoments]:
+        """The input moments of every product that saw data, by node name (one copy each)."""
+        out: dict[str, InputMoments] = {}
+        for groups in self.products.values():
+            for first, *rest in groups.values():
+                m = self.moments[first.name]
+                if m.count:
+                    out[first.name] = m
+                    out.update({n.name: InputMoments(n.name, m.second.copy(), m.count)
+                                for n in rest})
+        return out
 
     def __call__(self, node: Node, outputs: list[np.ndarray]) -> None:
         for value, array in zip(node.outputs, outputs, strict=False):
@@ -328,7 +350,7 @@ def profile(graph: Graph, batches: Iterable[Mapping[str, np.ndarray]], *, progre
         raise InputError("the calibration set is empty: no batches were given; pass an iterable "
                          "of {input name: array} with at least one batch")
     result.stats.update(recorder.stats)
-    result.moments.update({name: m for name, m in recorder.moments.items() if m.count})
+    result.moments.update(recorder.all_moments())
     for node in graph.nodes:
         if node.op_type == CONSTANT and node.output.name not in result.stats:
             array = node.attrs["value"]
