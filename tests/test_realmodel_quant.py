@@ -9,8 +9,16 @@ import onnxruntime as ort
 import pytest
 
 import lowbit
+from lowbit.backends.reference.interpreter import Interpreter
 from lowbit.quant.static import quantize
-from realmodels import efficientnet, load_photos, mnistnet
+from realmodels import (
+    MINILM_CALIBRATION_TEXTS,
+    efficientnet,
+    load_photos,
+    minilm,
+    minilm_tokens,
+    mnistnet,
+)
 
 pytestmark = pytest.mark.realmodel
 
@@ -60,8 +68,6 @@ def test_exports_agree_with_onnxruntime(digits, quantized, tmp_path, form):
         for v, a in zip(node.outputs, outputs, strict=False):
             if v.type is not None and v.type.quant is not None and np.asarray(a).ndim > 1:
                 ours[v.name] = np.asarray(a)
-
-    from lowbit.backends.reference.interpreter import Interpreter
 
     logits = Interpreter(result.graph, [keep])(batch)["logits"]
     model = onnx.load(path)
@@ -161,8 +167,6 @@ def test_minilm_static_defaults_keep_embeddings(tmp_path):
     every int8 value of the first attention block within one code."""
     from test_realmodel_dynamic import TEXTS, _embed_each
 
-    from realmodels import MINILM_CALIBRATION_TEXTS, minilm, minilm_tokens
-
     graph = lowbit.load(minilm("eager", "dynamo"))
     calib = [minilm_tokens([t]) for t in MINILM_CALIBRATION_TEXTS]
     result = quantize(graph, lowbit.profile(graph, calib, progress=False))
@@ -185,8 +189,6 @@ def test_minilm_static_defaults_keep_embeddings(tmp_path):
     def keep(node, outputs):
         for v, a in zip(node.outputs, outputs, strict=False):
             ours[v.name] = np.asarray(a)
-
-    from lowbit.backends.reference.interpreter import Interpreter
 
     Interpreter(result.graph, [keep])(enc)
     model = onnx.load(tmp_path / "q.onnx")
