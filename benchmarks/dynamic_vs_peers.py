@@ -85,6 +85,28 @@ def lee_documents() -> tuple[list[str], np.ndarray]:
     return docs, sims
 
 
+def polarity_sentences() -> tuple[list[str], np.ndarray]:
+    """The 200 movie-review sentences of pang_lee_polarity.cor and their labels (1 positive)."""
+    lines = (gensim_data() / "pang_lee_polarity.cor").read_text(encoding="latin-1").splitlines()
+    lines = [s for s in lines if s.strip()]
+    labels = np.array([s.startswith("__label__pos") for s in lines], np.int64)
+    return [s.split(" ", 1)[1].strip() for s in lines], labels
+
+
+def polarity_probe(reference: np.ndarray, emb: np.ndarray, labels: np.ndarray) -> float:
+    """Accuracy of a logistic-regression probe trained on the float embeddings (`reference`)
+    and applied to `emb`, 10-fold cross-validated: what a classifier built on the float model
+    scores once the model under it is quantized."""
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.model_selection import StratifiedKFold
+
+    right = 0
+    for train, test in StratifiedKFold(10, shuffle=True, random_state=0).split(emb, labels):
+        probe = LogisticRegression(max_iter=2000).fit(reference[train], labels[train])
+        right += int((probe.predict(emb[test]) == labels[test]).sum())
+    return right / len(labels)
+
+
 def embedding(hidden: np.ndarray, mask: np.ndarray) -> np.ndarray:
     m = mask[..., None].astype(np.float64)
     e = (np.asarray(hidden, np.float64) * m).sum(1) / m.sum(1)

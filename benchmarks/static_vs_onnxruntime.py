@@ -8,10 +8,13 @@ logits' SQNR; both calibrated on every third photo. "lowbit nearest rounding" is
 defaults with `weight_rounding: nearest` (the previous default).
 all-MiniLM-L6-v2 (a transformer encoder, as a new user would quantize it statically):
 sentence-embedding cosine to float, mean/min over gensim's real texts (words, short sentences,
-long texts, as in benchmarks/dynamic_vs_peers.py), each run alone; both calibrated on the 24
-texts of tests/realmodels.py MINILM_CALIBRATION_TEXTS. Dynamic quantization (no calibration,
-benchmarks/dynamic_vs_peers.py) is the better choice for transformers; this is what static
-quantization gives.
+long texts, as in benchmarks/dynamic_vs_peers.py), each run alone, and two downstream tasks on
+real human labels: the Pearson correlation of the 50 Lee documents' embedding similarities with
+human judgements, and the accuracy of a polarity probe (logistic regression trained on the float
+embeddings of 200 labelled movie-review sentences, 10-fold cross-validated) applied to each
+model's embeddings. Both calibrated on the 24 texts of tests/realmodels.py
+MINILM_CALIBRATION_TEXTS. Dynamic quantization (no calibration, benchmarks/dynamic_vs_peers.py)
+is the better choice for transformers; this is what static quantization gives.
 
     python benchmarks/static_vs_onnxruntime.py [--per-group 30]
 """
@@ -29,7 +32,14 @@ import numpy as np
 
 sys.path[:0] = [str(Path(__file__).parent), str(Path(__file__).parent.parent / "tests")]
 
-from dynamic_vs_peers import embed, text_groups  # noqa: E402
+from dynamic_vs_peers import (  # noqa: E402
+    embed,
+    lee_documents,
+    lee_pearson,
+    polarity_probe,
+    polarity_sentences,
+    text_groups,
+)
 
 import lowbit  # noqa: E402
 from lowbit.quant.config import QuantConfig  # noqa: E402
@@ -133,8 +143,15 @@ def minilm_rows(per_group: int) -> list[tuple[str, str, str, float]]:
             names = [i.name for i in s.get_inputs()]
             runners[label] = (lambda e, s=s, n=names: s.run(None, {k: e[k] for k in n})[0],
                               time.perf_counter() - start)
-        ref = embed(lambda e: lowbit.run(graph, e)["last_hidden_state"], texts)
-        rows = []
+        docs, sims = lee_documents()
+        sentences, labels = polarity_sentences()
+        def run_float(e):
+            return lowbit.run(graph, e)["last_hidden_state"]
+
+        ref, ref_sentences = embed(run_float, texts), embed(run_float, sentences)
+        float_lee = lee_pearson(embed(run_float, docs), sims)
+        rows = [("MiniLM (static)", "float", f"Lee r {float_lee:.4f} probe "
+                 f"{polarity_probe(ref_sentences, ref_sentences, labels):.1%}", 0.0)]
         for label, (run, took) in runners.items():
             cos = (embed(run, texts) * ref).sum(1)
             cells, at = [], 0
@@ -142,6 +159,8 @@ def minilm_rows(per_group: int) -> list[tuple[str, str, str, float]]:
                 c = cos[at:at + len(g)]
                 at += len(g)
                 cells.append(f"{c.mean():.4f}/{c.min():.4f}")
+            cells.append(f"Lee r {lee_pearson(embed(run, docs), sims):.4f} probe "
+                         f"{polarity_probe(ref_sentences, embed(run, sentences), labels):.1%}")
             rows.append(("MiniLM (static)", label, " ".join(cells), took))
     return rows
 
@@ -181,7 +200,8 @@ def main() -> None:
     print(f"metric: MNISTNet accuracy on 4000 digits; EfficientNet top-1 agreement with float "
           f"(all photos, the {held_out.sum()} held out, the {decisive} with a float margin "
           f">= 0.2) and logits SQNR dB; MiniLM embedding cosine to float mean/min on "
-          f"{args.per_group} words, short sentences and long texts")
+          f"{args.per_group} words, short sentences and long texts, then Lee Pearson r and "
+          f"polarity-probe accuracy (float-trained probe)")
 
 if __name__ == "__main__":
     main()

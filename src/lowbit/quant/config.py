@@ -8,7 +8,7 @@ matching rule in order, field by field, so later rules win. In YAML::
     default:                      # every key optional; omitted ones keep lowbit's defaults
       precision: int8             # int8 | uint8 | int16 | fp16 | float (keep the node in float)
       per_channel: true           # weights: one scale per output channel
-      calibration: percentile     # minmax | percentile | entropy | mse
+      calibration: mse            # minmax | percentile | entropy | mse
       percentile: 99.99           # used by calibration: percentile
       scheme: asymmetric          # asymmetric | symmetric | symmetric_uint8 | power_of_2
       weight_precision: int8      # int8 | int16
