@@ -59,13 +59,17 @@ def profile(
     *,
     progress: bool = True,
     channel_axis: int | None = None,
+    moments: bool = True,
 ) -> Profile:
     """Run `graph` on calibration batches ({input name: array} each) and return the per-value
-    statistics (ranges, histograms) that quantization calibrates from. `Profile.save(path)` and
+    statistics (ranges, histograms, and the input moments of each Conv/Gemm/MatMul that the
+    default `weight_rounding: gptq` reads; `moments=False` skips them, for a smaller profile
+    whose weights round to nearest) that quantization calibrates from. `Profile.save(path)` and
     `Profile.load(path, graph)` keep it in a file keyed by the graph's hash. Bad batches (NaN/Inf,
     wrong shape or dtype, an empty set) raise `lowbit.errors.InputError` naming batch and input.
     """
-    return _profile.profile(graph, batches, progress=progress, channel_axis=channel_axis)
+    return _profile.profile(graph, batches, progress=progress, channel_axis=channel_axis,
+                            moments=moments)
 
 
 def quantize(graph: Graph, profile: Profile, config: QuantConfig | None = None, *,

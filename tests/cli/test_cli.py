@@ -69,14 +69,20 @@ def test_quantize_writes_a_model_onnxruntime_runs(tmp_path):
     assert (y.argmax(1) == data["labels"][64:128]).mean() > 0.95
 
 
-def test_profile_then_quantize_with_the_profile(tmp_path):
+@pytest.mark.parametrize("moments", [True, False])
+def test_profile_then_quantize_with_the_profile(tmp_path, moments):
     np.save(tmp_path / "calib.npy", np.load(bundled("digits.npz"))["images"][:32])
     prof = tmp_path / "p.yaml"
-    r = lowbit("profile", MODEL, "--calib", str(tmp_path / "calib.npy"), "-o", str(prof))
+    r = lowbit("profile", MODEL, "--calib", str(tmp_path / "calib.npy"), "-o", str(prof),
+               *(() if moments else ("--no-moments",)))
     assert r.returncode == 0, r.stderr
+    assert ("products: {}" not in prof.read_text()) == moments
     r = lowbit("quantize", MODEL, "--profile", str(prof), "-o", str(tmp_path / "q.onnx"),
-               "--quiet", "--per-tensor")
-    assert r.returncode == 0, r.stderr and (tmp_path / "q.onnx").exists()
+               "--per-tensor")
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "q.onnx").exists()
+    assert ("GPTQ rounding" in r.stdout) == moments
+    assert ("rounded to nearest: the profile has no input moments" in r.stdout) != moments
 
 
 @pytest.mark.parametrize("make, expected", [

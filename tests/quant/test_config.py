@@ -238,3 +238,15 @@ def test_python_construction_is_validated_too():
     with pytest.raises(LowbitError, match="per_channel"):
         Rule(op_type="Conv", per_channel=1)
     assert repr(Rule(name="conv1", precision="float")) == "Rule(name='conv1', precision='float')"
+
+
+def test_uses_input_moments_only_when_some_node_may_round_by_gptq():
+    assert QuantConfig().uses_input_moments()
+    nearest = QuantConfig.from_dict({"default": {"weight_rounding": "nearest"}})
+    assert not nearest.uses_input_moments()
+    assert not QuantConfig.from_dict({"default": {"weight_rounding": "nearest"},
+                                      "rules": [{"op_type": "Conv", "precision": "int16"}]}
+                                     ).uses_input_moments()
+    assert QuantConfig.from_dict({"default": {"weight_rounding": "nearest"},
+                                  "rules": [{"op_type": "Conv", "weight_rounding": "gptq"}]}
+                                 ).uses_input_moments()

@@ -121,19 +121,30 @@ def test_profile_keeps_merges_saves_and_loads_input_moments(tmp_path):
         assert again.moments[name].count == whole.moments[name].count
 
 
-def test_without_moments_weights_round_to_nearest_and_the_summary_says_why(tmp_path):
-    """A version 1 profile (written before moments were kept) still loads; its weights round to
-    nearest, exactly as `weight_rounding: nearest` does, and the summary says why."""
+@pytest.mark.parametrize("without", ["version 1", "moments=False"])
+def test_without_moments_weights_round_to_nearest_and_the_summary_says_why(tmp_path, without):
+    """A version 1 profile (written before moments were kept) still loads, and a profile taken
+    with moments=False leaves them out (a smaller file); the weights of either round to nearest,
+    exactly as `weight_rounding: nearest` does, and the summary says why. The other statistics
+    are those of a full profile."""
     graph = _two_convs(tmp_path / "m.onnx")
     batches = [{"x": RNG.normal(size=(2, 3, 10, 10)).astype(np.float32)} for _ in range(2)]
     prof = lowbit.profile(graph, batches, progress=False)
     prof.save(tmp_path / "p.yaml")
     text = (tmp_path / "p.yaml").read_text()
-    old = text[:text.index("products:")].replace("version: 2", "version: 1")
-    (tmp_path / "v1.yaml").write_text(old)
-    v1 = Profile.load(tmp_path / "v1.yaml", graph)
-    assert not v1.moments
-    result = quantize(graph, v1)
+    if without == "version 1":
+        old = text[:text.index("products:")].replace("version: 2", "version: 1")
+        (tmp_path / "v1.yaml").write_text(old)
+        bare = Profile.load(tmp_path / "v1.yaml", graph)
+    else:
+        bare = lowbit.profile(graph, batches, progress=False, moments=False)
+        bare.save(tmp_path / "bare.yaml")
+        assert (tmp_path / "bare.yaml").stat().st_size < len(text)
+        bare = Profile.load(tmp_path / "bare.yaml", graph)
+    assert not bare.moments
+    assert set(bare) == set(prof)
+    assert all(bare[n].min == prof[n].min and bare[n].max == prof[n].max for n in prof)
+    result = quantize(graph, bare)
     details = [r.detail for r in result.summary.rows if r.op_type == "Conv"]
     assert len(details) == 2 and all("rounded to nearest: the profile has no input moments"
                                      in d for d in details)
@@ -143,6 +154,7 @@ def test_without_moments_weights_round_to_nearest_and_the_summary_says_why(tmp_p
     assert np.array_equal(lowbit.run(result.graph, x)["y"], lowbit.run(nearest.graph, x)["y"])
     gptq = quantize(graph, prof)
     assert all("GPTQ rounding" in r.detail for r in gptq.summary.rows if r.op_type == "Conv")
+    assert not np.array_equal(lowbit.run(gptq.graph, x)["y"], lowbit.run(nearest.graph, x)["y"])
 
 
 def test_rows_longer_than_the_limit_keep_no_moments(tmp_path, monkeypatch):

@@ -64,7 +64,8 @@ def run(args) -> int:
     if args.profile:
         profile = Profile.load(args.profile, graph)
     else:
-        profile = lowbit.profile(graph, batches_from_args(args, graph))
+        profile = lowbit.profile(graph, batches_from_args(args, graph),
+                                 moments=config.uses_input_moments())
     result = quantize(graph, profile, config, assert_all_quantized=args.assert_all_quantized)
     for warning in result.summary.warnings:
         print(f"warning: {warning}")

@@ -286,6 +286,13 @@ class QuantConfig:
         object.__setattr__(self, "rules", rules)
 
     # -- resolution ---------------------------------------------------------------------------
+    def uses_input_moments(self) -> bool:
+        """Whether some node may round its weights by GPTQ, which reads the profile's input
+        moments: False only when the default and every rule say `weight_rounding: nearest`, so
+        profiling for this config can skip them (`lowbit.profile(..., moments=False)`)."""
+        roundings = {self.default.weight_rounding} | {r.weight_rounding for r in self.rules}
+        return bool(roundings - {"nearest", None})
+
     def settings_for(self, node: Node) -> NodeSettings:
         """The default with every rule that matches `node` applied in order."""
         merged = self.default.to_dict()

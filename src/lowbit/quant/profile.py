@@ -33,7 +33,8 @@ A `Profile` is saved as one YAML file (`Profile.save`, written to a temporary na
 diagonal included) of each group's K x K matrix S, stored as float32 (S only steers rounding
 decisions; its relative error of 6e-8 changes none).
 Error-compensating weight rounding (`lowbit.quant.weight_rounding`) reads them; a version 1
-profile has none, and its weights round to nearest.
+profile, or one taken with `moments=False` (`lowbit profile --no-moments`: a smaller file and
+about half the profiling time), has none, and its weights round to nearest.
 Constant weights (observed once, not per batch) also carry `constant: true`. The data input of
 every Conv, Gemm and MatMul with a constant weight is observed per channel along the axis the
 weight reduces (Conv: 1; Gemm: 1, or 0 with transA; MatMul: the last), so that its channel means
@@ -208,7 +209,8 @@ def _float_array(array: np.ndarray) -> bool:
 class _Recorder:
     """The interpreter observer: feeds each profiled node output to its StatsObserver."""
 
-    def __init__(self, graph: Graph, bins: int, channel_axis: int | None) -> None:
+    def __init__(self, graph: Graph, bins: int, channel_axis: int | None,
+                 moments: bool = True) -> None:
         self.bins = bins
         self.axes = () if channel_axis is None else (channel_axis,)
         self.stats: dict[str, StatsObserver] = {}
@@ -232,7 +234,7 @@ class _Recorder:
             obs = self.watched.get(node.inputs[0]) if axis is not None else None
             if obs is not None and axis not in obs.channel_axes:
                 obs.channel_axes = (*obs.channel_axes, axis)
-            shape = moments_shape(node) if axis is not None else None
+            shape = moments_shape(node) if axis is not None and moments else None
             if shape is not None:
                 group = self.products.setdefault(node.inputs[0], {}).setdefault(
                     vector_layout(node), [])
@@ -318,7 +320,8 @@ def _check_batch(graph: Graph, batch: Any, index: int) -> list[np.ndarray]:
 
 
 def profile(graph: Graph, batches: Iterable[Mapping[str, np.ndarray]], *, progress: bool = True,
-            channel_axis: int | None = None, bins: int = DEFAULT_BINS) -> Profile:
+            channel_axis: int | None = None, bins: int = DEFAULT_BINS,
+            moments: bool = True) -> Profile:
     """Run `graph` on every batch ({input name: array}) and collect per-value statistics.
 
     Observed: float graph inputs, float node outputs (per batch) and float constants (once, with
@@ -327,9 +330,10 @@ def profile(graph: Graph, batches: Iterable[Mapping[str, np.ndarray]], *, progre
     flat). Refused with InputError naming the batch (its position, from 0) and input: a batch
     that is not a dict, inputs that do not match the model's names, dtypes or shapes, empty
     arrays, NaN or Inf in a float input, and an empty calibration set.
-    `samples` counts the first input's leading dimension over all batches.
+    `samples` counts the first input's leading dimension over all batches. `moments=False`
+    skips the input moments of the products (weights then round to nearest).
     """
-    recorder = _Recorder(graph, bins, channel_axis)
+    recorder = _Recorder(graph, bins, channel_axis, moments)
     interpreter = Interpreter(graph, observers=[recorder])
     result = Profile(graph_hash(graph))
     total = len(batches) if hasattr(batches, "__len__") else None  # type: ignore[arg-type]

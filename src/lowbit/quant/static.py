@@ -403,7 +403,8 @@ class _Builder:
         problem = moments_problem(node)
         moments = self.profile.moments.get(node.name)
         if problem is None and moments is None:
-            problem = "the profile has no input moments (profile the model again)"
+            problem = ("the profile has no input moments (taken with --no-moments or by an "
+                       "older lowbit: profile the model again)")
         if problem is None and (moments.groups, moments.size) != moments_shape(node):
             problem = "the profile's input moments do not match its weight"
         if problem is not None:
