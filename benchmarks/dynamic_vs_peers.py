@@ -18,11 +18,9 @@ from __future__ import annotations
 
 import argparse
 import re
-import subprocess
 import sys
 import tempfile
 import time
-import zipfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -32,27 +30,16 @@ sys.path[:0] = [str(Path(__file__).parent.parent / "tests")]
 
 import lowbit  # noqa: E402
 from lowbit.quant.config import QuantConfig  # noqa: E402
-from realmodels import minilm, minilm_path, minilm_tokens  # noqa: E402
+from realmodels import (  # noqa: E402
+    gensim_data,
+    lee_documents,
+    lee_pearson,
+    minilm,
+    minilm_path,
+    minilm_tokens,
+)
 
-GENSIM = Path(__file__).resolve().parent.parent / ".cache" / "gensim"
-FILES = ("lee.cor", "similarities0-1.txt", "pang_lee_polarity.cor")
 INPUTS = ("input_ids", "attention_mask", "token_type_ids")
-
-
-def gensim_data() -> Path:
-    """gensim's test data folder, from its wheel (downloaded once with pip)."""
-    folder = GENSIM / "test_data"
-    if all((folder / f).exists() for f in FILES):
-        return folder
-    GENSIM.mkdir(parents=True, exist_ok=True)
-    subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "gensim",
-                    "-d", str(GENSIM)], check=True)
-    wheel = sorted(GENSIM.glob("gensim-*.whl"))[-1]
-    folder.mkdir(exist_ok=True)
-    with zipfile.ZipFile(wheel) as z:
-        for f in FILES:
-            (folder / f).write_bytes(z.read(f"gensim/test/test_data/{f}"))
-    return folder
 
 
 def text_groups(per_group: int) -> dict[str, list[str]]:
@@ -77,36 +64,6 @@ def text_groups(per_group: int) -> dict[str, list[str]]:
     return {"words": words[:per_group], "short": short[:per_group], "long": long[:per_group]}
 
 
-def lee_documents() -> tuple[list[str], np.ndarray]:
-    data = gensim_data()
-    docs = [d.strip() for d in (data / "lee.cor").read_text(encoding="latin-1").splitlines()
-            if d.strip()]
-    sims = np.loadtxt(data / "similarities0-1.txt")
-    return docs, sims
-
-
-def polarity_sentences() -> tuple[list[str], np.ndarray]:
-    """The 200 movie-review sentences of pang_lee_polarity.cor and their labels (1 positive)."""
-    lines = (gensim_data() / "pang_lee_polarity.cor").read_text(encoding="latin-1").splitlines()
-    lines = [s for s in lines if s.strip()]
-    labels = np.array([s.startswith("__label__pos") for s in lines], np.int64)
-    return [s.split(" ", 1)[1].strip() for s in lines], labels
-
-
-def polarity_probe(reference: np.ndarray, emb: np.ndarray, labels: np.ndarray) -> float:
-    """Accuracy of a logistic-regression probe trained on the float embeddings (`reference`)
-    and applied to `emb`, 10-fold cross-validated: what a classifier built on the float model
-    scores once the model under it is quantized."""
-    from sklearn.linear_model import LogisticRegression
-    from sklearn.model_selection import StratifiedKFold
-
-    right = 0
-    for train, test in StratifiedKFold(10, shuffle=True, random_state=0).split(emb, labels):
-        probe = LogisticRegression(max_iter=2000).fit(reference[train], labels[train])
-        right += int((probe.predict(emb[test]) == labels[test]).sum())
-    return right / len(labels)
-
-
 def embedding(hidden: np.ndarray, mask: np.ndarray) -> np.ndarray:
     m = mask[..., None].astype(np.float64)
     e = (np.asarray(hidden, np.float64) * m).sum(1) / m.sum(1)
@@ -122,12 +79,6 @@ def embed(run: Runner, texts: list[str]) -> np.ndarray:
         enc = minilm_tokens([t])
         out.append(embedding(run(enc), enc["attention_mask"])[0])
     return np.array(out)
-
-
-def lee_pearson(emb: np.ndarray, sims: np.ndarray) -> float:
-    cos = emb @ emb.T
-    upper = np.triu_indices(len(emb), 1)
-    return float(np.corrcoef(cos[upper], sims[upper])[0, 1])
 
 
 def ort_session(path: Path):

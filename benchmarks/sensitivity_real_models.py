@@ -21,10 +21,17 @@ import numpy as np
 
 sys.path[:0] = [str(Path(__file__).parent.parent / "tests"), str(Path(__file__).parent)]
 
-from dynamic_vs_peers import embed, lee_documents, lee_pearson, text_groups  # noqa: E402
+from dynamic_vs_peers import embed, text_groups  # noqa: E402
 
 import lowbit  # noqa: E402
-from realmodels import efficientnet, load_photos, minilm, minilm_tokens  # noqa: E402
+from realmodels import (  # noqa: E402
+    efficientnet,
+    lee_documents,
+    lee_pearson,
+    load_photos,
+    minilm,
+    minilm_tokens,
+)
 
 TOPS = (0, 1, 3, 5)
 

@@ -32,24 +32,21 @@ import numpy as np
 
 sys.path[:0] = [str(Path(__file__).parent), str(Path(__file__).parent.parent / "tests")]
 
-from dynamic_vs_peers import (  # noqa: E402
-    embed,
-    lee_documents,
-    lee_pearson,
-    polarity_probe,
-    polarity_sentences,
-    text_groups,
-)
+from dynamic_vs_peers import embed, text_groups  # noqa: E402
 
 import lowbit  # noqa: E402
 from lowbit.quant.config import QuantConfig  # noqa: E402
 from realmodels import (  # noqa: E402
     MINILM_CALIBRATION_TEXTS,
     efficientnet,
+    lee_documents,
+    lee_pearson,
     load_photos,
     minilm,
     minilm_tokens,
     mnistnet,
+    polarity_probe,
+    polarity_sentences,
 )
 
 
