@@ -108,10 +108,15 @@ def test_fused_relu6_becomes_the_output_range(cnn):
     assert lo == 0.0 and 5.0 < hi <= 6.05
 
 
+@pytest.mark.parametrize("wide", [False, True], ids=["int8", "conv3 int16"])
 @pytest.mark.parametrize("form", ["qdq", "qoperator"])
-def test_exported_model_agrees_with_onnxruntime(cnn, tmp_path, form):
+def test_exported_model_agrees_with_onnxruntime(cnn, tmp_path, form, wide):
+    """Both forms run in ONNX Runtime to lowbit's result, also with an int16 layer (whose
+    nodes QOperator writes in QDQ form: ONNX Runtime's integer operators take 8 bits)."""
     graph, _, prof = cnn
-    q = quantize(graph, prof).graph
+    config = QuantConfig.from_dict({"rules": [{"name": "conv3", "precision": "int16"}]}
+                                   if wide else {})
+    q = quantize(graph, prof, config).graph
     path = tmp_path / f"m_{form}.onnx"
     lowbit.save(q, path, format=form)
     onnx.checker.check_model(onnx.load(path))
@@ -135,8 +140,11 @@ def test_exported_model_agrees_with_onnxruntime(cnn, tmp_path, form):
     assert np.mean(ulps <= 1.0 + 1e-3) >= 0.99, np.max(ulps)
     if form == "qoperator":
         ops = {n.op_type for n in onnx.load(path).graph.node}
-        assert {"QLinearConv", "QLinearAdd", "QLinearMul", "QLinearSigmoid",
-                "QLinearGlobalAveragePool"} <= ops
+        assert {"QLinearConv", "QLinearMul", "QLinearSigmoid", "QLinearGlobalAveragePool"} <= ops
+        assert ("QLinearAdd" in ops) != wide  # the skip Add reads conv3's int16 result
+        if wide:
+            conv3 = next(n for n in onnx.load(path).graph.node if n.name == "conv3")
+            assert conv3.op_type == "Conv"
 
 
 def test_config_rules_change_the_result(cnn):

@@ -13,7 +13,8 @@ QOperator: integer ops become ONNX Runtime's QLinear operators (QLinearConv, QLi
 QGemm, QLinearAdd, QLinearMul, QLinearConcat, QLinearGlobalAveragePool, QLinearAveragePool,
 QLinearSigmoid, QLinearLeakyRelu), integer-exact ops (Reshape, Transpose, MaxPool, ...) run on
 the integers directly, Relu/Clip become integer Max/Clip at the quantized bounds, and anything
-else falls back to the QDQ form for that node only.
+else falls back to the QDQ form for that node only: so does every node with a 16-bit operand
+or result (an int16 layer), which those operators do not take.
 """
 
 from __future__ import annotations
@@ -168,6 +169,9 @@ class _Lowering:
         if not _quantized(out) or not all(_quantized(v) or v is None or not _float(v)
                                           for v in ins):
             return False
+        data = ins[:2] if node.op_type in ("Conv", "Gemm") else ins  # not the int32 bias
+        if not all(_eight_bit(v) for v in (*data, out)):
+            return False  # ONNX Runtime's integer operators (and its MaxPool, Clip) take 8 bits
         op = lookup(node.op_type, node.domain)
         rule = op.quant_rule if op is not None else None
         if node.op_type in ("Relu", "Clip"):
@@ -245,6 +249,11 @@ class _Lowering:
 
 def _quantized(v: Value | None) -> bool:
     return v is not None and v.type is not None and v.type.quant is not None
+
+
+def _eight_bit(v: Value | None) -> bool:
+    """Not an integer tensor, or an 8-bit one (int8 / uint8)."""
+    return not _quantized(v) or v.type.dtype.bits == 8
 
 
 def _float(v: Value) -> bool:
