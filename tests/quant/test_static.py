@@ -401,6 +401,42 @@ def test_nodes_only_float_nodes_read_stay_float():
     assert _cos(ref, got) > 0.999
 
 
+@pytest.mark.parametrize("form", ["qdq", "qoperator"])
+def test_product_before_its_bias_add_keeps_an_int16_result(tmp_path, form):
+    """ONNX has no MatMul with bias: the up projection's result, read only by the Add of its
+    bias, is rounded to int16 (an int8 x int8 product still), so the 8-bit rounding happens
+    once, after the bias. That Add's result is closer to float than with two 8-bit roundings
+    (`int16_before_bias: false`), and both exports run in ONNX Runtime to lowbit's result."""
+    graph = _post_ln_block()
+    calib = [_residual_stream(4) for _ in range(4)]
+    prof = lowbit.profile(graph, calib, progress=False)
+    result = quantize(graph, prof)
+    up = next(n for n in result.graph.nodes if n.name == "up")
+    assert up.outputs[0].type.dtype.name == "int16" and up.inputs[0].type.dtype.name == "int8"
+    row = next(r for r in result.summary.rows if r.name == "up")
+    assert row.mode == "int8" and "int16 result (its only reader adds a constant bias" in \
+        row.detail
+    bias = next(n for n in result.graph.nodes if n.name == "up_bias")
+    assert bias.outputs[0].type.dtype.name == "int8"
+    off = quantize(graph, prof, QuantConfig.from_dict({"default": {"int16_before_bias": False}}))
+    assert next(n for n in off.graph.nodes if n.name == "up").outputs[0].type.dtype.name == \
+        "int8"
+    data = [_residual_stream(16) for _ in range(8)]
+    value = bias.outputs[0].name
+
+    def sqnr(q):
+        return next(s for s in lowbit.compare(graph, q, data).layers if s.name == value).sqnr
+
+    # measured over 4 seeds of this block: +0.4 to +2.0 dB
+    assert sqnr(result.graph) > sqnr(off.graph), (sqnr(result.graph), sqnr(off.graph))
+    path = tmp_path / "m.onnx"
+    lowbit.save(result.graph, path, format=form)
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"],
+                                   disabled_optimizers=["QDQS8ToU8Transformer"])
+    x = data[0]
+    assert _cos(session.run(None, x)[0], lowbit.run(result.graph, x)["y"]) > 0.99999
+
+
 def _layernorm_product() -> lowbit.Graph:
     """x -> LayerNorm (one channel's scale 30x the rest, as transformers' LayerNorms have) ->
     MatMul(W) -> y."""

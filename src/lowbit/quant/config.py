@@ -16,6 +16,8 @@ matching rule in order, field by field, so later rules win. In YAML::
       requant: auto               # auto | q31 | prescale (integer rescale encoding)
       bias_correction: true       # static: fold the mean weight-rounding error into the bias
       weight_rounding: gptq       # static: gptq (errors cancel through the inputs) | nearest
+      int16_before_bias: true     # static: a product whose only reader adds a constant bias
+                                  #   keeps its result in int16 (one 8-bit rounding, after it)
       granularity: group          # dynamic: activation parameters per group | row | head | tensor
       group_size: 32              # dynamic, granularity group: inner-dimension elements a group
       reduce_range: false         # dynamic: 7-bit activation codes
@@ -83,6 +85,12 @@ DEFAULT_BIAS_CORRECTION = True
 """Static quantization of Conv/Gemm: subtract the expected output error of the weights'
 rounding, (W_q - W) . E[x], from the bias (lowbit.quant.static)."""
 DEFAULT_WEIGHT_ROUNDING = "gptq"
+DEFAULT_INT16_BEFORE_BIAS = True
+"""Static quantization of a Conv/Gemm/MatMul with a constant weight whose only reader is an
+integer Add of a constant (a MatMul's bias: ONNX has no MatMul with bias): its result is
+rounded to int16 instead of 8 bits, so that the 8-bit rounding happens once, after the bias.
+On all-MiniLM-L6-v2 (36 such products) the single-word embedding cosine goes 0.985 -> 0.988,
+short and long texts 0.992 -> 0.994 (docs/static_quantization.md)."""
 DEFAULT_GRANULARITY = "group"
 DEFAULT_GROUP_SIZE = 32
 """Dynamic quantization with granularity "group": a product's inner dimension K is cut into
@@ -149,6 +157,7 @@ class NodeSettings:
     requant: str = DEFAULT_REQUANT
     bias_correction: bool = DEFAULT_BIAS_CORRECTION
     weight_rounding: str = DEFAULT_WEIGHT_ROUNDING
+    int16_before_bias: bool = DEFAULT_INT16_BEFORE_BIAS
     granularity: str = DEFAULT_GRANULARITY
     group_size: int = DEFAULT_GROUP_SIZE
     reduce_range: bool = DEFAULT_REDUCE_RANGE
@@ -208,6 +217,7 @@ class Rule:
     requant: str | None = None
     bias_correction: bool | None = None
     weight_rounding: str | None = None
+    int16_before_bias: bool | None = None
     granularity: str | None = None
     group_size: int | None = None
     reduce_range: bool | None = None
@@ -403,7 +413,8 @@ def _check_setting(key: str, value: Any) -> Any:
                 f"valid: {', '.join(choices)}"
             )
         return value
-    if key in ("per_channel", "reduce_range", "activation_products", "bias_correction"):
+    if key in ("per_channel", "reduce_range", "activation_products", "bias_correction",
+               "int16_before_bias"):
         if not isinstance(value, bool):
             raise ConfigError(f"{key} must be true or false, got {value!r}")
         return value

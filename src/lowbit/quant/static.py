@@ -39,6 +39,7 @@ quantized, or why it stayed in float.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -159,7 +160,11 @@ class _Builder:
         self.rows: list[NodeReport] = []
         self._quantized: dict[tuple[Value, TensorType], Value] = {}
         self._dequantized: dict[Value, Value] = {}
-        self._read = {v for n in graph.nodes for v in n.inputs if v is not None}
+        self._readers: dict[Value, list[Node]] = {}
+        for n in graph.nodes:
+            for v in dict.fromkeys(v for v in n.inputs if v is not None):
+                self._readers.setdefault(v, []).append(n)
+        self._read = set(self._readers)
         """Values some node reads (in the float graph: quantizing only adds readers of new
         values)."""
         self._integer_readers = self._plan(plan_config)
@@ -267,6 +272,7 @@ class _Builder:
     def _quantize_node(self, node: Node, s: NodeSettings) -> None:
         op = lookup(node.op_type, node.domain)
         rule = op.quant_rule
+        wide = rule == COMPUTE and self._int16_before_bias(node, s)
         if rule == COMPUTE:
             detail = self._prepare_compute(node, s)
         else:
@@ -276,15 +282,32 @@ class _Builder:
         out = node.outputs[0]
         float_out = rule == COMPUTE and (out not in self._integer_readers or (
             out in self.g.outputs and out not in self._read))
+        wide = not float_out and wide
         for value in node.outputs:
             if not float_out:
-                value.type = self._result_type(node, value, s, rule)
+                value.type = self._result_type(
+                    node, value, dataclasses.replace(s, precision="int16") if wide else s, rule)
         if float_out:
             detail += "; float output from the int32 accumulator (" + (
                 "graph output)" if node.outputs[0] in self.g.outputs else
                 "only float nodes read it)")
-        self.rows.append(NodeReport(node.name, node.op_type, s.dtype.name if float_out
+        elif wide:
+            detail += "; int16 result (its only reader adds a constant bias: rounded to " \
+                f"{s.dtype.name} once, after it)"
+        self.rows.append(NodeReport(node.name, node.op_type, s.dtype.name if float_out or wide
                                     else node.outputs[0].type.dtype.name, detail))
+
+    def _int16_before_bias(self, node: Node, s: NodeSettings) -> bool:
+        """Whether COMPUTE `node` (not yet quantized) keeps its result in int16 because its
+        only reader adds a constant to it, its bias (`int16_before_bias`)."""
+        if not s.int16_before_bias or s.dtype.bits != 8 or len(node.inputs) < 2 or \
+                not node.inputs[1].is_constant or node.outputs[0] in self.g.outputs:
+            return False
+        readers = self._readers.get(node.outputs[0], [])
+        if len(readers) != 1 or readers[0].op_type != "Add":
+            return False
+        other = [v for v in readers[0].inputs if v is not node.outputs[0]]
+        return len(other) == 1 and other[0] is not None and other[0].is_constant
 
     def _result_type(self, node: Node, value: Value, s: NodeSettings, rule: str) -> TensorType:
         if rule == KEEP:
