@@ -272,7 +272,7 @@ class _Builder:
     def _quantize_node(self, node: Node, s: NodeSettings) -> None:
         op = lookup(node.op_type, node.domain)
         rule = op.quant_rule
-        wide = rule == COMPUTE and self._int16_before_bias(node, s)
+        wide = self._int16_result(node, s, rule)
         if rule == COMPUTE:
             detail = self._prepare_compute(node, s)
         else:
@@ -282,7 +282,7 @@ class _Builder:
         out = node.outputs[0]
         float_out = rule == COMPUTE and (out not in self._integer_readers or (
             out in self.g.outputs and out not in self._read))
-        wide = not float_out and wide
+        wide = None if float_out else wide
         for value in node.outputs:
             if not float_out:
                 value.type = self._result_type(
@@ -292,22 +292,30 @@ class _Builder:
                 "graph output)" if node.outputs[0] in self.g.outputs else
                 "only float nodes read it)")
         elif wide:
-            detail += "; int16 result (its only reader adds a constant bias: rounded to " \
-                f"{s.dtype.name} once, after it)"
-        self.rows.append(NodeReport(node.name, node.op_type, s.dtype.name if float_out or wide
-                                    else node.outputs[0].type.dtype.name, detail))
+            detail += f"; int16 result ({wide})"
+        mode = s.dtype.name if float_out or (wide and rule == COMPUTE) else out.type.dtype.name
+        self.rows.append(NodeReport(node.name, node.op_type, mode, detail))
 
-    def _int16_before_bias(self, node: Node, s: NodeSettings) -> bool:
-        """Whether COMPUTE `node` (not yet quantized) keeps its result in int16 because its
-        only reader adds a constant to it, its bias (`int16_before_bias`)."""
-        if not s.int16_before_bias or s.dtype.bits != 8 or len(node.inputs) < 2 or \
-                not node.inputs[1].is_constant or node.outputs[0] in self.g.outputs:
-            return False
-        readers = self._readers.get(node.outputs[0], [])
-        if len(readers) != 1 or readers[0].op_type != "Add":
-            return False
-        other = [v for v in readers[0].inputs if v is not node.outputs[0]]
-        return len(other) == 1 and other[0] is not None and other[0].is_constant
+    def _int16_result(self, node: Node, s: NodeSettings, rule: str) -> str | None:
+        """Why `node` (not yet quantized, 8-bit settings) rounds its result to int16 rather
+        than 8 bits, or None: `int16_before_bias`, a product with a constant weight whose only
+        reader adds a constant to it (its bias), or `int16_before_table`, a result that only
+        lookup tables computing in integers read."""
+        out = node.outputs[0]
+        readers = self._readers.get(out, [])
+        if s.dtype.bits != 8 or rule == KEEP or len(node.outputs) != 1 or not readers or \
+                out in self.g.outputs:
+            return None
+        if s.int16_before_bias and rule == COMPUTE and node.inputs[1].is_constant and \
+                len(readers) == 1 and readers[0].op_type == "Add":
+            other = [v for v in readers[0].inputs if v is not out]
+            if len(other) == 1 and other[0] is not None and other[0].is_constant:
+                return f"its only reader adds a constant bias: rounded to {s.dtype.name} once, " \
+                    "after it"
+        if s.int16_before_table and all(_rule(r) == TABLE and
+                                        self.config.settings_for(r).quantized for r in readers):
+            return "only lookup tables read it: 65536 entries, so its rounding is a 16-bit one"
+        return None
 
     def _result_type(self, node: Node, value: Value, s: NodeSettings, rule: str) -> TensorType:
         if rule == KEEP:
@@ -628,6 +636,11 @@ def _is_data(node: Node, v: Value) -> bool:
     if node.op_type == "Pad" and index > 0:
         return False
     return v.type is not None and (v.type.dtype.is_float or v.type.quant is not None)
+
+
+def _rule(node: Node) -> str | None:
+    op = lookup(node.op_type, node.domain)
+    return op.quant_rule if op is not None else None
 
 
 def _storage(s: NodeSettings, nonnegative: bool) -> DType:
