@@ -13,8 +13,10 @@ real human labels: the Pearson correlation of the 50 Lee documents' embedding si
 human judgements, and the accuracy of a polarity probe (logistic regression trained on the float
 embeddings of 200 labelled movie-review sentences, 10-fold cross-validated) applied to each
 model's embeddings. Both calibrated on the 24 texts of tests/realmodels.py
-MINILM_CALIBRATION_TEXTS. Dynamic quantization (no calibration, benchmarks/dynamic_vs_peers.py)
-is the better choice for transformers; this is what static quantization gives.
+MINILM_CALIBRATION_TEXTS; "lowbit int16 before bias and table" turns on `int16_before_bias` and
+`int16_before_table` (off by default: benchmarks/static_minilm_latency.py). Dynamic quantization
+(no calibration, benchmarks/dynamic_vs_peers.py) is the better choice for transformers; this is
+what static quantization gives.
 
     python benchmarks/static_vs_onnxruntime.py [--per-group 30]
 """
@@ -127,9 +129,14 @@ def minilm_rows(per_group: int) -> list[tuple[str, str, str, float]]:
     graph = lowbit.load(src)
     runners = {}
     start = time.perf_counter()
-    q = lowbit.quantize(graph, lowbit.profile(graph, calib, progress=False))
+    prof = lowbit.profile(graph, calib, progress=False)
+    q = lowbit.quantize(graph, prof)
     runners["lowbit (defaults)"] = (lambda e: lowbit.run(q, e)["last_hidden_state"],
                                     time.perf_counter() - start)
+    wide = lowbit.quantize(graph, prof, QuantConfig.from_dict(
+        {"default": {"int16_before_bias": True, "int16_before_table": True}}))
+    runners["lowbit int16 before bias and table"] = (
+        lambda e: lowbit.run(wide, e)["last_hidden_state"], float("nan"))
     with tempfile.TemporaryDirectory() as tmp:
         for label, per_channel in (("ORT quantize_static per-tensor", False),
                                    ("ORT quantize_static per-channel", True)):
