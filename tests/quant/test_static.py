@@ -424,18 +424,22 @@ def test_product_before_its_bias_add_keeps_an_int16_result(tmp_path, form):
         "int8"
     data = [_residual_stream(16) for _ in range(8)]
     value = bias.outputs[0].name
-
-    def sqnr(q):
-        return next(s for s in lowbit.compare(graph, q, data).layers if s.name == value).sqnr
-
     # measured over 4 seeds of this block: +0.4 to +2.0 dB
-    assert sqnr(result.graph) > sqnr(off.graph), (sqnr(result.graph), sqnr(off.graph))
+    assert _sqnr(graph, result.graph, data, value) > _sqnr(graph, off.graph, data, value)
+    _check_onnxruntime_agrees(result.graph, tmp_path, form, data[0])
+
+
+def _sqnr(graph, quantized, data, value: str) -> float:
+    """SQNR of `value` in `quantized` against `graph` over `data` (lowbit.compare)."""
+    return next(s for s in lowbit.compare(graph, quantized, data).layers if s.name == value).sqnr
+
+
+def _check_onnxruntime_agrees(quantized, tmp_path, form: str, x) -> None:
     path = tmp_path / "m.onnx"
-    lowbit.save(result.graph, path, format=form)
+    lowbit.save(quantized, path, format=form)
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"],
                                    disabled_optimizers=["QDQS8ToU8Transformer"])
-    x = data[0]
-    assert _cos(session.run(None, x)[0], lowbit.run(result.graph, x)["y"]) > 0.99999
+    assert _cos(session.run(None, x)[0], lowbit.run(quantized, x)["y"]) > 0.99999
 
 
 def _gelu_block() -> lowbit.Graph:
@@ -481,19 +485,11 @@ def test_lookup_table_input_is_int16(tmp_path, form):
         == "int8"
     data = [_residual_stream(16) for _ in range(8)]
 
-    def sqnr(q, name):
-        return next(s for s in lowbit.compare(graph, q, data).layers if s.name == name).sqnr
-
     # measured: the table's input +3.8 dB (its error is now the product's and its input's);
     # its result +0.8 dB (the table's own 8-bit rounding is left)
-    assert sqnr(result.graph, "hb") > sqnr(off.graph, "hb") + 2
-    assert sqnr(result.graph, "g") > sqnr(off.graph, "g") + 0.3
-    path = tmp_path / "m.onnx"
-    lowbit.save(result.graph, path, format=form)
-    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"],
-                                   disabled_optimizers=["QDQS8ToU8Transformer"])
-    x = data[0]
-    assert _cos(session.run(None, x)[0], lowbit.run(result.graph, x)["y"]) > 0.99999
+    assert _sqnr(graph, result.graph, data, "hb") > _sqnr(graph, off.graph, data, "hb") + 2
+    assert _sqnr(graph, result.graph, data, "g") > _sqnr(graph, off.graph, data, "g") + 0.3
+    _check_onnxruntime_agrees(result.graph, tmp_path, form, data[0])
 
 
 def _layernorm_product() -> lowbit.Graph:
