@@ -4,25 +4,22 @@ all-MiniLM-L6-v2 statically quantized with lowbit (calibrated on the 24 texts of
 tests/realmodels.py MINILM_CALIBRATION_TEXTS), exported as QDQ and QOperator, with the defaults
 and with `int16_before_bias` and `int16_before_table` on (the more accurate setting: int16
 results before bias Adds and lookup tables), next to ONNX Runtime's own quantize_static
-(per channel, same calibration texts). Latency: batch 1, sequence length 128, 2 threads, median
-of 30 runs after 5 warm-up runs, in the same run as the float model.
+(per channel, same calibration texts). Latency as in benchmarks/dynamic_vs_peers.py: batch 1,
+sequence length 128, 2 threads, in the same run as the float model.
 
     python benchmarks/static_minilm_latency.py
 """
 
 from __future__ import annotations
 
-import contextlib
 import sys
 import tempfile
-import time
 from pathlib import Path
-
-import numpy as np
 
 sys.path[:0] = [str(Path(__file__).parent), str(Path(__file__).parent.parent / "tests")]
 
-from static_vs_onnxruntime import ort_quantize, ort_session  # noqa: E402
+from dynamic_vs_peers import latency, ort_session  # noqa: E402
+from static_vs_onnxruntime import ort_quantize  # noqa: E402
 
 import lowbit  # noqa: E402
 from lowbit.quant.config import QuantConfig  # noqa: E402
@@ -35,23 +32,11 @@ SETTINGS = {
 }
 
 
-def latency(session, feed: dict[str, np.ndarray], repeats: int = 30) -> float:
-    for _ in range(5):
-        session.run(None, feed)
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        session.run(None, feed)
-        times.append(time.perf_counter() - start)
-    return float(np.median(times))
-
-
 def main() -> None:
     src = minilm("eager", "dynamo")
     graph = lowbit.load(src)
     calib = [minilm_tokens([t]) for t in MINILM_CALIBRATION_TEXTS]
     prof = lowbit.profile(graph, calib, progress=False)
-    enc = minilm_tokens([" ".join(["word"] * 126)])  # 128 tokens with [CLS] and [SEP]
     with tempfile.TemporaryDirectory() as tmp:
         paths = {"float": src}
         for label, settings in SETTINGS.items():
@@ -60,13 +45,8 @@ def main() -> None:
                 paths[f"{label} ({form})"] = Path(tmp) / f"{len(paths)}.onnx"
                 lowbit.save(q, paths[f"{label} ({form})"], format=form)
         paths["ORT quantize_static per-channel"] = Path(tmp) / "ort.onnx"
-        with contextlib.chdir(tmp):  # it writes temporary files to the working directory
-            ort_quantize(src, paths["ORT quantize_static per-channel"], calib, True)
-        times = {}
-        for label, path in paths.items():
-            session = ort_session(path)
-            names = [i.name for i in session.get_inputs()]
-            times[label] = latency(session, {k: enc[k] for k in names})
+        ort_quantize(src, paths["ORT quantize_static per-channel"], calib, True)
+        times = {label: latency(ort_session(path)) for label, path in paths.items()}
     print("ONNX Runtime, batch 1, sequence 128, 2 threads (ratio to float):")
     for label, t in times.items():
         print(f"  {label:<46} {t * 1e3:7.2f} ms  x{t / times['float']:.2f}")

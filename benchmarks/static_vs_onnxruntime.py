@@ -35,6 +35,7 @@ import numpy as np
 sys.path[:0] = [str(Path(__file__).parent), str(Path(__file__).parent.parent / "tests")]
 
 from dynamic_vs_peers import embed, text_groups  # noqa: E402
+from dynamic_vs_peers import ort_session as minilm_runner  # noqa: E402
 
 import lowbit  # noqa: E402
 from lowbit.quant.config import QuantConfig  # noqa: E402
@@ -143,10 +144,7 @@ def minilm_rows(per_group: int) -> list[tuple[str, str, str, float]]:
             dst = Path(tmp) / f"q{per_channel}.onnx"
             start = time.perf_counter()
             ort_quantize(src, dst, calib, per_channel)
-            s = ort_session(dst)
-            names = [i.name for i in s.get_inputs()]
-            runners[label] = (lambda e, s=s, n=names: s.run(None, {k: e[k] for k in n})[0],
-                              time.perf_counter() - start)
+            runners[label] = (minilm_runner(dst), time.perf_counter() - start)
         docs, sims = lee_documents()
         sentences, labels = polarity_sentences()
         def run_float(e):

@@ -165,12 +165,11 @@ class _Builder:
         self._quantized: dict[tuple[Value, TensorType], Value] = {}
         self._dequantized: dict[Value, Value] = {}
         self._readers: dict[Value, list[Node]] = {}
+        """The nodes reading each value (in the float graph: quantizing only adds readers of
+        new values)."""
         for n in graph.nodes:
             for v in dict.fromkeys(v for v in n.inputs if v is not None):
                 self._readers.setdefault(v, []).append(n)
-        self._read = set(self._readers)
-        """Values some node reads (in the float graph: quantizing only adds readers of new
-        values)."""
         self._integer_readers = self._plan(plan_config)
         """Values that some node worth computing in integers reads, and graph outputs
         (`_plan`)."""
@@ -189,8 +188,7 @@ class _Builder:
         for node in reversed(self.g.nodes):
             if node.op_type == CONSTANT or node.domain == QUANT_DOMAIN:
                 continue
-            op = lookup(node.op_type, node.domain)
-            rule = op.quant_rule if op is not None else None
+            rule = _rule(node)
             if rule is None or not config.settings_for(node).quantized:
                 continue
             if rule == COMPUTE or any(v in read for v in node.outputs):
@@ -213,13 +211,12 @@ class _Builder:
 
     def _float_reason(self, node: Node, settings: NodeSettings) -> str | None:
         """Why `node` stays in float, or None if it computes in integers."""
-        op = lookup(node.op_type, node.domain)
         data = [v for v in node.inputs if v is not None and _is_data(node, v)]
         if not any(_is_float(v) or _is_int(v) for v in data):
             return "-"
         if not settings.quantized:
             return f"config: precision {settings.precision}"
-        rule = op.quant_rule if op is not None else None
+        rule = _rule(node)
         if rule is None:
             return f"{node.op_type} has no integer kernel"
         if any(v.type is None or not (_is_float(v) or _is_int(v)) for v in data):
@@ -285,7 +282,7 @@ class _Builder:
             node.attrs[REQUANT] = s.requant
         out = node.outputs[0]
         float_out = rule == COMPUTE and (out not in self._integer_readers or (
-            out in self.g.outputs and out not in self._read))
+            out in self.g.outputs and out not in self._readers))
         wide = None if float_out else wide
         for value in node.outputs:
             if not float_out:
@@ -305,6 +302,8 @@ class _Builder:
         than 8 bits, or None: `int16_before_bias`, a product with a constant weight whose only
         reader adds a constant to it (its bias), or `int16_before_table`, a result that only
         lookup tables computing in integers read."""
+        if not (s.int16_before_bias or s.int16_before_table):
+            return None
         out = node.outputs[0]
         readers = self._readers.get(out, [])
         if s.dtype.bits != 8 or rule == KEEP or len(node.outputs) != 1 or not readers or \
