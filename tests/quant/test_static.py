@@ -343,6 +343,15 @@ def test_quantize_dequantize_simplification():
     assert g.nodes[0].inputs == [x, x]
 
 
+def _x_to_y(nodes, inits, name: str, x_shape: list, opset: int) -> lowbit.Graph:
+    """The optimized lowbit graph of ONNX `nodes` from float input x (`x_shape`) to output y."""
+    g = helper.make_graph(nodes, name, [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, x_shape)], [helper.make_tensor_value_info(
+            "y", TensorProto.FLOAT, None)], inits)
+    return optimize(import_model(helper.make_model(
+        g, opset_imports=[helper.make_opsetid("", opset)]), name))
+
+
 def _post_ln_block() -> lowbit.Graph:
     """A post-LayerNorm transformer layer's feed-forward half whose output has an outlier
     channel, as BERT's do: x -> MatMul(W1) + b1 -> Relu -> MatMul(W2) + b2 -> Add(x) ->
@@ -364,11 +373,7 @@ def _post_ln_block() -> lowbit.Graph:
              numpy_helper.from_array(w2.astype(np.float32), "w2"), _init("b2", (d,)),
              numpy_helper.from_array(np.ones(d, np.float32), "gamma"),
              numpy_helper.from_array(np.zeros(d, np.float32), "beta")]
-    g = helper.make_graph(nodes, "ffn", [helper.make_tensor_value_info(
-        "x", TensorProto.FLOAT, ["N", 5, d])], [helper.make_tensor_value_info(
-            "y", TensorProto.FLOAT, None)], inits)
-    return optimize(import_model(helper.make_model(
-        g, opset_imports=[helper.make_opsetid("", 17)]), "ffn"))
+    return _x_to_y(nodes, inits, "ffn", ["N", 5, d], 17)
 
 
 def _residual_stream(n):
@@ -454,11 +459,7 @@ def _gelu_block() -> lowbit.Graph:
              helper.make_node("MatMul", ["g", "w2"], ["y"], name="down")]
     inits = [numpy_helper.from_array(w1.astype(np.float32), "w1"), _init("b1", (f,)),
              _init("w2", (f, d))]
-    g = helper.make_graph(nodes, "gelu", [helper.make_tensor_value_info(
-        "x", TensorProto.FLOAT, ["N", 5, d])], [helper.make_tensor_value_info(
-            "y", TensorProto.FLOAT, None)], inits)
-    return optimize(import_model(helper.make_model(
-        g, opset_imports=[helper.make_opsetid("", 20)]), "gelu"))
+    return _x_to_y(nodes, inits, "gelu", ["N", 5, d], 20)
 
 
 @pytest.mark.parametrize("form", ["qdq", "qoperator"])
@@ -503,11 +504,7 @@ def _layernorm_product() -> lowbit.Graph:
              helper.make_node("MatMul", ["h", "w"], ["y"], name="proj")]
     inits = [numpy_helper.from_array(gamma, "gamma"), _init("beta", (d,), 0.1),
              _init("w", (d, n))]
-    g = helper.make_graph(nodes, "ln", [helper.make_tensor_value_info(
-        "x", TensorProto.FLOAT, ["N", 4, d])], [helper.make_tensor_value_info(
-            "y", TensorProto.FLOAT, None)], inits)
-    return optimize(import_model(helper.make_model(
-        g, opset_imports=[helper.make_opsetid("", 17)]), "ln"))
+    return _x_to_y(nodes, inits, "ln", ["N", 4, d], 17)
 
 
 def test_products_reading_a_layernorm_are_smoothed():
@@ -567,11 +564,7 @@ def test_explicit_pad_on_the_input_computes_in_integers():
              helper.make_node("Conv", ["p", "w", "b"], ["y"], name="conv", strides=[2, 2])]
     inits = [numpy_helper.from_array(np.array([0, 0, 0, 0, 0, 0, 1, 1], np.int64), "pads"),
              _init("w", (4, 3, 3, 3)), _init("b", (4,))]
-    g = helper.make_graph(nodes, "pad", [helper.make_tensor_value_info(
-        "x", TensorProto.FLOAT, ["N", 3, 8, 8])], [helper.make_tensor_value_info(
-            "y", TensorProto.FLOAT, None)], inits)
-    graph = optimize(import_model(helper.make_model(
-        g, opset_imports=[helper.make_opsetid("", 17)]), "pad"))
+    graph = _x_to_y(nodes, inits, "pad", ["N", 3, 8, 8], 17)
     data = [{"x": RNG.normal(size=(2, 3, 8, 8)).astype(np.float32)} for _ in range(3)]
     result = quantize(graph, lowbit.profile(graph, data, progress=False),
                       assert_all_quantized=True)
