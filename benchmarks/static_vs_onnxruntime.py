@@ -14,7 +14,7 @@ human judgements, and the accuracy of a polarity probe (logistic regression trai
 embeddings of 200 labelled movie-review sentences, 10-fold cross-validated) applied to each
 model's embeddings. Both calibrated on the 24 texts of tests/realmodels.py
 MINILM_CALIBRATION_TEXTS; "lowbit int16 before bias and table" turns on `int16_before_bias` and
-`int16_before_table` (off by default: benchmarks/static_minilm_latency.py). Dynamic quantization
+`int16_before_table` (off by default: benchmarks/static_latency.py). Dynamic quantization
 (no calibration, benchmarks/dynamic_vs_peers.py) is the better choice for transformers; this is
 what static quantization gives.
 

@@ -3,6 +3,8 @@ ONNX export agreement with ONNX Runtime, and refusals."""
 
 from __future__ import annotations
 
+import zlib
+
 import numpy as np
 import onnx
 import onnxruntime as ort
@@ -18,6 +20,18 @@ from lowbit.quant.config import QuantConfig
 from lowbit.quant.static import QuantizationError, quantize
 
 RNG = np.random.default_rng(7)
+
+
+def _reseed(name: str) -> None:
+    """Draws restart from a generator of their own, so what a test sees does not depend on which
+    tests ran before it (a `-k` selection, another order)."""
+    global RNG
+    RNG = np.random.default_rng(zlib.crc32(name.encode()))
+
+
+@pytest.fixture(autouse=True)
+def _own_draws(request):
+    _reseed(request.node.name)
 
 
 def _init(name, shape, scale=0.3):
@@ -68,6 +82,7 @@ def batches(n=6, batch=4):
 
 @pytest.fixture(scope="module")
 def cnn():
+    _reseed("cnn")
     graph = small_cnn()
     data = batches()
     return graph, data, lowbit.profile(graph, data, progress=False)
@@ -122,13 +137,7 @@ def test_exported_model_agrees_with_onnxruntime(cnn, tmp_path, form, wide):
     onnx.checker.check_model(onnx.load(path))
     x = batches(1, batch=8)[0]
     ours = lowbit.run(q, x)["logits"]
-    # ONNX Runtime's QDQS8ToU8Transformer moves int8 activations to uint8 for its u8s8 x86
-    # kernels, whose int16 pair sums saturate with full-range 8-bit weights (up to 24 ulp off
-    # here; ORT's own quantizer avoids it with 7-bit weights, reduce_range). The QDQ graph itself
-    # is computed exactly as written with that rewrite off.
-    disabled = ["QDQS8ToU8Transformer"] if form == "qdq" else []
-    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"],
-                                   disabled_optimizers=disabled)
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     theirs = session.run(None, x)[0]
     # The head returns float straight from its accumulator: one unit of its int8 input moves
     # an output by at most s_in * max|w|.
@@ -282,8 +291,7 @@ def test_integer_average_pool_matches_float_and_onnxruntime(attrs, tmp_path):
     assert np.abs(ours - lowbit.run(graph, data[0])["y"]).max() < 3 * step
     path = tmp_path / "a.onnx"
     lowbit.save(q, path, format="qdq")
-    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"],
-                                   disabled_optimizers=["QDQS8ToU8Transformer"])
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     theirs = session.run(None, data[0])[0]
     assert np.mean(np.abs(ours - theirs) <= step * 1.001) >= 0.99
 
@@ -442,8 +450,7 @@ def _sqnr(graph, quantized, data, value: str) -> float:
 def _check_onnxruntime_agrees(quantized, tmp_path, form: str, x) -> None:
     path = tmp_path / "m.onnx"
     lowbit.save(quantized, path, format=form)
-    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"],
-                                   disabled_optimizers=["QDQS8ToU8Transformer"])
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     assert _cos(session.run(None, x)[0], lowbit.run(quantized, x)["y"]) > 0.99999
 
 
@@ -486,10 +493,11 @@ def test_lookup_table_input_is_int16(tmp_path, form):
         == "int8"
     data = [_residual_stream(16) for _ in range(8)]
 
-    # measured: the table's input +3.8 dB (its error is now the product's and its input's);
-    # its result +0.8 dB (the table's own 8-bit rounding is left)
-    assert _sqnr(graph, result.graph, data, "hb") > _sqnr(graph, off.graph, data, "hb") + 2
-    assert _sqnr(graph, result.graph, data, "g") > _sqnr(graph, off.graph, data, "g") + 0.3
+    # measured over 8 seeds of this block: the table's input +1.7 to +20.8 dB (its error is now
+    # the product's and its input's); its result +0.25 to +2.8 dB (the table's own 8-bit
+    # rounding is left)
+    assert _sqnr(graph, result.graph, data, "hb") > _sqnr(graph, off.graph, data, "hb") + 1
+    assert _sqnr(graph, result.graph, data, "g") > _sqnr(graph, off.graph, data, "g") + 0.1
     _check_onnxruntime_agrees(result.graph, tmp_path, form, data[0])
 
 

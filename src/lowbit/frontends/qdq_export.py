@@ -3,6 +3,9 @@
 Both start from the late-folded graph (integer constants), and rewrite it into ONNX-domain
 nodes that `onnx_export.to_onnx` writes as they are.
 
+Both store int8 activations as uint8, the same real values (`uint8_activations`: ONNX Runtime's
+fast kernels take uint8 x int8); weights stay int8.
+
 QDQ: every integer tensor stays an integer tensor; an op computing on integers reads its
 operands through DequantizeLinear and writes its result through QuantizeLinear with the result
 type's parameters (a fused clamp becomes a Clip before the QuantizeLinear). lowbit's Quantize /
@@ -24,6 +27,7 @@ import math
 import numpy as np
 
 from lowbit.errors import UnsupportedError
+from lowbit.frontends.uint8_activations import move_activations_to_uint8
 from lowbit.ir import dtypes
 from lowbit.ir.graph import CONSTANT, Graph, Node, Value
 from lowbit.ir.types import TensorType
@@ -43,13 +47,16 @@ _INTEGER_EXACT = {
 """KEEP ops ONNX defines on int8/uint8 tensors with the same meaning (values moved, not
 computed)."""
 
+_MIXED_TYPES = {"Conv", "MatMul", "Gemm"}
+"""Ops whose QLinear form takes its weight in another 8-bit type than its activation and result
+(which share one); the others take one type for every operand and the result."""
+
 
 class _Lowering:
     def __init__(self, graph: Graph, form: str) -> None:
         self.g = graph
         self.form = form
         self._scales: dict[tuple, tuple[Value, Value]] = {}
-        self._dq: dict[Value, Value] = {}
 
     # -- helpers --------------------------------------------------------------------------------
     def params(self, t: TensorType, before: Node) -> tuple[Value, Value]:
@@ -70,16 +77,14 @@ class _Lowering:
         return {} if t.quant.axis is None else {"axis": int(t.quant.axis)}
 
     def dequantize(self, v: Value, before: Node) -> Value:
-        found = self._dq.get(v)
-        if found is not None and self.g.nodes.index(found.producer) < self.g.nodes.index(before):
-            return found
+        """A DequantizeLinear of `v` for the one reader `before`: each reader gets its own, as
+        runtimes fuse a DequantizeLinear into its reader only when nothing else reads it."""
         scale, zero = self.params(v.type, before)
         node = self.g.make_node("DequantizeLinear", [v, scale, zero], self.axis_attrs(v.type),
                                 name=f"{v.name}_DequantizeLinear",
                                 output_names=[f"{v.name}_dequantized"],
                                 output_types=[TensorType(dtypes.FLOAT32, v.type.shape)],
                                 before=before)
-        self._dq[v] = node.output
         return node.output
 
     def quantize_after(self, node: Node, index: int, t: TensorType) -> None:
@@ -151,7 +156,9 @@ class _Lowering:
 
     def qdq(self, node: Node) -> None:
         """DequantizeLinear on each integer input, the float op, QuantizeLinear on each integer
-        output."""
+        output. A Pad's pad code becomes the real value it stands for."""
+        if node.op_type == "Pad" and _quantized(node.inputs[0]):
+            self._real_pad_value(node)
         for i, v in enumerate(node.inputs):
             if _quantized(v):
                 node.inputs[i] = self.dequantize(v, node)
@@ -159,6 +166,18 @@ class _Lowering:
         for i, v in enumerate(list(node.outputs)):
             if _quantized(v):
                 self.quantize_after(node, i, v.type)
+
+    def _real_pad_value(self, node: Node) -> None:
+        code = node.input_or_none(2)
+        if code is None or code.type.dtype.is_float:
+            return
+        data = node.inputs[0].type
+        if not data.quant.per_tensor:
+            raise UnsupportedError(f"{node.describe()}: constant padding of a per-channel "
+                                   "quantized tensor has no ONNX form; pad in float")
+        real = float(arith.scale_of(data)) * (int(code.const_value) - int(arith.zero_of(data)))
+        node.inputs[2] = self.g.add_constant(np.asarray(real, np.float32),
+                                             f"{node.name}_pad_value", before=node)
 
     # -- QOperator ------------------------------------------------------------------------------
     def qoperator(self, node: Node) -> bool:
@@ -176,6 +195,9 @@ class _Lowering:
         rule = op.quant_rule if op is not None else None
         if node.op_type in ("Relu", "Clip"):
             return self._integer_clamp(node)
+        same_type = (data[0], out) if node.op_type in _MIXED_TYPES else (*data, out)
+        if len({v.type.dtype for v in same_type if _quantized(v)}) > 1:
+            return False  # a graph input or output kept int8 next to uint8 activations
         if rule == KEEP and node.op_type in _INTEGER_EXACT:
             return not node.attrs.get(FUSED_CLIP) and ins[0].type.quant == out.type.quant
         if node.attrs.get(FUSED_CLIP) is not None:
@@ -266,6 +288,7 @@ def lower(graph: Graph, form: str) -> Graph:
         raise UnsupportedError(f"unknown quantized export format '{form}'; choose one of "
                                f"{', '.join(FORMATS)}")
     g = fold_quantized_constants(graph.copy())
+    move_activations_to_uint8(g)
     lowered = eliminate_dead_code(_Lowering(g, form).run())
     for v in lowered.values():
         if v.type is not None and v.type.quant is not None:

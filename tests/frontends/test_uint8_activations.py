@@ -1,0 +1,136 @@
+"""The exports store int8 activations as uint8 (code + 128, zero point + 128), ONNX Runtime's fast
+uint8 x int8 path: what moves, what stays int8, and that ONNX Runtime still computes lowbit's
+result."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import lowbit
+from lowbit.frontends.onnx_import import import_model
+from lowbit.frontends.uint8_activations import move_activations_to_uint8
+from lowbit.ir import dtypes
+from lowbit.ir.graph import Graph
+from lowbit.ir.types import QuantParams, TensorType
+from lowbit.passes import optimize
+
+RNG = np.random.default_rng(3)
+
+
+def _padded_cnn() -> lowbit.Graph:
+    """x -> Pad (constant 0.25) -> Conv -> Relu -> MaxPool -> Flatten -> MatMul -> y."""
+    inits = [numpy_helper.from_array(a.astype(np.float32), n) for n, a in (
+        ("w", RNG.normal(size=(4, 3, 3, 3)) * 0.4), ("b", RNG.normal(size=4) * 0.1),
+        ("wm", RNG.normal(size=(4 * 4 * 4, 5)) * 0.2), ("v", np.array(0.25)))]
+    inits.append(numpy_helper.from_array(np.array([0, 0, 1, 1, 0, 0, 1, 1], np.int64), "pads"))
+    nodes = [helper.make_node("Pad", ["x", "pads", "v"], ["p"], name="pad"),
+             helper.make_node("Conv", ["p", "w", "b"], ["c"], name="conv"),
+             helper.make_node("Relu", ["c"], ["r"], name="relu"),
+             helper.make_node("MaxPool", ["r"], ["m"], kernel_shape=[2, 2], strides=[2, 2]),
+             helper.make_node("Flatten", ["m"], ["f"]),
+             helper.make_node("MatMul", ["f", "wm"], ["y"], name="head")]
+    g = helper.make_graph(nodes, "padded", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, ["N", 3, 8, 8])], [helper.make_tensor_value_info(
+            "y", TensorProto.FLOAT, ["N", 5])], inits)
+    return optimize(import_model(helper.make_model(
+        g, opset_imports=[helper.make_opsetid("", 21)]), "padded"))
+
+
+def _x(n: int) -> dict[str, np.ndarray]:
+    return {"x": RNG.normal(size=(n, 3, 8, 8)).astype(np.float32)}
+
+
+@pytest.mark.parametrize("form", ["qdq", "qoperator"])
+def test_activations_are_uint8_and_weights_int8(tmp_path, form):
+    graph = _padded_cnn()
+    q = lowbit.quantize(graph, lowbit.profile(graph, [_x(4) for _ in range(4)], progress=False),
+                        assert_all_quantized=True)
+    path = tmp_path / "m.onnx"
+    lowbit.save(q, path, format=form)
+    model = onnx.load(path)
+    inits = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
+    nodes = {n.name: n for n in model.graph.node}
+    conv = nodes["conv"]
+    producers = {o: n for n in model.graph.node for o in n.output}
+    weights = [nodes[k].input[3 if nodes[k].op_type == "QLinearConv" else 1]
+               for k in ("conv", "head")]
+    # a weight of a float-form node is read through a DequantizeLinear
+    weights = [producers[w].input[0] if w in producers else w for w in weights]
+    assert [inits[w].dtype for w in weights] == [np.int8, np.int8]
+    zero_points = [inits[n.input[2]] for n in model.graph.node
+                   if n.op_type in ("QuantizeLinear", "DequantizeLinear")
+                   and n.input[0] not in inits]
+    assert zero_points and all(z.dtype == np.uint8 for z in zero_points)
+    if form == "qoperator":
+        assert conv.op_type == "QLinearConv" and inits[conv.input[2]].dtype == np.uint8
+    # QOperator pads the uint8 codes with the code of 0.25; QDQ pads the float values with the
+    # value that code stands for
+    pad = nodes["pad"]
+    scale, zero = (inits[producers[pad.input[0]].input[k]] for k in (1, 2))
+    value = inits[pad.input[2]]
+    assert zero.dtype == np.uint8
+    code = int(zero) + round(0.25 / float(scale))
+    if form == "qoperator":
+        assert value.dtype == np.uint8 and int(value) == code
+    else:
+        assert value.dtype == np.float32 and value == np.float32(float(scale) * (code - int(zero)))
+    assert [i.type.tensor_type.elem_type for i in (*model.graph.input, *model.graph.output)] \
+        == [TensorProto.FLOAT, TensorProto.FLOAT]
+    x = _x(8)
+    theirs = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, x)[0]
+    ours = lowbit.run(q, x)["y"]
+    head = next(n for n in q.nodes if n.name == "head")
+    unit = float(head.inputs[0].type.quant.scale) * float(np.abs(
+        head.inputs[1].producer.inputs[0].const_value).max())
+    assert np.mean(np.abs(ours - theirs) <= unit * 1.001) >= 0.99
+
+
+def _int8(shape, scale: float, zero: int) -> TensorType:
+    return TensorType(dtypes.INT8, shape, QuantParams(scale, zero))
+
+
+def _boundary_graph() -> Graph:
+    """x (an int8 graph input) -> MatMul(c) -> h; Concat(h, c) -> y (an int8 graph output); the
+    int8 constant c is both the MatMul's weight and the Concat's operand."""
+    g = Graph("boundary")
+    x = g.add_input("x", _int8((4, 4), 0.05, 3))
+    c = g.add_constant(RNG.integers(-128, 128, (4, 4)).astype(np.int8), "c")
+    c.type = _int8((4, 4), 0.02, -7)
+    h = g.make_node("MatMul", [x, c], name="mm", output_names=["h"],
+                    output_types=[_int8((4, 4), 0.02, -7)]).output
+    y = g.make_node("Concat", [h, c], {"axis": 0}, name="cat", output_names=["y"],
+                    output_types=[_int8((8, 4), 0.02, -7)]).output
+    g.outputs = [y]
+    return g
+
+
+def test_graph_inputs_outputs_and_weights_keep_int8_a_shared_constant_is_split():
+    g = move_activations_to_uint8(_boundary_graph())
+    nodes = {n.name: n for n in g.nodes}
+    mm, cat = nodes["mm"], nodes["cat"]
+    assert g.inputs[0].type.dtype == dtypes.INT8 and g.outputs[0].type.dtype == dtypes.INT8
+    h = mm.outputs[0]
+    assert h.type.dtype == dtypes.UINT8 and int(h.type.quant.zero_point) == -7 + 128
+    weight, copy = mm.inputs[1], cat.inputs[1]
+    assert weight.type.dtype == dtypes.INT8 and copy.type.dtype == dtypes.UINT8
+    assert np.array_equal(copy.const_value.astype(np.int64),
+                          weight.const_value.astype(np.int64) + 128)
+    assert int(copy.type.quant.zero_point) == int(weight.type.quant.zero_point) + 128
+
+
+@pytest.mark.parametrize("form", ["qdq", "qoperator"])
+def test_mixed_int8_and_uint8_operands_run_in_onnxruntime(tmp_path, form):
+    """Nodes reading an int8 graph input or writing an int8 graph output next to uint8 values
+    are written in QDQ form, and ONNX Runtime computes lowbit's result."""
+    g = _boundary_graph()
+    path = tmp_path / "m.onnx"
+    lowbit.save(g, path, format=form)
+    x = {"x": RNG.integers(-128, 128, (4, 4)).astype(np.int8)}
+    theirs = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, x)[0]
+    ours = lowbit.run(g, x)["y"]
+    assert theirs.dtype == ours.dtype == np.int8
+    assert np.abs(theirs.astype(np.int64) - ours.astype(np.int64)).max() <= 1
