@@ -4,7 +4,7 @@ Both start from the late-folded graph (integer constants), and rewrite it into O
 nodes that `onnx_export.to_onnx` writes as they are.
 
 Both store int8 activations as uint8, the same real values (`uint8_activations`: ONNX Runtime's
-fast kernels take uint8 x int8); weights stay int8.
+fast kernels take uint8 x int8; QDQ keeps symmetric int8 activations); weights stay int8.
 
 QDQ: every integer tensor stays an integer tensor; an op computing on integers reads its
 operands through DequantizeLinear and writes its result through QuantizeLinear with the result
@@ -288,7 +288,7 @@ def lower(graph: Graph, form: str) -> Graph:
         raise UnsupportedError(f"unknown quantized export format '{form}'; choose one of "
                                f"{', '.join(FORMATS)}")
     g = fold_quantized_constants(graph.copy())
-    move_activations_to_uint8(g)
+    move_activations_to_uint8(g, keep_symmetric=form == "qdq")
     lowered = eliminate_dead_code(_Lowering(g, form).run())
     for v in lowered.values():
         if v.type is not None and v.type.quant is not None:

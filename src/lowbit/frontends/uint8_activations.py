@@ -7,6 +7,11 @@ For QDQ models ONNX Runtime moves int8 activations to uint8 itself (QDQS8ToU8Tra
 not a value two nodes read (a residual branch): the Conv or Add around it then ran in float,
 14 of EfficientNet-Lite0's 49 convolutions and all 9 of its Adds (2.1 ms against 1.1 ms).
 
+In the QDQ form an int8 activation with zero point 0 (the symmetric scheme) stays int8: that
+is the convention of runtimes that take only symmetric int8 (TensorRT); ONNX Runtime then moves
+what it can itself. QOperator models are ONNX Runtime's own format and move every int8
+activation.
+
 The move is exact: a code q of an int8 tensor with zero point z is stored as q + 128 with zero
 point z + 128, which is the same real value `scale * (q - z)`. Moved: every per-tensor int8
 value computed inside the graph and every per-tensor int8 constant except the weights of Conv,
@@ -34,10 +39,10 @@ _WEIGHT_OPERAND = {"Conv": 1, "MatMul": 1, "Gemm": 1}
 SHIFT = 128
 
 
-def _movable(v: Value) -> bool:
+def _movable(v: Value, keep_symmetric: bool) -> bool:
     t = v.type
     return (t is not None and t.quant is not None and t.dtype == dtypes.INT8
-            and t.quant.axis is None)
+            and t.quant.axis is None and not (keep_symmetric and int(t.quant.zero_point) == 0))
 
 
 def _moved_type(t: TensorType) -> TensorType:
@@ -54,14 +59,15 @@ def _is_weight(node: Node, index: int) -> bool:
     return node.domain == "" and _WEIGHT_OPERAND.get(node.op_type) == index
 
 
-def move_activations_to_uint8(g: Graph) -> Graph:
-    """Rewrite `g` (late-folded, integer constants) in place as described above; returns g."""
+def move_activations_to_uint8(g: Graph, keep_symmetric: bool = False) -> Graph:
+    """Rewrite `g` (late-folded, integer constants) in place as described above; returns g.
+    `keep_symmetric` leaves int8 values with zero point 0 as they are (the QDQ form)."""
     boundary = {id(v) for v in (*g.inputs, *g.outputs)}
     users = g.users()
     moved: set[int] = set()
     for node in list(g.nodes):
         for v in node.outputs:
-            if not _movable(v) or id(v) in boundary:
+            if not _movable(v, keep_symmetric) or id(v) in boundary:
                 continue
             if not v.is_constant:
                 v.type = _moved_type(v.type)
