@@ -6,7 +6,9 @@ EfficientNet-Lite0: top-1 agreement with the float model on the real photos of
 ../shared/EVAL.md (all of them, the two thirds held out from calibration, and those whose float
 top-1/top-2 logit margin is at least 0.2, where the float model decides clearly), and the
 logits' SQNR; both calibrated on every third photo. "lowbit nearest rounding" is lowbit's
-defaults with `weight_rounding: nearest` (the previous default).
+defaults with `weight_rounding: nearest` (the previous default); "QDQ run by ONNX Runtime" is
+lowbit's model exported and run there (ONNX Runtime requantizes in float32, lowbit in integers:
+an activation code differs by one here and there).
 all-MiniLM-L6-v2 (a transformer encoder, as a new user would quantize it statically):
 sentence-embedding cosine to float, mean/min over gensim's real texts (words, short sentences,
 long texts, as in benchmarks/dynamic_vs_peers.py), each run alone, and two downstream tasks on
@@ -122,6 +124,11 @@ def evaluate(name, model, calib, test, reference, nearest: bool = False):
         rows.append(("lowbit nearest rounding", reference(logits(
             lambda b: ex(b)[out_name], test)), float("nan")))
     with tempfile.TemporaryDirectory() as tmp:
+        exported = Path(tmp) / "lowbit.onnx"
+        lowbit.save(q, exported, format="qdq")
+        s = ort_session(exported)
+        rows.append(("lowbit (defaults), QDQ run by ONNX Runtime",
+                     reference(logits(lambda b: s.run(None, b)[0], test)), float("nan")))
         for label, per_channel, reduce_range in (
                 ("ORT quantize_static per-tensor", False, False),
                 ("ORT quantize_static per-channel", True, False),
@@ -160,6 +167,10 @@ def minilm_rows(per_group: int) -> list[tuple[str, str, str, float]]:
     runners["lowbit int16 before bias and table"] = (
         lambda e: lowbit.run(wide, e)["last_hidden_state"], float("nan"))
     with tempfile.TemporaryDirectory() as tmp:
+        exported = Path(tmp) / "lowbit.onnx"
+        lowbit.save(q, exported, format="qdq")
+        runners["lowbit (defaults), QDQ run by ONNX Runtime"] = (minilm_runner(exported),
+                                                                  float("nan"))
         for label, per_channel in (("ORT quantize_static per-tensor", False),
                                    ("ORT quantize_static per-channel", True)):
             dst = Path(tmp) / f"q{per_channel}.onnx"
