@@ -36,8 +36,10 @@ def load(path: str | os.PathLike, *, optimize: bool = True) -> Graph:
     return _optimize(graph) if optimize else canonicalize(graph)
 
 
-def save(graph: Graph, path: str | os.PathLike, format: str = "onnx") -> None:
-    """Export `graph` to an ONNX file, written atomically (temporary name, then rename)."""
+def save(graph: Graph, path: str | os.PathLike, format: str | None = None) -> None:
+    """Export `graph` to an ONNX file, written atomically (temporary name, then rename).
+    `format`: "onnx", "qdq" or "qoperator"; by default "qdq" for a graph that computes on
+    quantized types (`lowbit.quantize`'s result) and "onnx" otherwise."""
     onnx_export.save(graph, path, format=format)
 
 

@@ -167,28 +167,30 @@ def _relocate_external(model_path: str, old: str, new: str) -> None:
     onnx.save_model(model, model_path)
 
 
-def save(graph: Graph, path: str | os.PathLike, format: str = "onnx") -> None:
+def save(graph: Graph, path: str | os.PathLike, format: str | None = None) -> None:
     """Export `graph` to an ONNX file.
 
     Formats: `onnx` (float graphs, graphs of plain ONNX ops, dynamically quantized graphs as
     MatMulInteger and friends, see `lowbit.frontends.dynamic_export`), and for quantized graphs
     `qdq` (QuantizeLinear/DequantizeLinear around float ops) or `qoperator` (QLinearConv,
-    QLinearMatMul, ... of ONNX and ONNX Runtime); see `lowbit.frontends.qdq_export`.
+    QLinearMatMul, ... of ONNX and ONNX Runtime); see `lowbit.frontends.qdq_export`. Without a
+    format: `qdq` for a graph that computes on quantized types, else `onnx`.
     """
     from lowbit.frontends.dynamic_export import has_dynamic_ops, lower_dynamic
     from lowbit.frontends.qdq_export import FORMATS, lower
 
-    if format not in ("onnx", *FORMATS):
+    if format is not None and format not in ("onnx", *FORMATS):
         raise UnsupportedError(f"unknown export format '{format}'; available: onnx, "
                                f"{', '.join(FORMATS)}")
     if has_dynamic_ops(graph):
         graph = lower_dynamic(graph)
-    if format == "onnx":
-        computing = _computes_on_quantized_types(graph)
-        if computing is not None:
-            raise UnsupportedError(
-                f"graph computes on quantized types ({computing.describe()}); export it with "
-                "format='qdq' or 'qoperator'")
+    computing = _computes_on_quantized_types(graph) if format in (None, "onnx") else None
+    if format is None:
+        format = "onnx" if computing is None else "qdq"
+    elif format == "onnx" and computing is not None:
+        raise UnsupportedError(
+            f"graph computes on quantized types ({computing.describe()}); export it with "
+            "format='qdq' or 'qoperator'")
     if format in FORMATS:
         graph = lower(graph, format)
     save_model(to_onnx(graph), path)

@@ -1,6 +1,6 @@
-"""The exports store int8 activations as uint8 (code + 128, zero point + 128), ONNX Runtime's fast
-uint8 x int8 path: what moves, what stays int8, and that ONNX Runtime still computes lowbit's
-result."""
+"""Exporting quantized graphs to ONNX: int8 activations stored as uint8 (code + 128, zero point
++ 128), ONNX Runtime's fast uint8 x int8 path, and what moves, what stays int8, that ONNX
+Runtime still computes lowbit's result, and the default format of `lowbit.save`."""
 
 from __future__ import annotations
 
@@ -161,3 +161,20 @@ def test_symmetric_activations_stay_int8_in_qdq(tmp_path, form):
     stored = (np.dtype(np.int8), 0) if form == "qdq" else (np.dtype(np.uint8), 128)
     assert zero_points and {(z.dtype, int(z)) for z in zero_points} == {stored}
     _check_onnxruntime_agrees(q, path)
+
+
+def test_save_writes_a_quantized_graph_as_qdq_by_default(tmp_path):
+    """lowbit.save without a format writes a quantized graph in QDQ form (before, it refused it
+    and asked for a format); format="onnx" still refuses, naming the node and the formats."""
+    graph = _padded_cnn()
+    q = lowbit.quantize(graph, lowbit.profile(graph, [_x(4) for _ in range(4)], progress=False))
+    lowbit.save(q, tmp_path / "default.onnx")
+    lowbit.save(q, tmp_path / "qdq.onnx", format="qdq")
+    assert (tmp_path / "default.onnx").read_bytes() == (tmp_path / "qdq.onnx").read_bytes()
+    with pytest.raises(lowbit.LowbitError, match=r"computes on quantized types .*'qdq' or "
+                                                 r"'qoperator'"):
+        lowbit.save(q, tmp_path / "plain.onnx", format="onnx")
+    assert not (tmp_path / "plain.onnx").exists()
+    lowbit.save(graph, tmp_path / "float.onnx")  # a float graph: plain ONNX
+    assert {n.op_type for n in onnx.load(tmp_path / "float.onnx").graph.node}.isdisjoint(
+        {"QuantizeLinear", "DequantizeLinear"})
