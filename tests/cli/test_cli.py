@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -126,9 +127,19 @@ def test_quantize_refusals_write_nothing(tmp_path):
 
 
 def test_demo_runs_offline():
+    """The README's main job: float and int8 accuracy on 300 held-out digits (measured: 99.67 %
+    both), the int8 export checked and timed in ONNX Runtime."""
     r = lowbit("demo")
     assert r.returncode == 0, r.stderr
-    assert "accuracy   float" in r.stdout and "int8" in r.stdout
+    found = re.search(r"accuracy   float ([\d.]+)%   int8 ([\d.]+)%", r.stdout)
+    assert found, r.stdout
+    float_acc, int_acc = map(float, found.groups())
+    assert float_acc >= 99.0 and int_acc >= float_acc - 0.34, (float_acc, int_acc)  # one digit
+    agree = re.search(r"top-1 agreement with lowbit ([\d.]+)%", r.stdout)
+    assert agree and float(agree.group(1)) >= 99.0, r.stdout
+    assert re.search(r"ONNX Runtime latency, batch 1   float [\d.]+ ms   int8 [\d.]+ ms",
+                     r.stdout), r.stdout
+
 
 def test_dynamic_quantize_writes_a_model_onnxruntime_runs(tmp_path):
     out = tmp_path / "q.onnx"
