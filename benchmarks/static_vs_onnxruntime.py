@@ -91,6 +91,27 @@ def nncf_quantize(src, dst, calib, transformer: bool = False) -> None:
     onnx.save(nncf.quantize(onnx.load(src), nncf.Dataset(calib), **kwargs), dst)
 
 
+def peer_models(src, calib, tmp: Path, transformer: bool = False):
+    """Each peer's quantized model of `src`, as (label, path, seconds to quantize): ONNX
+    Runtime's quantize_static per tensor and per channel (CNNs: also with reduce_range) and
+    NNCF's defaults (transformers: also with model_type=TRANSFORMER)."""
+    peers = [("ORT quantize_static per-tensor",
+              lambda d: ort_quantize(src, d, calib, False)),
+             ("ORT quantize_static per-channel", lambda d: ort_quantize(src, d, calib, True))]
+    if not transformer:
+        peers.append(("ORT quantize_static per-channel reduce_range",
+                      lambda d: ort_quantize(src, d, calib, True, True)))
+    peers.append(("NNCF quantize (defaults)", lambda d: nncf_quantize(src, d, calib)))
+    if transformer:
+        peers.append(("NNCF quantize model_type=TRANSFORMER",
+                      lambda d: nncf_quantize(src, d, calib, True)))
+    for i, (label, write) in enumerate(peers):
+        dst = tmp / f"peer{i}.onnx"
+        start = time.perf_counter()
+        write(dst)
+        yield label, dst, time.perf_counter() - start
+
+
 def logits(run, batches) -> np.ndarray:
     return np.concatenate([run(b) for b in batches]).astype(np.float64)
 
@@ -129,24 +150,10 @@ def evaluate(name, model, calib, test, reference, nearest: bool = False):
         s = ort_session(exported)
         rows.append(("lowbit (defaults), QDQ run by ONNX Runtime",
                      reference(logits(lambda b: s.run(None, b)[0], test)), float("nan")))
-        for label, per_channel, reduce_range in (
-                ("ORT quantize_static per-tensor", False, False),
-                ("ORT quantize_static per-channel", True, False),
-                ("ORT quantize_static per-channel reduce_range", True, True)):
-            dst = Path(tmp) / "q.onnx"
-            start = time.perf_counter()
-            ort_quantize(model, dst, calib, per_channel, reduce_range)
-            took = time.perf_counter() - start
+        for label, dst, took in peer_models(model, calib, Path(tmp)):
             s = ort_session(dst)
             rows.append((label, reference(logits(lambda b, s=s: s.run(None, b)[0], test)),
                          took))
-        dst = Path(tmp) / "nncf.onnx"
-        start = time.perf_counter()
-        nncf_quantize(model, dst, calib)
-        took = time.perf_counter() - start
-        s = ort_session(dst)
-        rows.append(("NNCF quantize (defaults)",
-                     reference(logits(lambda b: s.run(None, b)[0], test)), took))
     return [(name, *r) for r in rows]
 
 def minilm_rows(per_group: int) -> list[tuple[str, str, str, float]]:
@@ -171,18 +178,8 @@ def minilm_rows(per_group: int) -> list[tuple[str, str, str, float]]:
         lowbit.save(q, exported, format="qdq")
         runners["lowbit (defaults), QDQ run by ONNX Runtime"] = (minilm_runner(exported),
                                                                   float("nan"))
-        for label, per_channel in (("ORT quantize_static per-tensor", False),
-                                   ("ORT quantize_static per-channel", True)):
-            dst = Path(tmp) / f"q{per_channel}.onnx"
-            start = time.perf_counter()
-            ort_quantize(src, dst, calib, per_channel)
-            runners[label] = (minilm_runner(dst), time.perf_counter() - start)
-        for label, transformer in (("NNCF quantize (defaults)", False),
-                                   ("NNCF quantize model_type=TRANSFORMER", True)):
-            dst = Path(tmp) / f"nncf{transformer}.onnx"
-            start = time.perf_counter()
-            nncf_quantize(src, dst, calib, transformer)
-            runners[label] = (minilm_runner(dst), time.perf_counter() - start)
+        for label, dst, took in peer_models(src, calib, Path(tmp), transformer=True):
+            runners[label] = (minilm_runner(dst), took)
         docs, sims = lee_documents()
         sentences, labels = polarity_sentences()
         def run_float(e):
