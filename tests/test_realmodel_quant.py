@@ -177,10 +177,11 @@ def test_minilm_static_defaults_keep_embeddings(tmp_path, minilm_static):
     short and long texts): all 36 Linear layers and 12 attention products compute in int8;
     the residual Adds and bias Adds before the LayerNorms stay float (only float nodes read
     them), the products before them return float from their accumulators, the products
-    reading a LayerNorm are smoothed. Measured embedding cosines to float: 0.978 ("Ok"),
-    0.971, 0.993, 0.989 (every node in integers: 0.62-0.85; ONNX Runtime's quantize_static per
-    channel: 0.75 mean on single words, benchmarks/static_vs_onnxruntime.py; with
-    int16_before_bias and int16_before_table: 0.986, 0.984, 0.996, 0.995).
+    reading a LayerNorm are smoothed, the products before an integer bias Add and the GELUs'
+    inputs keep int16 results. Measured embedding cosines to float: 0.986 ("Ok"), 0.984,
+    0.996, 0.995 (with int16_before_bias and int16_before_table off: 0.978, 0.971, 0.993,
+    0.989; every node in integers: 0.62-0.85; ONNX Runtime's quantize_static per channel: 0.75
+    mean on single words, benchmarks/static_vs_onnxruntime.py).
 
     ONNX Runtime runs the QDQ export; its float requantization rounds a few codes the other way
     (0.04-0.4 % of the first layer's codes, one code apart), and 8-bit attention amplifies such
@@ -192,14 +193,19 @@ def test_minilm_static_defaults_keep_embeddings(tmp_path, minilm_static):
     products = [r for r in rows if r.op_type == "MatMul"]
     assert len(products) == 48 and all(r.mode == "int8" for r in products)
     assert sum("smoothed" in r.detail for r in products) == 24  # Q, K, V, FFN up
-    assert not any("int16 result" in r.detail for r in rows)  # int16_before_* are off
+    # int16_before_bias: Q, K, V and FFN up round once, after their bias Adds
+    assert sum("int16 result (its only reader adds a constant bias" in r.detail
+               for r in products) == 24
+    # int16_before_table: the six GELU inputs (FFN up + bias) are int16, 65536-entry tables
+    assert sum(r.mode == "int16" and "only lookup tables read it" in r.detail
+               for r in rows) == 6
     kept = [r for r in rows if r.op_type == "Add" and r.mode == "float"]
     assert len(kept) >= 24 and all("only float nodes read its result" in r.detail
                                    for r in kept)
     ref = _embed_each(lambda e: lowbit.run(graph, e)["last_hidden_state"], TEXTS)
     got = _embed_each(lambda e: lowbit.run(result.graph, e)["last_hidden_state"], TEXTS)
     cos = (ref * got).sum(1)
-    assert cos.min() >= 0.96 and cos.mean() >= 0.98, cos
+    assert cos.min() >= 0.975 and cos.mean() >= 0.985, cos
 
     lowbit.save(result.graph, tmp_path / "q.onnx", format="qdq")
     enc = minilm_tokens([TEXTS[1]])
@@ -230,7 +236,7 @@ def test_minilm_static_defaults_keep_scores_on_human_labels(minilm_static):
     """What the embeddings are for, on real human labels (gensim's test data): the Lee
     documents' similarities against human judgements (float Pearson r 0.656, ../shared/EVAL.md)
     and a sentiment probe trained on the float embeddings of 200 labelled sentences, applied to
-    the quantized model's (10-fold). Measured: r 0.669 against 0.656, probe 74.0 % against
+    the quantized model's (10-fold). Measured: r 0.663 against 0.656, probe 74.0 % against
     74.5 % (one sentence); ONNX Runtime's quantize_static per channel loses 0.058 and 3 points
     (benchmarks/static_vs_onnxruntime.py)."""
     graph, result = minilm_static

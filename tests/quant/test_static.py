@@ -416,15 +416,16 @@ def test_nodes_only_float_nodes_read_stay_float():
 
 @pytest.mark.parametrize("form", ["qdq", "qoperator"])
 def test_product_before_its_bias_add_keeps_an_int16_result(tmp_path, form):
-    """ONNX has no MatMul with bias: with `int16_before_bias`, the up projection's result,
-    read only by the Add of its bias, is rounded to int16 (an int8 x int8 product still), so
-    the 8-bit rounding happens once, after the bias. That Add's result is closer to float than
-    with two 8-bit roundings (the default), and both exports run in ONNX Runtime to lowbit's
-    result."""
+    """ONNX has no MatMul with bias: with `int16_before_bias` (the default), the up
+    projection's result, read only by the Add of its bias, is rounded to int16 (an int8 x int8
+    product still), so the 8-bit rounding happens once, after the bias. That Add's result is
+    closer to float than with two 8-bit roundings (the setting off). Both exports run in ONNX
+    Runtime to lowbit's result, with the product computed in integers: the export writes its
+    result as float straight into the bias Add, which ONNX Runtime fuses."""
     graph = _post_ln_block()
     calib = [_residual_stream(4) for _ in range(4)]
     prof = lowbit.profile(graph, calib, progress=False)
-    result = quantize(graph, prof, QuantConfig.from_dict({"default": {"int16_before_bias": True}}))
+    result = quantize(graph, prof)
     up = next(n for n in result.graph.nodes if n.name == "up")
     assert up.outputs[0].type.dtype.name == "int16" and up.inputs[0].type.dtype.name == "int8"
     row = next(r for r in result.summary.rows if r.name == "up")
@@ -432,7 +433,7 @@ def test_product_before_its_bias_add_keeps_an_int16_result(tmp_path, form):
         row.detail
     bias = next(n for n in result.graph.nodes if n.name == "up_bias")
     assert bias.outputs[0].type.dtype.name == "int8"
-    off = quantize(graph, prof)  # the default: off
+    off = quantize(graph, prof, QuantConfig.from_dict({"default": {"int16_before_bias": False}}))
     assert next(n for n in off.graph.nodes if n.name == "up").outputs[0].type.dtype.name == \
         "int8"
     data = [_residual_stream(16) for _ in range(8)]
@@ -440,6 +441,14 @@ def test_product_before_its_bias_add_keeps_an_int16_result(tmp_path, form):
     # measured over 4 seeds of this block: +0.4 to +2.0 dB
     assert _sqnr(graph, result.graph, data, value) > _sqnr(graph, off.graph, data, value)
     _check_onnxruntime_agrees(result.graph, tmp_path, form, data[0])
+    model = onnx.load(tmp_path / "m.onnx")
+    up = next(n for n in model.graph.node if n.name == "up")
+    assert [n.op_type for n in model.graph.node if up.output[0] in n.input] == ["Add"]
+    options = ort.SessionOptions()
+    options.optimized_model_filepath = str(tmp_path / "optimized.onnx")
+    ort.InferenceSession(str(tmp_path / "m.onnx"), options, providers=["CPUExecutionProvider"])
+    ops = [n.op_type for n in onnx.load(tmp_path / "optimized.onnx").graph.node]
+    assert "MatMul" not in ops and ops.count("MatMulIntegerToFloat") == 2, ops
 
 
 def _sqnr(graph, quantized, data, value: str) -> float:
@@ -471,16 +480,14 @@ def _gelu_block() -> lowbit.Graph:
 
 @pytest.mark.parametrize("form", ["qdq", "qoperator"])
 def test_lookup_table_input_is_int16(tmp_path, form):
-    """With `int16_before_table`, the GELU's input, which only the GELU (a lookup table)
-    reads, is rounded to int16 and the table has 65536 entries; its output, read by a product,
-    is int8. With an outlier neuron setting the input's range, the GELU's result is closer to
-    float than with an 8-bit input (both with `int16_before_bias`), and both exports run in
-    ONNX Runtime to lowbit's."""
+    """With `int16_before_table` (the default), the GELU's input, which only the GELU (a
+    lookup table) reads, is rounded to int16 and the table has 65536 entries; its output, read
+    by a product, is int8. With an outlier neuron setting the input's range, the GELU's result
+    is closer to float than with an 8-bit input (the setting off; both with
+    `int16_before_bias`), and both exports run in ONNX Runtime to lowbit's."""
     graph = _gelu_block()
     prof = lowbit.profile(graph, [_residual_stream(4) for _ in range(4)], progress=False)
-    bias = {"int16_before_bias": True}  # the up projection's result int16 too
-    result = quantize(graph, prof, QuantConfig.from_dict(
-        {"default": {**bias, "int16_before_table": True}}))
+    result = quantize(graph, prof)
     nodes = {n.name: n for n in result.graph.nodes}
     assert nodes["up_bias"].outputs[0].type.dtype.name == "int16"
     assert nodes["gelu"].inputs[0].type.dtype.name == "int16"
@@ -488,7 +495,7 @@ def test_lookup_table_input_is_int16(tmp_path, form):
     assert nodes["down"].inputs[0].type.dtype.name == "int8"
     row = next(r for r in result.summary.rows if r.name == "up_bias")
     assert row.mode == "int16" and "only lookup tables read it" in row.detail
-    off = quantize(graph, prof, QuantConfig.from_dict({"default": bias}))
+    off = quantize(graph, prof, QuantConfig.from_dict({"default": {"int16_before_table": False}}))
     assert next(n for n in off.graph.nodes if n.name == "up_bias").outputs[0].type.dtype.name \
         == "int8"
     data = [_residual_stream(16) for _ in range(8)]

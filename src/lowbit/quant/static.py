@@ -27,8 +27,8 @@ only float nodes read (not a graph output) stays float, and says so, since round
 would add error and save no float work (a transformer's residual Adds before LayerNorm). A
 COMPUTE node whose result no integer node reads (a graph output, or only float nodes) returns
 it in float straight from its int32 accumulator (s_in * s_w * acc), so final logits are not
-rounded to 8 bits. Two settings, off by default (ONNX Runtime runs their exports through float),
-round a result to int16 instead of 8 bits where no product reads it directly: with
+rounded to 8 bits. Two settings, on by default, round a result to int16 instead of 8 bits where
+no product reads it directly: with
 `int16_before_bias`, a product whose only reader adds a constant (a MatMul's bias, rounded once
 after it); with `int16_before_table`, a result only integer lookup tables read (65536-entry
 tables).
