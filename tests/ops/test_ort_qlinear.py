@@ -92,8 +92,8 @@ def test_bad_operands_are_refused_with_the_node_named():
 def test_lowbit_reloads_its_own_qoperator_export_and_agrees_with_onnxruntime(tmp_path):
     """A quantized CNN with a skip Add, a Mul, a Sigmoid and global average pooling, exported
     in QOperator form (QLinearAdd, QLinearMul, QLinearSigmoid, QLinearGlobalAveragePool), loads
-    back into lowbit (it did not: those ops were refused) and computes what ONNX Runtime does on
-    the file."""
+    back into lowbit (it did not: those ops were refused), computes what ONNX Runtime does on
+    the file, and `dump` prints each such op's formula and parameters."""
     import sys
 
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "quant"))
@@ -113,6 +113,12 @@ def test_lowbit_reloads_its_own_qoperator_export_and_agrees_with_onnxruntime(tmp
     scale = np.abs(original).max()
     assert np.abs(ours - theirs).max() <= 0.05 * scale, np.abs(ours - theirs).max() / scale
     assert np.abs(ours - original).max() <= 0.05 * scale
+    from lowbit.tools.dump import dump
+
+    records, _ = dump(loaded, x)
+    add = next(r for r in records if r.op_type == "QLinearAdd")
+    assert add.integer[0].startswith("C = saturate(round_half_even((A_scale (A - A_zp)")
+    assert "C_zero_point" in add.integer[1]
 
 
 def test_models_quantized_by_onnxruntime_in_qoperator_form_load(tmp_path):

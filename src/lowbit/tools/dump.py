@@ -168,6 +168,8 @@ def integer_parameters(node: Node) -> tuple[list[str], dict[str, np.ndarray]]:
     if (node.domain, op) in ONNX_QLINEAR:
         _qlinear(node, lines, arrays)
         return lines, arrays
+    if node.domain == "com.microsoft" and op in ORT_QLINEAR:
+        return _ort_qlinear(node), arrays
     if node.domain in ("", "ai.onnx") and op in ("QuantizeLinear", "DequantizeLinear"):
         scale, zero = (list(node.inputs[1:]) + [None])[:2]
         formula = ("y = saturate(round_half_even(x / y_scale) + y_zero_point)"
@@ -242,6 +244,23 @@ ONNX_QLINEAR = {("", "QLinearConv"): (1, 4, 6, 7), ("", "QLinearMatMul"): (1, 4,
                 ("com.microsoft", "QGemm"): (1, 4, 7, 8)}
 """ONNX's quantized operators: input indices of (input scale, weight scale, output scale,
 output zero point)."""
+
+
+ORT_QLINEAR = frozenset({"QLinearAdd", "QLinearMul", "QLinearConcat", "QLinearSigmoid",
+                         "QLinearLeakyRelu", "QLinearGlobalAveragePool"})
+"""ONNX Runtime's QLinear ops computed from float32 formulas (`lowbit.ops.ort_qlinear`)."""
+
+
+def _ort_qlinear(node: Node) -> list[str]:
+    """The op's formula (its docstring) and the values of its scales and zero points."""
+    op = lookup(node.op_type, node.domain)
+    assert op is not None and op.__doc__
+    names = [n.rstrip("?*") for n in op.inputs]
+    params = [f"{names[i] if i < len(names) else f'input {i}'} {_p_value(v)}"
+              for i, v in enumerate(node.inputs)
+              if v is not None and i > 0 and (v.type is None or v.type.dtype.is_float
+                                              or (v.is_constant and v.const_value.size == 1))]
+    return [" ".join(op.__doc__.split()) + " (ONNX Runtime)", "; ".join(params)]
 
 
 def _qlinear(node: Node, lines: list[str], arrays: dict[str, np.ndarray]) -> None:
