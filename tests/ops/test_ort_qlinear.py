@@ -12,7 +12,7 @@ import numpy as np
 import onnx
 import pytest
 from onnx import helper
-from ort_compare import run_lowbit, run_ort
+from ort_compare import calibration_reader, run_lowbit, run_ort
 
 import lowbit
 
@@ -125,7 +125,7 @@ def test_models_quantized_by_onnxruntime_in_qoperator_form_load(tmp_path):
     """onnxruntime.quantization.quantize_static in QOperator form writes QLinearAdd,
     QLinearConcat, QLinearGlobalAveragePool and QLinearSigmoid for a CNN with those ops; lowbit
     loads the model and its logits follow ONNX Runtime's."""
-    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, quantize_static
+    from onnxruntime.quantization import QuantFormat, quantize_static
 
     w = {n: onnx.numpy_helper.from_array((RNG.normal(size=s) * 0.3).astype(np.float32), n)
          for n, s in (("w1", (8, 3, 3, 3)), ("w2", (8, 8, 3, 3)), ("wm", (16, 4)))}
@@ -145,17 +145,11 @@ def test_models_quantized_by_onnxruntime_in_qoperator_form_load(tmp_path):
     model.ir_version = 8
     data = [RNG.normal(size=(1, 3, 8, 8)).astype(np.float32) for _ in range(12)]
 
-    class Reader(CalibrationDataReader):
-        def __init__(self) -> None:
-            self.it = iter({"x": d} for d in data[:8])
-
-        def get_next(self):
-            return next(self.it, None)
-
     with tempfile.TemporaryDirectory() as tmp:
         src, dst = os.path.join(tmp, "f.onnx"), os.path.join(tmp, "q.onnx")
         onnx.save(model, src)
-        quantize_static(src, dst, Reader(), quant_format=QuantFormat.QOperator,
+        quantize_static(src, dst, calibration_reader([{"x": d} for d in data[:8]]),
+                        quant_format=QuantFormat.QOperator,
                         per_channel=True, reduce_range=True)
         quantized = onnx.load(dst)
         loaded = lowbit.load(dst)

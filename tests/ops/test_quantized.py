@@ -32,7 +32,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
-from ort_compare import run_lowbit, run_ort
+from ort_compare import calibration_reader, run_lowbit, run_ort
 
 import lowbit
 from lowbit.errors import LowbitError, ModelError, UnsupportedError
@@ -763,7 +763,6 @@ def _float_cnn(rng: np.random.Generator) -> onnx.ModelProto:
 @pytest.mark.parametrize("form", ["qoperator", "qdq", "dynamic"])
 def test_models_quantized_by_onnxruntime_agree_with_it(form):
     from onnxruntime.quantization import (
-        CalibrationDataReader,
         QuantFormat,
         QuantType,
         quantize_dynamic,
@@ -773,13 +772,6 @@ def test_models_quantized_by_onnxruntime_agree_with_it(form):
     rng = np.random.default_rng(11)
     batches = [rng.standard_normal((1, 3, 16, 16)).astype(np.float32) for _ in range(12)]
 
-    class Reader(CalibrationDataReader):
-        def __init__(self) -> None:
-            self.it = iter({"x": b} for b in batches[:8])
-
-        def get_next(self):
-            return next(self.it, None)
-
     with tempfile.TemporaryDirectory() as tmp:
         source, path = os.path.join(tmp, "float.onnx"), os.path.join(tmp, "quantized.onnx")
         onnx.save(_float_cnn(rng), source)
@@ -788,7 +780,8 @@ def test_models_quantized_by_onnxruntime_agree_with_it(form):
         else:
             # reduce_range keeps int8 weights in [-64, 63], where ONNX Runtime's uint8 x int8
             # products cannot saturate (see the module docstring).
-            quantize_static(source, path, Reader(), per_channel=True, reduce_range=True,
+            quantize_static(source, path, calibration_reader([{"x": b} for b in batches[:8]]),
+                            per_channel=True, reduce_range=True,
                             quant_format=QuantFormat.QOperator if form == "qoperator"
                             else QuantFormat.QDQ, activation_type=QuantType.QUInt8,
                             weight_type=QuantType.QInt8)
