@@ -23,15 +23,11 @@ RNG = np.random.default_rng(7)
 
 
 def _reseed(name: str) -> None:
-    """Draws restart from a generator of their own, so what a test sees does not depend on which
-    tests ran before it (a `-k` selection, another order)."""
+    """Draws restart from a generator of their own (tests/conftest.py does so before each
+    test; the module's fixture does it too, so its data does not depend on the test that
+    creates it)."""
     global RNG
     RNG = np.random.default_rng(zlib.crc32(name.encode()))
-
-
-@pytest.fixture(autouse=True)
-def _own_draws(request):
-    _reseed(request.node.name)
 
 
 def _init(name, shape, scale=0.3):
