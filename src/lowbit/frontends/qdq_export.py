@@ -174,10 +174,10 @@ class _Lowering:
     def _product_before_bias(self, node: Node) -> bool:
         """A product with a 16-bit result that only an Add of a constant (its bias) reads, as
         `int16_before_bias` makes: its result is written as float, with no Q/DQ pair before
-        the Add, so that runtimes fuse the product, its bias and the Add's QuantizeLinear into
-        one integer product with an int32 bias rounded once (ONNX Runtime: QGemm). This leaves
-        out lowbit's int16 rounding in between, 1/256 of the Add's int8 step: the two agree
-        within one code."""
+        the Add, so that runtimes compute the product in integers and round once, after the
+        bias (ONNX Runtime: MatMulIntegerToFloat, then the Add and the QuantizeLinear). This
+        leaves out lowbit's int16 rounding in between, about 1/256 of the Add's 8-bit step:
+        the two agree within one code."""
         out = node.outputs[0]
         if node.op_type not in _MIXED_TYPES or len(node.outputs) != 1 or not _quantized(out) \
                 or out.type.dtype.bits != 16 or out in self.g.outputs:
