@@ -44,6 +44,7 @@ import lowbit  # noqa: E402
 from lowbit.quant.config import QuantConfig  # noqa: E402
 from realmodels import (  # noqa: E402
     MINILM_CALIBRATION_TEXTS,
+    calibration_reader,
     efficientnet,
     lee_documents,
     lee_pearson,
@@ -64,18 +65,11 @@ def ort_session(path):
     return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
 
 def ort_quantize(src, dst, calib, per_channel: bool, reduce_range: bool = False) -> None:
-    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, quantize_static
-
-    class Reader(CalibrationDataReader):
-        def __init__(self) -> None:
-            self.it = iter(calib)
-
-        def get_next(self):
-            return next(self.it, None)
+    from onnxruntime.quantization import QuantFormat, quantize_static
 
     # ONNX Runtime writes temporary models (and their external data) to the working directory
     with contextlib.chdir(Path(dst).parent):
-        quantize_static(str(src), str(dst), Reader(), quant_format=QuantFormat.QDQ,
+        quantize_static(str(src), str(dst), calibration_reader(calib), quant_format=QuantFormat.QDQ,
                         per_channel=per_channel, reduce_range=reduce_range)
 
 def nncf_quantize(src, dst, calib, transformer: bool = False) -> None:

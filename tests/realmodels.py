@@ -296,3 +296,17 @@ def lee_pearson(emb: np.ndarray, sims: np.ndarray) -> float:
     cos = emb @ emb.T
     upper = np.triu_indices(len(emb), 1)
     return float(np.corrcoef(cos[upper], sims[upper])[0, 1])
+
+
+def calibration_reader(feeds: list[dict[str, np.ndarray]]):
+    """An onnxruntime.quantization CalibrationDataReader over `feeds`, one batch each."""
+    from onnxruntime.quantization import CalibrationDataReader
+
+    class Reader(CalibrationDataReader):
+        def __init__(self) -> None:
+            self.it = iter(feeds)
+
+        def get_next(self):
+            return next(self.it, None)
+
+    return Reader()

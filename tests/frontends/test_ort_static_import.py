@@ -89,3 +89,27 @@ def test_mnistnet_from_onnxruntime_quantize_static_qoperator(tmp_path, digits, p
     assert sum(n.op_type == "QGemm" and n.domain == "com.microsoft" for n in graph.nodes) == 2
     _check_integers_kept(model, graph)
     _check_same_as_ort(path, graph, digits)
+
+
+def test_efficientnet_lite0_from_onnxruntime_quantize_static_qoperator(tmp_path):
+    """EfficientNet-Lite0 through quantize_static in QOperator form has 9 QLinearAdd (its
+    residual Adds), which lowbit refused before it imported ONNX Runtime's element-wise QLinear
+    ops. It loads, and lowbit.run gives ONNX Runtime's logits on real photos (measured: equal
+    to the last bit)."""
+    from onnxruntime.quantization import QuantFormat, quantize_static
+
+    from realmodels import calibration_reader, efficientnet, load_photos
+
+    photos = load_photos()
+    path = tmp_path / "efficientnet.qop.onnx"
+    calib = calibration_reader([{"input": photos[i:i + 1]} for i in range(0, len(photos), 9)])
+    quantize_static(str(efficientnet(True)), str(path), calib,
+                    quant_format=QuantFormat.QOperator, per_channel=True)
+    ops = [n.op_type for n in onnx.load(str(path)).graph.node]
+    assert ops.count("QLinearAdd") == 9 and ops.count("QLinearConv") == 49
+    graph = lowbit.load(path)
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    for i in (1, 40, 80):
+        x = {"input": photos[i:i + 1]}
+        ours, theirs = lowbit.run(graph, x)["logits"], session.run(None, x)[0]
+        assert np.abs(ours - theirs).max() <= 1e-3 * np.abs(theirs).max(), i

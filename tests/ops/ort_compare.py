@@ -53,16 +53,3 @@ def run_both(op_type: str, inputs: Mapping[str, np.ndarray], attrs: Mapping[str,
     model = one_node_model(op_type, inputs, attrs, opset=opset)
     return run_lowbit(model, inputs)[0], run_ort(model, inputs)[0]
 
-
-def calibration_reader(feeds: list[Mapping[str, np.ndarray]]):
-    """An onnxruntime.quantization CalibrationDataReader over `feeds`, one batch each."""
-    from onnxruntime.quantization import CalibrationDataReader
-
-    class Reader(CalibrationDataReader):
-        def __init__(self) -> None:
-            self.it = iter(feeds)
-
-        def get_next(self):
-            return next(self.it, None)
-
-    return Reader()

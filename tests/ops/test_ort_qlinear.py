@@ -12,9 +12,10 @@ import numpy as np
 import onnx
 import pytest
 from onnx import helper
-from ort_compare import calibration_reader, run_lowbit, run_ort
+from ort_compare import run_lowbit, run_ort
 
 import lowbit
+from realmodels import calibration_reader
 
 RNG = np.random.default_rng(23)
 

@@ -32,13 +32,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
-from ort_compare import calibration_reader, run_lowbit, run_ort
+from ort_compare import run_lowbit, run_ort
 
 import lowbit
 from lowbit.errors import LowbitError, ModelError, UnsupportedError
 from lowbit.frontends.onnx_import import import_model
 from lowbit.ir import dtypes
 from lowbit.passes import canonicalize
+from realmodels import calibration_reader
 
 SETTINGS = settings(max_examples=40, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
