@@ -17,15 +17,13 @@ from __future__ import annotations
 import argparse
 import sys
 import tempfile
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
 sys.path[:0] = [str(Path(__file__).parent), str(Path(__file__).parent.parent / "tests")]
 
-from dynamic_vs_peers import ort_session  # noqa: E402
+from dynamic_vs_peers import ort_session, timed  # noqa: E402
 from static_vs_onnxruntime import ort_quantize  # noqa: E402
 
 import lowbit  # noqa: E402
@@ -43,15 +41,6 @@ MINILM_SETTINGS = {
     "lowbit, int16 before bias and table off": {
         "default": {"int16_before_bias": False, "int16_before_table": False}},
 }
-
-
-def timed(run: Callable[[dict], object], feed: dict, repeats: int) -> float:
-    """Mean seconds of `run(feed)` over `repeats` runs, after one warm-up run."""
-    run(feed)
-    start = time.perf_counter()
-    for _ in range(repeats):
-        run(feed)
-    return (time.perf_counter() - start) / repeats
 
 
 def exports(src: Path, calib: list[dict], settings: dict[str, dict], tmp: Path

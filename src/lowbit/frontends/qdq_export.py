@@ -57,6 +57,7 @@ class _Lowering:
         self.g = graph
         self.form = form
         self._scales: dict[tuple, tuple[Value, Value]] = {}
+        self._readers = graph.users()
 
     # -- helpers --------------------------------------------------------------------------------
     def params(self, t: TensorType, before: Node) -> tuple[Value, Value]:
@@ -120,7 +121,6 @@ class _Lowering:
 
     # -- driver ---------------------------------------------------------------------------------
     def run(self) -> Graph:
-        self._readers = self.g.users()
         for node in list(self.g.nodes):
             if node.op_type == CONSTANT:
                 continue

@@ -64,14 +64,12 @@ def move_activations_to_uint8(g: Graph, keep_symmetric: bool = False) -> Graph:
     `keep_symmetric` leaves int8 values with zero point 0 as they are (the QDQ form)."""
     boundary = {id(v) for v in (*g.inputs, *g.outputs)}
     users = g.users()
-    moved: set[int] = set()
     for node in list(g.nodes):
         for v in node.outputs:
             if not _movable(v, keep_symmetric) or id(v) in boundary:
                 continue
             if not v.is_constant:
                 v.type = _moved_type(v.type)
-                moved.add(id(v))
                 continue
             readers = users.get(v, [])
             others = [(n, i) for n, i in readers if not _is_weight(n, i)]
@@ -80,22 +78,22 @@ def move_activations_to_uint8(g: Graph, keep_symmetric: bool = False) -> Graph:
             if len(others) == len(readers):
                 node.attrs["value"] = _read_only(_moved_array(v.const_value))
                 v.type = _moved_type(v.type)
-                moved.add(id(v))
                 continue
             copy = g.add_constant(_moved_array(v.const_value), f"{v.name}_u8", before=node)
             copy.type = _moved_type(v.type)
-            moved.add(id(copy))
             for n, i in others:
                 n.inputs[i] = copy
     for node in g.nodes:
-        if node.op_type == "Pad" and id(node.inputs[0]) in moved:
+        if node.op_type == "Pad":
             _move_pad_code(g, node)
     return g
 
 
 def _move_pad_code(g: Graph, node: Node) -> None:
+    """A pad code stays in its data's type: an int8 one next to data moved to uint8 moves."""
     code = node.input_or_none(2)
-    if code is None or code.type.dtype != dtypes.INT8:
+    if code is None or code.type.dtype != dtypes.INT8 or \
+            node.inputs[0].type.dtype != dtypes.UINT8:
         return
     node.inputs[2] = g.add_constant(_moved_array(code.const_value), f"{node.name}_pad_u8",
                                     before=node)

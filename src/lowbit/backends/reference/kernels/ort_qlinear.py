@@ -7,25 +7,25 @@ from __future__ import annotations
 import numpy as np
 
 from lowbit.backends.reference.kernels import kernel
-from lowbit.backends.reference.kernels.quantized import requantize
+from lowbit.backends.reference.kernels.quantized import _scalar, requantize
 
 F = np.float32
 
 
-def _scalar(a) -> np.ndarray:
-    return np.asarray(a).reshape(())
+def _zero(zero) -> int:
+    """A zero point's value; 0 when the optional input is absent."""
+    return 0 if zero is None else int(_scalar(zero))
 
 
 def _real(x, scale, zero) -> np.ndarray:
-    """float32(scale * (x - zero)); zero 0 when absent."""
-    z = 0 if zero is None else int(_scalar(zero))
+    """float32(scale * (x - zero))."""
     with np.errstate(all="ignore"):
-        return F(_scalar(scale)) * (np.asarray(x).astype(np.int32) - z).astype(F)
+        return F(_scalar(scale)) * (np.asarray(x).astype(np.int32) - _zero(zero)).astype(F)
 
 
 def _quantize(v: np.ndarray, scale, zero, dtype: np.dtype) -> np.ndarray:
     """saturate(round_half_even(float32(v / scale)) + zero) in `dtype`."""
-    z = 0 if zero is None else int(_scalar(zero))
+    z = _zero(zero)
     info = np.iinfo(dtype)
     with np.errstate(all="ignore"):
         q = (np.asarray(v, F) / F(_scalar(scale))).astype(np.float64)
@@ -46,12 +46,11 @@ def qlinear_mul(node, inputs):
     C_scale): clamp(rint(float32(product) * M), qmin - C_zp, qmax - C_zp) + C_zp, broadcast
     (the integer product is exact in float32: at most 255^2)."""
     a, sa, za, b, sb, zb, sc, zc = (list(inputs) + [None] * 8)[:8]
-    product = (np.asarray(a).astype(np.int64) - (0 if za is None else int(_scalar(za)))) * \
-        (np.asarray(b).astype(np.int64) - (0 if zb is None else int(_scalar(zb))))
+    product = (np.asarray(a).astype(np.int64) - _zero(za)) * \
+        (np.asarray(b).astype(np.int64) - _zero(zb))
     with np.errstate(all="ignore"):
         m = F(F(F(_scalar(sa)) * F(_scalar(sb))) / F(_scalar(sc)))
-    zero = 0 if zc is None else int(_scalar(zc))
-    return [requantize(product, np.asarray(m), zero, np.asarray(a).dtype)]
+    return [requantize(product, np.asarray(m), _zero(zc), np.asarray(a).dtype)]
 
 
 def _table(node, inputs, f) -> np.ndarray:
@@ -88,9 +87,9 @@ def qlinear_global_average_pool(node, inputs):
     last = node.attrs["channels_last"]
     spatial = tuple(range(1, x.ndim - 1)) if last else tuple(range(2, x.ndim))
     size = int(np.prod([x.shape[i] for i in spatial]))
-    acc = (x.astype(np.int64) - int(_scalar(zx))).sum(axis=spatial, keepdims=True)
+    acc = (x.astype(np.int64) - _zero(zx)).sum(axis=spatial, keepdims=True)
     m = F(F(_scalar(sx)) / F(F(_scalar(sy)) * F(size)))
-    return [requantize(acc, np.asarray(m), int(_scalar(zy)), x.dtype)]
+    return [requantize(acc, np.asarray(m), _zero(zy), x.dtype)]
 
 
 @kernel("QLinearConcat", "com.microsoft")
@@ -102,6 +101,6 @@ def qlinear_concat(node, inputs):
     parts = []
     for i in range(2, len(inputs), 3):
         x, sx, zx = inputs[i:i + 3]
-        same = F(_scalar(sx)) == F(_scalar(sy)) and int(_scalar(zx)) == int(_scalar(zy))
+        same = F(_scalar(sx)) == F(_scalar(sy)) and _zero(zx) == _zero(zy)
         parts.append(np.asarray(x) if same else _quantize(_real(x, sx, zx), sy, zy, dtype))
     return [np.concatenate(parts, axis=node.attrs["axis"])]
