@@ -6,8 +6,10 @@ MINILM_CALIBRATION_TEXTS; batch 1, sequence length 128, as in benchmarks/dynamic
 statically quantized with lowbit and exported as QDQ and QOperator, next to ONNX Runtime's own
 quantize_static (QDQ, per channel, same calibration data). For MiniLM also with
 `int16_before_bias` and `int16_before_table` off (8-bit results before bias Adds and lookup
-tables; both are on by default). 2 threads, every model timed in the same run as its float
-model.
+tables; both are on by default). PaddleOCR's PP-OCRv4 models (tests/realmodels.py: the
+direction classifier on a 48 x 192 text line, the recognizer on 48 x 320, the detector on a
+320 x 320 photo; calibrated on 15 lines or 29 photos). 2 threads, every model timed in the same
+run as its float model.
 
     python benchmarks/static_latency.py [--repeats 50]
 """
@@ -34,6 +36,9 @@ from realmodels import (  # noqa: E402
     load_photos,
     minilm,
     minilm_tokens,
+    ocr_model,
+    ocr_photos,
+    ocr_text_lines,
 )
 
 MINILM_SETTINGS = {
@@ -80,6 +85,13 @@ def main() -> None:
         paths = exports(minilm("eager", "dynamo"), calib, MINILM_SETTINGS, Path(tmp))
         table("all-MiniLM-L6-v2 in ONNX Runtime, batch 1, sequence 128, 2 threads", paths,
               minilm_tokens([" ".join(["word"] * 126)]), args.repeats)
+        inputs = {"cls": ocr_text_lines(45, width=192), "rec": ocr_text_lines(45),
+                  "det": ocr_photos()}
+        for name, data in inputs.items():
+            calib = [{"x": data[i:i + 1]} for i in range(0, len(data), 3)]
+            paths = exports(ocr_model(name), calib, {"lowbit defaults": {}}, Path(tmp))
+            table(f"PP-OCR {name} {tuple(data.shape[2:])} in ONNX Runtime, batch 1, 2 threads",
+                  paths, {"x": np.ascontiguousarray(data[1:2])}, args.repeats)
 
 
 if __name__ == "__main__":

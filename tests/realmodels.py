@@ -310,3 +310,85 @@ def calibration_reader(feeds: list[dict[str, np.ndarray]]):
             return next(self.it, None)
 
     return Reader()
+
+
+# -- PaddleOCR's PP-OCRv4 models (Apache-2.0), as the rapidocr-onnxruntime wheel ships them -----
+# Converted by Paddle2ONNX: batch norm spelled out as Mul and Add, HardSwish as Add, Clip, Mul and
+# Div, inputs declared [-1, 3, "?", "?"]. Inputs are scaled as (x / 255 - 0.5) / 0.5.
+OCR_MODELS = {
+    "det": "ch_PP-OCRv4_det_infer.onnx",  # text detection (PP-LCNetV3 and a DB head)
+    "rec": "ch_PP-OCRv4_rec_infer.onnx",  # text recognition (SVTR-LCNet, CTC over 6625 classes)
+    "cls": "ch_ppocr_mobile_v2.0_cls_infer.onnx",  # text direction: 0 or 180 degrees
+}
+OCR_FONTS = ("/usr/share/fonts/truetype/dejavu", "/usr/share/fonts/truetype/liberation")
+
+
+def ocr_model(name: str) -> Path:
+    """The path of one PP-OCR model file (pip install --no-deps rapidocr-onnxruntime)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("rapidocr_onnxruntime")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("pip install --no-deps rapidocr-onnxruntime==1.4.4")
+    return Path(spec.submodule_search_locations[0]) / "models" / OCR_MODELS[name]
+
+
+def _ocr_scaled(image) -> np.ndarray:
+    """A PIL RGB image as the PP-OCR models take it: CHW float32, (x / 255 - 0.5) / 0.5."""
+    return ((np.asarray(image, np.float32) / 255.0 - 0.5) / 0.5).transpose(2, 0, 1)
+
+
+def ocr_text_lines(n: int, width: int = 320, height: int = 48, seed: int = 0) -> np.ndarray:
+    """`n` text lines as the recognizer reads them, [n, 3, height, width]: 2 to 6 consecutive
+    words of the polarity sentences, rendered with the DejaVu and Liberation fonts (a different
+    font each line) at 26-39 px in dark ink on a light background, resized to `height` and
+    padded on the right with zeros (rapidocr's preprocessing)."""
+    from PIL import Image, ImageDraw, ImageFont
+
+    fonts = sorted(f for d in OCR_FONTS for f in glob.glob(os.path.join(d, "*.ttf")))
+    if not fonts:
+        raise RuntimeError("no fonts: apt-get install fonts-dejavu-core fonts-liberation")
+    rng = np.random.default_rng(seed)
+    words = " ".join(polarity_sentences()[0]).split()
+    lines = np.zeros((n, 3, height, width), np.float32)
+    for i in range(n):
+        k = int(rng.integers(2, 7))
+        start = int(rng.integers(0, len(words) - k))
+        text = " ".join(words[start:start + k])
+        font = ImageFont.truetype(fonts[i % len(fonts)], int(rng.integers(26, 40)))
+        left, top, right, bottom = font.getbbox(text)
+        paper = tuple(int(v) for v in rng.integers(170, 256, 3))
+        ink = tuple(int(v) for v in rng.integers(0, 90, 3))
+        im = Image.new("RGB", (right - left + 16, bottom - top + 12), paper)
+        ImageDraw.Draw(im).text((8 - left, 6 - top), text, font=font, fill=ink)
+        w = min(width, int(np.ceil(height * im.size[0] / im.size[1])))
+        lines[i, :, :, :w] = _ocr_scaled(im.resize((w, height), Image.BILINEAR))
+    return lines
+
+
+def ocr_photos(size: int = 320) -> np.ndarray:
+    """The photos of `photo_paths` resized to size x size, as the detector reads them."""
+    from PIL import Image
+
+    arrays = []
+    for path in photo_paths():
+        try:
+            with Image.open(path) as im:
+                if im.mode not in ("RGB", "L", "RGBA", "P") or min(im.size) < 32:
+                    continue
+                arrays.append(_ocr_scaled(im.convert("RGB").resize((size, size),
+                                                                   Image.BILINEAR)))
+        except OSError:
+            continue
+    return np.stack(arrays)
+
+
+def ctc_strings(probs: np.ndarray) -> list[tuple[int, ...]]:
+    """Greedy CTC decoding of the recognizer's [n, steps, classes] output: the best class per
+    step, repeats merged, blanks (class 0) dropped."""
+    best = probs.argmax(-1)
+    out = []
+    for row in best:
+        keep = np.concatenate([[True], row[1:] != row[:-1]]) & (row != 0)
+        out.append(tuple(int(c) for c in row[keep]))
+    return out

@@ -138,6 +138,23 @@ def test_absurd_declared_dimensions(tmp_path, dims):
         lowbit.load(_save(_model([_ident()], inputs=inputs), tmp_path))
 
 
+def test_minus_one_and_question_mark_dimensions_read_as_unknown(tmp_path):
+    # PaddleOCR's classifier (through Paddle2ONNX) declares its input [-1, 3, "?", "?"]: two
+    # "?" are two independent unknowns, not one named dimension
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [-1, 3, "?", "?"])]
+    graph = lowbit.load(_save(_model([_ident()], inputs=inputs), tmp_path))
+    assert graph.inputs[0].type.shape == (None, 3, None, None)
+    x = np.arange(24, dtype=np.float32).reshape(2, 3, 1, 4)
+    np.testing.assert_array_equal(lowbit.run(graph, {"x": x})["y"], x)
+
+
+@pytest.mark.parametrize("n", [-2, -7])
+def test_other_negative_dimensions_refused(tmp_path, n):
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [n, 3])]
+    with pytest.raises(ModelError, match=f"dimension {n}, which is absurd"):
+        lowbit.load(_save(_model([_ident()], inputs=inputs), tmp_path))
+
+
 def test_absurd_initializer_dims(tmp_path):
     w = TensorProto(name="w", data_type=TensorProto.FLOAT, dims=[1 << 30, 1 << 30])
     with pytest.raises(ModelError, match="absurd"):

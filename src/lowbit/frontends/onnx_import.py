@@ -141,11 +141,17 @@ def _dims(shape_proto, where: str) -> tuple[Dim, ...]:
     for d in shape_proto.dim:
         if d.HasField("dim_value"):
             n = int(d.dim_value)
+            if n == -1:
+                # Paddle2ONNX and some older converters write -1 (and the name "?", below) for
+                # a dimension known only at run time; ONNX Runtime reads both as unknown and
+                # independent of each other, and so does lowbit.
+                dims.append(None)
+                continue
             if n < 0 or n > MAX_DIM:
                 raise ModelError(f"{where} declares dimension {n}, which is absurd "
                                  f"(allowed: 0..{MAX_DIM})")
             dims.append(n)
-        elif d.HasField("dim_param") and d.dim_param:
+        elif d.HasField("dim_param") and d.dim_param and d.dim_param != "?":
             dims.append(d.dim_param)
         else:
             dims.append(None)

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from lowbit.ir.graph import Graph
 from lowbit.passes.dead_code import eliminate_dead_code
-from lowbit.passes.fold_batchnorm import fold_batch_norm
+from lowbit.passes.fold_batchnorm import fold_batch_norm, fold_channel_affine
 from lowbit.passes.fold_constants import fold_constants
 from lowbit.passes.fuse_activation import fuse_activations
+from lowbit.passes.fuse_hard_swish import fuse_hard_swish
 from lowbit.passes.fuse_layer_norm import fuse_layer_norms
 from lowbit.passes.pipeline import Pass, run_passes
 from lowbit.passes.static_reshape import constant_reshape_targets
@@ -25,8 +26,10 @@ OPTIMIZE_PIPELINE: list[Pass] = [
     fold_constants,  # shape sub-graphs and weight transforms become constants
     constant_reshape_targets,  # Reshape targets over symbolic dims become 0 / -1 constants
     fold_batch_norm,  # BN after Conv/Gemm disappears into the weights (exact up to rounding)
+    fold_channel_affine,  # so do per-channel Mul/Add/Sub/Div by constants after Conv/Gemm
     fuse_layer_norms,  # layer norms spelled out in elementwise ops (opset < 17) become one op
     fuse_activations,  # Relu/Clip become output clamps, which quantization turns into ranges
+    fuse_hard_swish,  # x * relu6(x + 3) / 6 spelled out becomes one HardSwish
     eliminate_dead_code,  # drop what the rewrites left behind
 ]
 
@@ -49,8 +52,10 @@ __all__ = [
     "constant_reshape_targets",
     "eliminate_dead_code",
     "fold_batch_norm",
+    "fold_channel_affine",
     "fold_constants",
     "fuse_activations",
+    "fuse_hard_swish",
     "fuse_layer_norms",
     "optimize",
     "run_passes",

@@ -1,4 +1,5 @@
-"""Batch-norm folding into the preceding Conv, ConvTranspose or Gemm."""
+"""Batch-norm folding, and folding of per-channel scales and shifts (batch norm spelled out
+as Mul and Add), into the preceding Conv, ConvTranspose or Gemm."""
 
 from __future__ import annotations
 
@@ -37,6 +38,68 @@ def _weight_axis(producer: Node, weight: np.ndarray) -> int | None:
     return None
 
 
+def _foldable_producer(graph: Graph, users: dict, x: Value | None) -> Node | None:
+    """The Conv, ConvTranspose (group 1) or Gemm writing `x`, when a per-channel scale and
+    shift of `x` can move into its constant weight and bias: `x` is its only output, nothing
+    else reads it, and it has no fused clamp."""
+    producer = x.producer if x is not None else None
+    if producer is None or producer.op_type not in ("Conv", "ConvTranspose", "Gemm"):
+        return None
+    if not _single_user(users, x, graph) or producer.attrs.get("fused_clip") is not None:
+        return None
+    if producer.op_type == "Gemm" and x.type is not None and x.type.rank != 2:
+        return None
+    w = producer.inputs[1].const_value if producer.inputs[1] is not None else None
+    b_in = producer.input_or_none(2)
+    if w is None or (b_in is not None and b_in.const_value is None):
+        return None
+    if _weight_axis(producer, w) is None:
+        return None
+    if producer.op_type == "Gemm" and b_in is not None and np.asarray(
+            b_in.const_value).size not in (1, w.shape[_weight_axis(producer, w)]):
+        return None
+    return producer
+
+
+def _output_channels(producer: Node) -> int:
+    w = producer.inputs[1].const_value
+    return int(w.shape[_weight_axis(producer, w)])
+
+
+def _scale_and_shift(graph: Graph, producer: Node, factor: np.ndarray, shift: np.ndarray,
+                     out: Value, tag: str) -> None:
+    """Make `producer` compute factor * y + shift per output channel, y its old result, and
+    write `out`: W' = W * factor along the output-channel axis, b' = b * factor + shift
+    (float64, stored in the weight's dtype)."""
+    w = producer.inputs[1].const_value
+    b_in = producer.input_or_none(2)
+    b = b_in.const_value if b_in is not None else None
+    axis = _weight_axis(producer, w)
+    channels = w.shape[axis]
+    if producer.op_type == "Gemm":
+        alpha = float(producer.attrs.get("alpha", 1.0))
+        beta = float(producer.attrs.get("beta", 1.0))
+    else:
+        alpha, beta = 1.0, 1.0
+    shape = [1] * w.ndim
+    shape[axis] = channels
+    new_w = (w.astype(np.float64) * factor.reshape(shape)).astype(w.dtype)
+    bias = np.zeros(channels) if b is None else np.broadcast_to(
+        np.asarray(b, dtype=np.float64).reshape(-1), (channels,)) * beta
+    new_b = (bias * factor + shift).astype(w.dtype)
+    # Gemm computes alpha*A*B + beta*C: fold the new bias into C with beta = 1.
+    if producer.op_type == "Gemm":
+        producer.attrs["beta"] = 1.0
+        producer.attrs["alpha"] = alpha
+    producer.inputs[1] = graph.add_constant(new_w, f"{producer.name}_{tag}_w", before=producer)
+    b_value = graph.add_constant(new_b, f"{producer.name}_{tag}_b", before=producer)
+    while len(producer.inputs) < 3:
+        producer.inputs.append(None)
+    producer.inputs[2] = b_value
+    producer.outputs[0] = out
+    out.producer = producer
+
+
 def fold_batch_norm(graph: Graph) -> Graph:
     """Fold every inference-mode BatchNormalization that reads the sole output of a Conv,
     ConvTranspose (group 1) or Gemm with constant weight (and bias) into that node.
@@ -51,53 +114,89 @@ def fold_batch_norm(graph: Graph) -> Graph:
     for bn in list(graph.nodes):
         if bn.op_type != "BatchNormalization" or len(bn.outputs) != 1:
             continue
-        x = bn.inputs[0]
-        producer = x.producer if x is not None else None
-        if producer is None or producer.op_type not in ("Conv", "ConvTranspose", "Gemm"):
-            continue
-        if not _single_user(users, x, graph) or producer.attrs.get("fused_clip") is not None:
-            continue
-        if producer.op_type == "Gemm" and x.type is not None and x.type.rank != 2:
-            continue
-        w = producer.inputs[1].const_value if producer.inputs[1] is not None else None
-        b_in = producer.input_or_none(2)
-        b = b_in.const_value if b_in is not None else None
+        producer = _foldable_producer(graph, users, bn.inputs[0])
         factors = _bn_factors(bn)
-        if w is None or factors is None or (b_in is not None and b is None):
-            continue
-        axis = _weight_axis(producer, w)
-        if axis is None:
+        if producer is None or factors is None:
             continue
         factor, shift = factors
-        channels = w.shape[axis]
-        if factor.shape != (channels,):
+        if factor.shape != (_output_channels(producer),):
             continue
-        if producer.op_type == "Gemm":
-            alpha = float(producer.attrs.get("alpha", 1.0))
-            beta = float(producer.attrs.get("beta", 1.0))
-            if b is not None and np.asarray(b).size not in (1, channels):
-                continue
-        else:
-            alpha, beta = 1.0, 1.0
-        shape = [1] * w.ndim
-        shape[axis] = channels
-        new_w = (w.astype(np.float64) * factor.reshape(shape)).astype(w.dtype)
-        bias = np.zeros(channels) if b is None else np.broadcast_to(
-            np.asarray(b, dtype=np.float64).reshape(-1), (channels,)) * beta
-        new_b = (bias * factor + shift).astype(w.dtype)
-        # Gemm computes alpha*A*B + beta*C: fold the new bias into C with beta = 1.
-        if producer.op_type == "Gemm":
-            producer.attrs["beta"] = 1.0
-            producer.attrs["alpha"] = alpha
-        producer.inputs[1] = graph.add_constant(new_w, f"{producer.name}_bnfold_w",
-                                                before=producer)
-        b_value = graph.add_constant(new_b, f"{producer.name}_bnfold_b", before=producer)
-        while len(producer.inputs) < 3:
-            producer.inputs.append(None)
-        producer.inputs[2] = b_value
-        out = bn.outputs[0]
-        producer.outputs[0] = out
-        out.producer = producer
+        _scale_and_shift(graph, producer, factor, shift, bn.outputs[0], "bnfold")
         folded.append(bn)
     graph.remove_nodes(folded)
     return eliminate_dead_code(graph)
+
+
+def _per_channel(c: np.ndarray, rank: int, channels: int, axis: int) -> np.ndarray | None:
+    """`c` as one float64 value per channel, when broadcasting it against a result of `rank`
+    dimensions (channels along `axis`) neither grows the result nor varies along another axis."""
+    c = np.asarray(c, dtype=np.float64)
+    if c.ndim > rank:
+        return None
+    full = c.reshape((1,) * (rank - c.ndim) + c.shape)
+    if any(n != 1 for i, n in enumerate(full.shape) if i != axis):
+        return None
+    if full.shape[axis] not in (1, channels):
+        return None
+    return np.broadcast_to(full.reshape(-1), (channels,)).copy()
+
+
+def _affine_of(node: Node, x: Value, c: np.ndarray, channels: int,
+               rank: int, axis: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """(factor, shift) with node(x) = factor * x + shift per channel, for Mul, Add, Sub and
+    Div between `x` and the constant `c`; None when the node is not of that form."""
+    k = _per_channel(c, rank, channels, axis)
+    if k is None:
+        return None
+    x_first = node.inputs[0] is x
+    ones, zeros = np.ones(channels), np.zeros(channels)
+    op = node.op_type
+    if op == "Mul":
+        return k, zeros
+    if op == "Add":
+        return ones, k
+    if op == "Sub":
+        return (ones, -k) if x_first else (-ones, k)
+    if op == "Div" and x_first and np.all(k != 0):
+        return 1.0 / k, zeros
+    return None
+
+
+def fold_channel_affine(graph: Graph) -> Graph:
+    """Fold a Mul, Add, Sub or Div between the sole result of a Conv, ConvTranspose (group 1)
+    or Gemm with constant weight and a constant that is one number per output channel (or one
+    for all) into that node's weight and bias: batch norm spelled out as Mul and Add (as
+    Paddle2ONNX and TensorFlow converters write it) and learnable scales after a conv.
+
+    With y = factor * x + shift for the elementwise op (Mul: factor c; Add: shift c; Sub x - c:
+    shift -c, c - x: factor -1, shift c; Div x / c: factor 1/c): W' = W * factor along the
+    output-channel axis, b' = b * factor + shift, in float64. Repeats until nothing folds, so a
+    Mul then an Add both fold. Guarantees: the elementwise node is gone, the producer writes
+    its output value (same name and users), results equal the unfolded graph up to float
+    rounding.
+    """
+    while True:
+        users = graph.users()
+        folded: list[Node] = []
+        for node in list(graph.nodes):
+            if node.op_type not in ("Mul", "Add", "Sub", "Div") or len(node.inputs) != 2:
+                continue
+            for x, c in ((node.inputs[0], node.inputs[1]), (node.inputs[1], node.inputs[0])):
+                if c is None or c.const_value is None or x is None:
+                    continue
+                if x.type is None or x.type.shape is None or not x.type.dtype.is_float:
+                    continue
+                producer = _foldable_producer(graph, users, x)
+                if producer is None:
+                    continue
+                axis = 1 if producer.op_type != "Gemm" else x.type.rank - 1
+                affine = _affine_of(node, x, c.const_value, _output_channels(producer),
+                                    x.type.rank, axis)
+                if affine is None or not np.all(np.isfinite(affine[0]) & np.isfinite(affine[1])):
+                    continue
+                _scale_and_shift(graph, producer, *affine, node.outputs[0], "affine")
+                folded.append(node)
+                break
+        if not folded:
+            return eliminate_dead_code(graph)
+        graph.remove_nodes(folded)
