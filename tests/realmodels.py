@@ -349,12 +349,8 @@ def ocr_text_lines(n: int, width: int = 320, height: int = 48, seed: int = 0) ->
     if not fonts:
         raise RuntimeError("no fonts: apt-get install fonts-dejavu-core fonts-liberation")
     rng = np.random.default_rng(seed)
-    words = " ".join(polarity_sentences()[0]).split()
     lines = np.zeros((n, 3, height, width), np.float32)
-    for i in range(n):
-        k = int(rng.integers(2, 7))
-        start = int(rng.integers(0, len(words) - k))
-        text = " ".join(words[start:start + k])
+    for i, text in enumerate(ocr_texts(n, seed)):
         font = ImageFont.truetype(fonts[i % len(fonts)], int(rng.integers(26, 40)))
         left, top, right, bottom = font.getbbox(text)
         paper = tuple(int(v) for v in rng.integers(170, 256, 3))
@@ -364,6 +360,39 @@ def ocr_text_lines(n: int, width: int = 320, height: int = 48, seed: int = 0) ->
         w = min(width, int(np.ceil(height * im.size[0] / im.size[1])))
         lines[i, :, :, :w] = _ocr_scaled(im.resize((w, height), Image.BILINEAR))
     return lines
+
+
+def ocr_texts(n: int, seed: int = 0) -> list[str]:
+    """The texts `ocr_text_lines(n, seed=seed)` renders: 2 to 6 consecutive words of the
+    polarity sentences each."""
+    rng = np.random.default_rng(seed + 1)
+    words = " ".join(polarity_sentences()[0]).split()
+    texts = []
+    for _ in range(n):
+        k = int(rng.integers(2, 7))
+        start = int(rng.integers(0, len(words) - k))
+        texts.append(" ".join(words[start:start + k]))
+    return texts
+
+
+def ocr_characters() -> list[str]:
+    """The recognizer's classes: CTC blank, its dictionary (kept in the model's metadata), and
+    the space rapidocr appends."""
+    import onnx
+
+    model = onnx.load(str(ocr_model("rec")), load_external_data=False)
+    meta = {p.key: p.value for p in model.metadata_props}
+    return ["", *meta["character"].split("\n"), " "]
+
+
+def edit_distance(a: str, b: str) -> int:
+    """Levenshtein distance (insertions, deletions and substitutions cost 1)."""
+    row = list(range(len(b) + 1))
+    for i, ca in enumerate(a, 1):
+        diagonal, row[0] = row[0], i
+        for j, cb in enumerate(b, 1):
+            diagonal, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, diagonal + (ca != cb))
+    return row[len(b)]
 
 
 def ocr_photos(size: int = 320) -> np.ndarray:

@@ -16,7 +16,16 @@ from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
 
 import lowbit
 from lowbit.quant.config import QuantConfig
-from realmodels import calibration_reader, ctc_strings, ocr_model, ocr_photos, ocr_text_lines
+from realmodels import (
+    calibration_reader,
+    ctc_strings,
+    edit_distance,
+    ocr_characters,
+    ocr_model,
+    ocr_photos,
+    ocr_text_lines,
+    ocr_texts,
+)
 
 pytestmark = pytest.mark.realmodel
 
@@ -37,18 +46,19 @@ def _lowbit_outputs(graph, data: np.ndarray) -> np.ndarray:
     return np.concatenate([run({"x": d[None]})[name] for d in data])
 
 
-def _quantized(name: str, data: np.ndarray, tmp_path, config: QuantConfig | None = None):
-    """(float outputs, lowbit W8A8 outputs, ONNX Runtime per-channel QDQ outputs), both
-    calibrated on every third input."""
+def _quantized(name: str, data: np.ndarray, tmp_path, *configs: dict):
+    """(float outputs, lowbit W8A8 outputs for each config (defaults when none is given),
+    ONNX Runtime per-channel QDQ outputs), all calibrated on every third input."""
     graph = lowbit.load(ocr_model(name))
     calib = [{"x": data[i:i + 1]} for i in range(0, len(data), 3)]
-    q = lowbit.quantize(graph, lowbit.profile(graph, calib, progress=False), config)
+    profile = lowbit.profile(graph, calib, progress=False)
+    ours = [_lowbit_outputs(lowbit.quantize(graph, profile, QuantConfig.from_dict(c)), data)
+            for c in configs or ({},)]
     ort_path = tmp_path / f"{name}.ort.onnx"
     quantize_static(str(ocr_model(name)), str(ort_path), calibration_reader(calib),
                     quant_format=QuantFormat.QDQ, per_channel=True,
                     activation_type=QuantType.QInt8, weight_type=QuantType.QInt8)
-    return (_ort_outputs(ocr_model(name), data), _lowbit_outputs(q, data),
-            _ort_outputs(ort_path, data))
+    return _ort_outputs(ocr_model(name), data), ours, _ort_outputs(ort_path, data)
 
 
 # HardSwish nodes each model spells out in elementwise ops.
@@ -75,43 +85,63 @@ def test_pp_ocr_loads_folds_and_runs_as_onnxruntime(name):
 
 
 def test_pp_ocr_direction_classifier_int8(tmp_path):
-    """Measured (60 lines): lowbit 36.2 dB, every decision kept; ONNX Runtime 23.4 dB."""
+    """Measured (45 lines): every decision kept; lowbit 28.5 dB (28.0 with channel equalization
+    off), ONNX Runtime 21.9 dB."""
     lines = ocr_text_lines(45, width=192)
     lines[1::2] = lines[1::2, :, ::-1, ::-1]  # every other line upside down
-    ref, got, peer = _quantized("cls", lines, tmp_path)
+    ref, (got, plain), peer = _quantized("cls", lines, tmp_path, {},
+                                         {"default": {"equalization": 0}})
     assert (ref.argmax(1) == np.arange(len(lines)) % 2).mean() >= 0.9  # the float model reads it
-    assert (got.argmax(1) == ref.argmax(1)).all()
-    assert _sqnr(ref, got) >= 30.0, _sqnr(ref, got)
-    assert _sqnr(ref, got) >= _sqnr(ref, peer) + 6.0, (_sqnr(ref, got), _sqnr(ref, peer))
+    figures = [round(_sqnr(ref, v), 2) for v in (got, plain, peer)]
+    assert (got.argmax(1) == ref.argmax(1)).all(), figures
+    assert figures[0] >= 25.0 and figures[0] >= figures[2] + 4.0, figures
 
 
-def test_pp_ocr_recognizer_int8_beats_onnxruntime_but_loses_strings(tmp_path):
-    """The recognizer is the hard one: 8-bit activations lose at every layer of its PP-LCNetV3
-    backbone and SVTR neck alike (16-bit activations in any one third of the model gain at most
-    3 dB), so a W8A8 model reads the same string as float on only about half of the lines.
-    Measured (90 lines): lowbit 10.7 dB of the output probabilities, 54 % of the strings
-    identical, 91 % of the time steps; W8A16 27.2 dB and 91 % of the strings; ONNX Runtime
-    2.4 dB, no string identical."""
-    lines = ocr_text_lines(45)
-    ref, got, peer = _quantized("rec", lines, tmp_path)
-    same = np.mean([a == b for a, b in zip(ctc_strings(ref), ctc_strings(got), strict=True)])
-    peer_same = np.mean([a == b for a, b in zip(ctc_strings(ref), ctc_strings(peer),
-                                                strict=True)])
-    assert np.mean([len(s) >= 5 for s in ctc_strings(ref)]) >= 0.9  # the float model reads it
-    assert _sqnr(ref, got) >= _sqnr(ref, peer) + 5.0, (_sqnr(ref, got), _sqnr(ref, peer))
-    assert same >= 0.4, same
-    assert same >= peer_same + 0.3, (same, peer_same)
-    assert (got.argmax(-1) == ref.argmax(-1)).mean() >= 0.85
+def test_pp_ocr_recognizer_int8_reads_nearly_what_float_reads(tmp_path):
+    """The recognizer is the hard one: its PP-LCNetV3 convolutions read tensors whose largest
+    channel reaches 10-45 where the median one stays below 0.5 (after HardSwish and the
+    learnable affine), so one 8-bit scale per tensor leaves most channels a few codes; channel
+    equalization (`lowbit.quant.equalization`) gives them their range back. Measured here (45
+    lines): character error rate against the rendered texts float 10.0 %, lowbit 9.9 % (channel
+    equalization off 14.9 %), ONNX Runtime 46.4 %; the same string as float on 69 % of the
+    lines (off 51 %, ONNX Runtime 2 %); output SQNR 13.3 dB (off 10.5 dB, ONNX Runtime 4.0 dB).
+    On 90 lines, each calibration third: float 8.4 %, lowbit 9.2-11.7 %, off 14.6-21.4 %."""
+    lines, truth = ocr_text_lines(45), ocr_texts(45)
+    ref, (got, plain), peer = _quantized("rec", lines, tmp_path, {},
+                                         {"default": {"equalization": 0}})
+    chars = ocr_characters()
+
+    def strings(probs):
+        return ["".join(chars[c] for c in s) for s in ctc_strings(probs)]
+
+    def cer(probs):
+        errors = sum(edit_distance(a, b) for a, b in zip(strings(probs), truth, strict=True))
+        return errors / sum(len(t) for t in truth)
+
+    def same(probs):
+        return np.mean([a == b for a, b in zip(strings(probs), strings(ref), strict=True)])
+
+    figures = {k: (round(cer(v), 4), round(same(v), 4), round(_sqnr(ref, v), 2))
+               for k, v in (("float", ref), ("lowbit", got), ("off", plain), ("ort", peer))}
+    assert figures["float"][0] <= 0.12, figures  # the float model reads the lines
+    assert figures["lowbit"][0] <= figures["float"][0] + 0.03, figures
+    assert figures["lowbit"][0] <= figures["off"][0] - 0.03, figures
+    assert figures["lowbit"][1] >= 0.6 and figures["ort"][1] <= 0.1, figures
+    assert figures["lowbit"][2] >= figures["off"][2] + 1.5, figures
 
 
 def test_pp_ocr_detector_int8(tmp_path):
-    """The probability map thresholded at 0.3 (rapidocr's setting) keeps its shape.
-    Measured (87 photos): lowbit IoU 0.81, ONNX Runtime 0.77."""
+    """The probability map thresholded at 0.3 (rapidocr's setting) keeps its shape. Measured
+    (87 photos, each calibration third): lowbit IoU 0.86-0.90, with channel equalization off
+    0.79-0.85; ONNX Runtime 0.77."""
     photos = ocr_photos()
-    ref, got, peer = _quantized("det", photos, tmp_path)
+    ref, (got, plain), peer = _quantized("det", photos, tmp_path, {},
+                                         {"default": {"equalization": 0}})
 
     def iou(a, b):
         return ((a > 0.3) & (b > 0.3)).sum() / ((a > 0.3) | (b > 0.3)).sum()
 
-    assert iou(ref, got) >= 0.75, iou(ref, got)
-    assert iou(ref, got) >= iou(ref, peer), (iou(ref, got), iou(ref, peer))
+    figures = [round(iou(ref, v), 3) for v in (got, plain, peer)]
+    assert figures[0] >= 0.85, figures
+    assert figures[0] >= figures[1] + 0.03, figures  # channel equalization
+    assert figures[0] >= figures[2] + 0.05, figures  # ONNX Runtime

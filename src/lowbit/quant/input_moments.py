@@ -78,9 +78,10 @@ class InputMoments:
         return self.second / max(self.count, 1)
 
     def scaled(self, factors: np.ndarray) -> InputMoments:
-        """The moments of the vectors `x * factors` (one factor per element of K): S becomes
-        diag(f) S diag(f)."""
-        f = np.asarray(factors, np.float64).reshape(1, -1)
+        """The moments of the vectors `x * factors` (one factor per element of K, or [G, K]
+        one row per group): S becomes diag(f) S diag(f)."""
+        f = np.asarray(factors, np.float64)
+        f = f.reshape(1, -1) if f.ndim == 1 else f
         return InputMoments(self.node, self.second * f[:, :, None] * f[:, None, :], self.count)
 
 

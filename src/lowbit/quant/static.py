@@ -58,7 +58,14 @@ from lowbit.ir.verifier import verify
 from lowbit.ops import infer_node, lookup
 from lowbit.ops.registry import COMPUTE, KEEP, QUANT_DOMAIN, REQUANT, RESCALE, TABLE
 from lowbit.passes.quant_cleanup import simplify_quantize
-from lowbit.quant import bias_correction, calibration, schemes, smoothing, weight_rounding
+from lowbit.quant import (
+    bias_correction,
+    calibration,
+    equalization,
+    schemes,
+    smoothing,
+    weight_rounding,
+)
 from lowbit.quant.config import NodeSettings, QuantConfig
 from lowbit.quant.input_moments import moments_problem, moments_shape
 from lowbit.quant.observers import ChannelRange, StatsObserver
@@ -164,6 +171,9 @@ class _Builder:
         self.rows: list[NodeReport] = []
         self._quantized: dict[tuple[Value, TensorType], Value] = {}
         self._dequantized: dict[Value, Value] = {}
+        self._equalized = self._equalize()
+        """Conv name -> its input's channel equalization (`lowbit.quant.equalization`)."""
+        self._equalizers = {e.mul for e in self._equalized.values()}
         self._readers: dict[Value, list[Node]] = {}
         """The nodes reading each value (in the float graph: quantizing only adds readers of
         new values)."""
@@ -173,6 +183,26 @@ class _Builder:
         self._integer_readers = self._plan(plan_config)
         """Values that some node worth computing in integers reads, and graph outputs
         (`_plan`)."""
+        self._wide = equalization.wide_chain(self._readers, self._equalizers, _elementwise)
+        """Values rounded to int16 because only equalizing Muls read them, directly or
+        through elementwise nodes."""
+
+    def _equalize(self) -> dict[str, equalization.Equalized]:
+        done = {}
+        for node in list(self.g.nodes):
+            if node.op_type != "Conv" or not _is_float(node.inputs[0]):
+                continue
+            producer = node.inputs[0].producer
+            if producer is None or not (_elementwise(producer) or _rule(producer) == COMPUTE):
+                continue  # an int16 result would cost the producer (a pool, a Concat) its kernel
+            s = self.config.settings_for(node)
+            if not s.quantized or s.dtype.bits != 8 or s.equalization <= 0:
+                continue
+            eq = equalization.equalize(self.g, self.profile, node, s.equalization)
+            if eq is not None:
+                done[node.name] = eq
+                self._minmax.add(eq.mul.outputs[0].name)  # no histogram of x / t
+        return done
 
     # -- driver ---------------------------------------------------------------------------------
     def _plan(self, config: QuantConfig) -> set[Value]:
@@ -302,9 +332,12 @@ class _Builder:
         than 8 bits, or None: `int16_before_bias`, a product with a constant weight whose only
         reader adds a constant to it (its bias), or `int16_before_table`, a result that only
         lookup tables computing in integers read."""
+        out = node.outputs[0]
+        if out in self._wide and s.dtype.bits == 8 and rule != KEEP:
+            return "only a convolution's input channel equalization reads it: rounded to " \
+                f"{s.dtype.name} once, after it"
         if not (s.int16_before_bias or s.int16_before_table):
             return None
-        out = node.outputs[0]
         readers = self._readers.get(out, [])
         if s.dtype.bits != 8 or rule == KEEP or len(node.outputs) != 1 or not readers or \
                 out in self.g.outputs:
@@ -342,6 +375,10 @@ class _Builder:
 
     def _prepare_compute(self, node: Node, s: NodeSettings) -> str:
         smoothed = self._smooth(node, s)
+        eq = self._equalized.get(node.name)
+        if eq is not None:
+            smoothed += f", input channels equalized (alpha {s.equalization:g}, t " \
+                f"{eq.t.min():.3g}..{eq.t.max():.3g})"
         x_name = node.inputs[0].name
         x = self._int_input(node, 0, s)
         w_at = WEIGHT_INPUT[node.op_type]
@@ -512,6 +549,9 @@ class _Builder:
 
     def _quantize_constant_operand(self, node: Node, v: Value, s: NodeSettings) -> Value:
         array = v.const_value
+        if node in self._equalizers:  # already on its int16 grid (equalization.int16_constant)
+            return self._quantize_value(v, equalization.int16_constant(array)[1], node,
+                                        f"{v.name}_q")
         storage = _storage(s, bool(np.all(array >= 0)))
         params = calibration.weight_params(array, dtype=storage, scheme="asymmetric"
                                            if storage.bits == 8 else "symmetric")
@@ -628,6 +668,15 @@ def _is_float(v: Value | None) -> bool:
 
 def _is_int(v: Value | None) -> bool:
     return v is not None and v.type is not None and v.type.quant is not None
+
+
+def _elementwise(node: Node) -> bool:
+    """Whether `node` maps one non-constant input elementwise: a Mul, Add, Sub or Div with a
+    constant, or a lookup table (an int16 input makes its table 65536 entries)."""
+    data = [v for v in node.inputs if v is not None and not v.is_constant and _is_data(node, v)]
+    if len(data) != 1 or len(node.outputs) != 1:
+        return False
+    return _rule(node) == TABLE or node.op_type in ("Mul", "Add", "Sub", "Div")
 
 
 def _is_data(node: Node, v: Value) -> bool:
