@@ -121,9 +121,11 @@ def equalize(graph: Graph, profile: Profile, conv: Node, alpha: float) -> Equali
 
 
 def wide_chain(readers: dict[Value, list[Node]], muls: set[Node], elementwise) -> set[Value]:
-    """Values to keep in int16 ahead of the equalizing Muls: each Mul's input, and walking
-    back, the inputs of elementwise nodes (`elementwise(node)`) whose every reader is an
-    equalizing Mul or a node whose result is already in the set."""
+    """Values to keep in int16 ahead of the equalizing Muls: each Mul's input, and walking back
+    through elementwise nodes (`elementwise(node)`: a Mul or Add with a constant, a lookup
+    table), every value whose readers are all equalizing Muls or nodes whose result is already
+    in the set, down to and including the result of the first node that is not elementwise
+    (on PP-OCRv4 the Conv before HardSwish: its input range is set by the same few channels)."""
     wide: set[Value] = set()
     frontier = [m.inputs[0] for m in muls]
     while frontier:
@@ -134,7 +136,6 @@ def wide_chain(readers: dict[Value, list[Node]], muls: set[Node], elementwise) -
         if not users or not all(u in muls or any(o in wide for o in u.outputs) for u in users):
             continue
         wide.add(v)
-        node = v.producer
-        if elementwise(node):
-            frontier.extend(i for i in node.inputs if i is not None and not i.is_constant)
+        if elementwise(v.producer):
+            frontier.extend(i for i in v.producer.inputs if i is not None and not i.is_constant)
     return wide

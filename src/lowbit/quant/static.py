@@ -348,8 +348,9 @@ class _Builder:
             if len(other) == 1 and other[0] is not None and other[0].is_constant:
                 return f"its only reader adds a constant bias: rounded to {s.dtype.name} once, " \
                     "after it"
-        if s.int16_before_table and all(_rule(r) == TABLE and
-                                        self.config.settings_for(r).quantized for r in readers):
+        if s.int16_before_table and node.op_type != "Conv" and all(
+                _rule(r) == TABLE and self.config.settings_for(r).quantized for r in readers):
+            # (not a Conv's result: config.DEFAULT_INT16_BEFORE_TABLE says why)
             return "only lookup tables read it: 65536 entries, so its rounding is a 16-bit one"
         return None
 
