@@ -24,7 +24,7 @@ sys.path[:0] = [str(Path(__file__).parent.parent / "tests")]
 
 import lowbit  # noqa: E402
 from lowbit.quant.config import QuantConfig  # noqa: E402
-from realmodels import efficientnet, load_photos  # noqa: E402
+from realmodels import efficientnet, load_photos, sqnr  # noqa: E402
 
 # The first block's layers (stem conv, depthwise conv with weights up to 17.7 whose taps cancel,
 # projection) and the next most sensitive ones, found by quantizing one layer at a time.
@@ -48,11 +48,6 @@ SETTINGS = {
     "W16A16": {"default": {"precision": "int16", "weight_precision": "int16"}},
     "fp16": {"default": {"precision": "fp16"}},
 }
-
-
-def sqnr(ref: np.ndarray, got: np.ndarray) -> float:
-    return float(10 * np.log10((ref.astype(np.float64) ** 2).sum()
-                               / ((got.astype(np.float64) - ref) ** 2).sum()))
 
 
 def main() -> None:

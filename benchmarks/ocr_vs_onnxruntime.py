@@ -24,49 +24,27 @@ import numpy as np
 sys.path[:0] = [str(Path(__file__).parent.parent / "tests")]
 
 import onnxruntime as ort  # noqa: E402
-from onnxruntime.quantization import QuantFormat, QuantType, quantize_static  # noqa: E402
 
-import lowbit  # noqa: E402
-from lowbit.quant.config import QuantConfig  # noqa: E402
 from realmodels import (  # noqa: E402
-    calibration_reader,
     ctc_strings,
     edit_distance,
     ocr_characters,
     ocr_model,
     ocr_photos,
+    ocr_quantized,
     ocr_text_lines,
     ocr_texts,
+    onnxruntime_outputs,
+    sqnr,
 )
 
 SETTINGS = {"lowbit defaults": {}, "lowbit, equalization off": {"default": {"equalization": 0}}}
 
 
-def sqnr(ref: np.ndarray, got: np.ndarray) -> float:
-    ref, got = ref.astype(np.float64), got.astype(np.float64)
-    return float(10 * np.log10((ref ** 2).sum() / ((got - ref) ** 2).sum()))
-
-
-def ort_run(path, data: np.ndarray) -> np.ndarray:
-    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    return np.concatenate([session.run(None, {"x": d[None]})[0] for d in data])
-
-
 def outputs(name: str, data: np.ndarray, third: int, tmp: Path) -> dict[str, np.ndarray]:
     """Each method's outputs on all of `data`, calibrated on data[third::3]."""
-    graph = lowbit.load(ocr_model(name))
-    calib = [{"x": data[i:i + 1]} for i in range(third, len(data), 3)]
-    profile = lowbit.profile(graph, calib, progress=False)
-    out = {}
-    for label, config in SETTINGS.items():
-        run = lowbit.compile(lowbit.quantize(graph, profile, QuantConfig.from_dict(config)))
-        out[label] = np.concatenate([run({"x": d[None]})[graph.outputs[0].name] for d in data])
-    path = tmp / f"{name}_{third}.onnx"
-    quantize_static(str(ocr_model(name)), str(path), calibration_reader(calib),
-                    quant_format=QuantFormat.QDQ, per_channel=True,
-                    activation_type=QuantType.QInt8, weight_type=QuantType.QInt8)
-    out["ORT quantize_static per-channel"] = ort_run(path, data)
-    return out
+    ours, peer = ocr_quantized(name, data, tmp, list(SETTINGS.values()), third)
+    return {**dict(zip(SETTINGS, ours, strict=True)), "ORT quantize_static per-channel": peer}
 
 
 def main() -> None:
@@ -90,9 +68,9 @@ def main() -> None:
     def iou(ref, got):
         return ((ref > 0.3) & (got > 0.3)).sum() / ((ref > 0.3) | (got > 0.3)).sum()
 
-    rec_float = ort_run(ocr_model("rec"), lines)
-    det_float = ort_run(ocr_model("det"), photos)
-    cls_float = ort_run(ocr_model("cls"), flipped)
+    rec_float = onnxruntime_outputs(ocr_model("rec"), lines)
+    det_float = onnxruntime_outputs(ocr_model("det"), photos)
+    cls_float = onnxruntime_outputs(ocr_model("cls"), flipped)
     print(f"recognizer float: character error rate {cer(rec_float):.2%} on {len(lines)} lines")
     with tempfile.TemporaryDirectory() as tmp:
         for third in range(3):

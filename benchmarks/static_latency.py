@@ -26,7 +26,6 @@ import numpy as np
 sys.path[:0] = [str(Path(__file__).parent), str(Path(__file__).parent.parent / "tests")]
 
 from dynamic_vs_peers import ort_session, timed  # noqa: E402
-from static_vs_onnxruntime import ort_quantize  # noqa: E402
 
 import lowbit  # noqa: E402
 from lowbit.quant.config import QuantConfig  # noqa: E402
@@ -39,6 +38,7 @@ from realmodels import (  # noqa: E402
     ocr_model,
     ocr_photos,
     ocr_text_lines,
+    ort_quantize,
 )
 
 MINILM_SETTINGS = {

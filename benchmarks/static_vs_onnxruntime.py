@@ -27,7 +27,6 @@ what static quantization gives.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import sys
 import tempfile
 import time
@@ -44,7 +43,6 @@ import lowbit  # noqa: E402
 from lowbit.quant.config import QuantConfig  # noqa: E402
 from realmodels import (  # noqa: E402
     MINILM_CALIBRATION_TEXTS,
-    calibration_reader,
     efficientnet,
     lee_documents,
     lee_pearson,
@@ -52,6 +50,7 @@ from realmodels import (  # noqa: E402
     minilm,
     minilm_tokens,
     mnistnet,
+    ort_quantize,
     polarity_probe,
     polarity_sentences,
 )
@@ -63,14 +62,6 @@ def ort_session(path):
     options = ort.SessionOptions()
     options.intra_op_num_threads = 2
     return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-
-def ort_quantize(src, dst, calib, per_channel: bool, reduce_range: bool = False) -> None:
-    from onnxruntime.quantization import QuantFormat, quantize_static
-
-    # ONNX Runtime writes temporary models (and their external data) to the working directory
-    with contextlib.chdir(Path(dst).parent):
-        quantize_static(str(src), str(dst), calibration_reader(calib), quant_format=QuantFormat.QDQ,
-                        per_channel=per_channel, reduce_range=reduce_range)
 
 def nncf_quantize(src, dst, calib, transformer: bool = False) -> None:
     """NNCF's post-training quantization (its ONNX backend) with its defaults, as a new user

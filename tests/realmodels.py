@@ -298,6 +298,36 @@ def lee_pearson(emb: np.ndarray, sims: np.ndarray) -> float:
     return float(np.corrcoef(cos[upper], sims[upper])[0, 1])
 
 
+def ort_quantize(src, dst, calib: list[dict[str, np.ndarray]], per_channel: bool,
+                 reduce_range: bool = False) -> None:
+    """ONNX Runtime's quantize_static as a new user calls it: QDQ, int8 activations and
+    weights (its defaults), calibrated on `calib`."""
+    import contextlib
+
+    from onnxruntime.quantization import QuantFormat, quantize_static
+
+    # ONNX Runtime writes temporary models (and their external data) to the working directory
+    with contextlib.chdir(Path(dst).parent):
+        quantize_static(str(src), str(dst), calibration_reader(calib), quant_format=QuantFormat.QDQ,
+                        per_channel=per_channel, reduce_range=reduce_range)
+
+
+def onnxruntime_outputs(path, data: np.ndarray, name: str = "x") -> np.ndarray:
+    """The first output of the model at `path` in ONNX Runtime, one input of `data` a run,
+    concatenated."""
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    return np.concatenate([session.run(None, {name: d[None]})[0] for d in data])
+
+
+def sqnr(ref: np.ndarray, got: np.ndarray) -> float:
+    """10 log10(sum ref^2 / sum (got - ref)^2) in dB (float64; inf when they are equal)."""
+    ref, got = ref.astype(np.float64), got.astype(np.float64)
+    noise = ((got - ref) ** 2).sum()
+    return float(10 * np.log10((ref ** 2).sum() / noise)) if noise else float("inf")
+
+
 def calibration_reader(feeds: list[dict[str, np.ndarray]]):
     """An onnxruntime.quantization CalibrationDataReader over `feeds`, one batch each."""
     from onnxruntime.quantization import CalibrationDataReader
@@ -410,6 +440,26 @@ def ocr_photos(size: int = 320) -> np.ndarray:
         except OSError:
             continue
     return np.stack(arrays)
+
+
+def ocr_quantized(name: str, data: np.ndarray, tmp: Path, configs: list[dict],
+                  third: int = 0) -> tuple[list[np.ndarray], np.ndarray]:
+    """A PP-OCR model's outputs on all of `data` quantized by lowbit with each of `configs`
+    (QuantConfig dicts) and by ONNX Runtime's quantize_static (per channel), all calibrated
+    on data[third::3]."""
+    import lowbit
+    from lowbit.quant.config import QuantConfig
+
+    graph = lowbit.load(ocr_model(name))
+    calib = [{"x": data[i:i + 1]} for i in range(third, len(data), 3)]
+    profile = lowbit.profile(graph, calib, progress=False)
+    ours = []
+    for config in configs:
+        run = lowbit.compile(lowbit.quantize(graph, profile, QuantConfig.from_dict(config)))
+        ours.append(np.concatenate([run({"x": d[None]})[graph.outputs[0].name] for d in data]))
+    path = Path(tmp) / f"{name}_{third}.ort.onnx"
+    ort_quantize(ocr_model(name), path, calib, per_channel=True)
+    return ours, onnxruntime_outputs(path, data)
 
 
 def ctc_strings(probs: np.ndarray) -> list[tuple[int, ...]]:

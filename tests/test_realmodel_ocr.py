@@ -12,54 +12,29 @@ from __future__ import annotations
 import numpy as np
 import onnxruntime as ort
 import pytest
-from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
 
 import lowbit
-from lowbit.quant.config import QuantConfig
 from realmodels import (
-    calibration_reader,
     ctc_strings,
     edit_distance,
     ocr_characters,
     ocr_model,
     ocr_photos,
+    ocr_quantized,
     ocr_text_lines,
     ocr_texts,
+    onnxruntime_outputs,
+    sqnr,
 )
 
 pytestmark = pytest.mark.realmodel
 
 
-def _sqnr(ref: np.ndarray, got: np.ndarray) -> float:
-    ref, got = ref.astype(np.float64), got.astype(np.float64)
-    noise = ((got - ref) ** 2).sum()
-    return float(10 * np.log10((ref ** 2).sum() / noise)) if noise else float("inf")
-
-
-def _ort_outputs(path, data: np.ndarray) -> np.ndarray:
-    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    return np.concatenate([session.run(None, {"x": d[None]})[0] for d in data])
-
-
-def _lowbit_outputs(graph, data: np.ndarray) -> np.ndarray:
-    run = lowbit.compile(graph)
-    name = graph.outputs[0].name
-    return np.concatenate([run({"x": d[None]})[name] for d in data])
-
-
 def _quantized(name: str, data: np.ndarray, tmp_path, *configs: dict):
     """(float outputs, lowbit W8A8 outputs for each config (defaults when none is given),
     ONNX Runtime per-channel QDQ outputs), all calibrated on every third input."""
-    graph = lowbit.load(ocr_model(name))
-    calib = [{"x": data[i:i + 1]} for i in range(0, len(data), 3)]
-    profile = lowbit.profile(graph, calib, progress=False)
-    ours = [_lowbit_outputs(lowbit.quantize(graph, profile, QuantConfig.from_dict(c)), data)
-            for c in configs or ({},)]
-    ort_path = tmp_path / f"{name}.ort.onnx"
-    quantize_static(str(ocr_model(name)), str(ort_path), calibration_reader(calib),
-                    quant_format=QuantFormat.QDQ, per_channel=True,
-                    activation_type=QuantType.QInt8, weight_type=QuantType.QInt8)
-    return _ort_outputs(ocr_model(name), data), ours, _ort_outputs(ort_path, data)
+    ours, peer = ocr_quantized(name, data, tmp_path, list(configs or ({},)))
+    return onnxruntime_outputs(ocr_model(name), data), ours, peer
 
 
 # HardSwish nodes each model spells out in elementwise ops.
@@ -94,7 +69,7 @@ def test_pp_ocr_direction_classifier_int8(tmp_path):
     ref, (got, plain), peer = _quantized("cls", lines, tmp_path, {},
                                          {"default": {"equalization": 0}})
     assert (ref.argmax(1) == np.arange(len(lines)) % 2).mean() >= 0.9  # the float model reads it
-    figures = [round(_sqnr(ref, v), 2) for v in (got, plain, peer)]
+    figures = [round(sqnr(ref, v), 2) for v in (got, plain, peer)]
     sure = ref.max(1) >= 0.9
     assert sure.sum() >= 40 and (got.argmax(1) == ref.argmax(1))[sure].all(), figures
     assert figures[0] >= 24.0 and figures[0] >= figures[2] + 3.0, figures
@@ -123,7 +98,7 @@ def test_pp_ocr_recognizer_int8_reads_nearly_what_float_reads(tmp_path):
     def same(probs):
         return np.mean([a == b for a, b in zip(strings(probs), strings(ref), strict=True)])
 
-    figures = {k: (round(cer(v), 4), round(same(v), 4), round(_sqnr(ref, v), 2))
+    figures = {k: (round(cer(v), 4), round(same(v), 4), round(sqnr(ref, v), 2))
                for k, v in (("float", ref), ("lowbit", got), ("off", plain), ("ort", peer))}
     assert figures["float"][0] <= 0.12, figures  # the float model reads the lines
     assert figures["lowbit"][0] <= figures["float"][0] + 0.03, figures

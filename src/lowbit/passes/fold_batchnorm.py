@@ -53,10 +53,11 @@ def _foldable_producer(graph: Graph, users: dict, x: Value | None) -> Node | Non
     b_in = producer.input_or_none(2)
     if w is None or (b_in is not None and b_in.const_value is None):
         return None
-    if _weight_axis(producer, w) is None:
+    axis = _weight_axis(producer, w)
+    if axis is None:
         return None
-    if producer.op_type == "Gemm" and b_in is not None and np.asarray(
-            b_in.const_value).size not in (1, w.shape[_weight_axis(producer, w)]):
+    if producer.op_type == "Gemm" and b_in is not None and \
+            np.asarray(b_in.const_value).size not in (1, w.shape[axis]):
         return None
     return producer
 

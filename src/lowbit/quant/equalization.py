@@ -21,6 +21,7 @@ of that int16 constant, so the model computes what the float model does up to ro
 
 from __future__ import annotations
 
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 import numpy as np
@@ -30,6 +31,7 @@ from lowbit.ir.graph import Graph, Node, Value
 from lowbit.ir.types import TensorType
 from lowbit.quant.arith import dequantize, quantize
 from lowbit.quant.calibration import weight_params
+from lowbit.quant.observers import divided_stats
 from lowbit.quant.profile import Profile
 
 DISPARITY = 4.0
@@ -48,6 +50,8 @@ class Equalized:
     mul: Node
     t: np.ndarray
     """The factors actually applied (1 / the int16 constant)."""
+    constant: TensorType
+    """The int16 type the Mul's constant 1 / t is quantized with (it is on that grid)."""
 
 
 def _weight_per_input_channel(w: np.ndarray, groups: int) -> np.ndarray:
@@ -100,7 +104,7 @@ def equalize(graph: Graph, profile: Profile, conv: Node, alpha: float) -> Equali
     if t is None:
         return None
     shape = (1, t.size) + (1,) * (w.ndim - 2)
-    inverse, _ = int16_constant((1.0 / t).reshape(shape))
+    inverse, constant = int16_constant((1.0 / t).reshape(shape))
     t = 1.0 / inverse.reshape(-1).astype(np.float64)
     c = graph.add_constant(inverse, graph.unique_name(f"{conv.name}_equalization"), before=conv)
     mul = graph.make_node("Mul", [x, c], name=graph.unique_node_name(f"{conv.name}_equalize"),
@@ -109,18 +113,17 @@ def equalize(graph: Graph, profile: Profile, conv: Node, alpha: float) -> Equali
     conv.inputs[0] = mul.output
     conv.inputs[1] = graph.add_constant(_scaled_weight(w, groups, t),
                                         graph.unique_name(f"{w_in.name}_equalized"), before=conv)
-    from lowbit.quant.static import _divided
-
-    profile.stats[mul.output.name] = _divided(stats, 1, t, mul.output.name)
+    profile.stats[mul.output.name] = divided_stats(stats, 1, t, mul.output.name)
     moments = profile.moments.get(conv.name)
     if moments is not None:
         taps = moments.size // (w.shape[1])
         per_group = (1.0 / t).reshape(groups, -1)
         profile.moments[conv.name] = moments.scaled(np.repeat(per_group, taps, axis=1))
-    return Equalized(conv, mul, t)
+    return Equalized(conv, mul, t, constant)
 
 
-def wide_chain(readers: dict[Value, list[Node]], muls: set[Node], elementwise) -> set[Value]:
+def wide_chain(readers: dict[Value, list[Node]], muls: Collection[Node],
+               elementwise: Callable[[Node], bool]) -> set[Value]:
     """Values to keep in int16 ahead of the equalizing Muls: each Mul's input, and walking back
     through elementwise nodes (`elementwise(node)`: a Mul or Add with a constant, a lookup
     table), every value whose readers are all equalizing Muls or nodes whose result is already

@@ -367,6 +367,17 @@ class StatsObserver:
         self._counts, self._offset, self._exponent = counts, hist.offset, hist.exponent
 
 
+def divided_stats(stats: StatsObserver, axis: int, t: np.ndarray, name: str) -> StatsObserver:
+    """The statistics of x / t (t > 0 per channel along `axis`) from those of x: exact for the
+    channel ranges, sums and the tensor's extremes; no histogram."""
+    channel = stats.channels[axis]
+    divided = ChannelRange(axis, channel.min / t, channel.max / t,
+                           None if channel.sum is None else channel.sum / t, channel.count)
+    return StatsObserver(name, stats.bins, (axis,), count=stats.count, zeros=stats.zeros,
+                         min=float(np.nanmin(divided.min)), max=float(np.nanmax(divided.max)),
+                         channels={axis: divided})
+
+
 class _quiet_all_nan:
     """Silence numpy's RuntimeWarning for all-NaN slices (a channel with no finite value)."""
 

@@ -68,7 +68,7 @@ from lowbit.quant import (
 )
 from lowbit.quant.config import NodeSettings, QuantConfig
 from lowbit.quant.input_moments import moments_problem, moments_shape
-from lowbit.quant.observers import ChannelRange, StatsObserver
+from lowbit.quant.observers import divided_stats
 from lowbit.quant.profile import Profile, product_input_axis
 
 FIXED_RANGES: dict[str, tuple[float, float]] = {
@@ -173,7 +173,8 @@ class _Builder:
         self._dequantized: dict[Value, Value] = {}
         self._equalized = self._equalize()
         """Conv name -> its input's channel equalization (`lowbit.quant.equalization`)."""
-        self._equalizers = {e.mul for e in self._equalized.values()}
+        self._equalizers = {e.mul: e for e in self._equalized.values()}
+        """Equalizing Mul -> its equalization."""
         self._readers: dict[Value, list[Node]] = {}
         """The nodes reading each value (in the float graph: quantizing only adds readers of
         new values)."""
@@ -459,7 +460,7 @@ class _Builder:
             scaled = scaled.T
         node.inputs[1] = self.g.add_constant(scaled.astype(np.float32), self.g.unique_name(
             f"{w.name}_smoothed"), before=node)
-        self.profile.stats[mul.output.name] = _divided(stats, axis, t, mul.output.name)
+        self.profile.stats[mul.output.name] = divided_stats(stats, axis, t, mul.output.name)
         moments = self.profile.moments.get(node.name)
         if moments is not None:
             self.profile.moments[node.name] = moments.scaled(1.0 / t)
@@ -550,9 +551,9 @@ class _Builder:
 
     def _quantize_constant_operand(self, node: Node, v: Value, s: NodeSettings) -> Value:
         array = v.const_value
-        if node in self._equalizers:  # already on its int16 grid (equalization.int16_constant)
-            return self._quantize_value(v, equalization.int16_constant(array)[1], node,
-                                        f"{v.name}_q")
+        eq = self._equalizers.get(node)
+        if eq is not None:  # the constant is already on that int16 grid
+            return self._quantize_value(v, eq.constant, node, f"{v.name}_q")
         storage = _storage(s, bool(np.all(array >= 0)))
         params = calibration.weight_params(array, dtype=storage, scheme="asymmetric"
                                            if storage.bits == 8 else "symmetric")
@@ -635,17 +636,6 @@ class _Builder:
             d = self._dequantize(v, None)
             v.name, d.name = d.name, v.name
             self.g.outputs[i] = d
-
-
-def _divided(stats: StatsObserver, axis: int, t: np.ndarray, name: str) -> StatsObserver:
-    """The statistics of x / t (t > 0 per channel along `axis`) from those of x: exact for the
-    channel ranges, sums and the tensor's extremes; no histogram."""
-    channel = stats.channels[axis]
-    divided = ChannelRange(axis, channel.min / t, channel.max / t,
-                           None if channel.sum is None else channel.sum / t, channel.count)
-    return StatsObserver(name, stats.bins, (axis,), count=stats.count, zeros=stats.zeros,
-                         min=float(np.nanmin(divided.min)), max=float(np.nanmax(divided.max)),
-                         channels={axis: divided})
 
 
 def gemm_problem(node: Node) -> str | None:
