@@ -100,6 +100,19 @@ def test_factors_move_range_by_alpha_and_need_a_spread():
     assert factors(np.array([3.0, 2.0, 1.0, 1.5]), w, 0.5) is None  # max <= 4 x median
 
 
+def test_quiet_channels_are_not_amplified():
+    """A channel dead or quiet on the calibration data gets the median channel's factor, not a
+    tiny one that would make x / t saturate once the channel wakes on other inputs."""
+    a = np.array([40.0, 1.0, 1.0, 2.0, 0.0, 0.01])
+    t = factors(a, np.ones(6), 0.3)
+    median = t[1]
+    assert np.isclose(t[4], median) and np.isclose(t[5], median)
+    assert np.isclose(t[0] / median, 40 ** 0.3) and np.isclose(t[3] / median, 2 ** 0.3)
+    # the tensor range of x / t is then set by the loud channel alone, not by a woken dead one
+    # reaching the median channel's extreme
+    assert (1.0 / t[4]) <= (a / t).max()
+
+
 def test_config_refuses_equalization_outside_0_1():
     from lowbit.errors import ConfigError
 

@@ -11,12 +11,17 @@ weights, exactly in float:
     t_c = a_c ** alpha / w_c ** (1 - alpha),  normalised to geometric mean 1, then raised to
                                            at least max(t) / 4096
 
-with a_c the calibrated extreme of channel c (max(|min_c|, |max_c|)) and w_c the largest
-weight reading it. `equalize` inserts x / t as a Mul by the constant 1 / t and scales the
-weights; the static quantizer then makes that Mul the one 8-bit rounding of the convolution's
-input: the chain of elementwise nodes between the previous product and the Mul keeps int16
-results, and the Mul's constant is int16 (symmetric). The weights are scaled by the reciprocal
-of that int16 constant, so the model computes what the float model does up to rounding.
+with a_c the calibrated extreme of channel c (max(|min_c|, |max_c|)), raised to at least the
+median channel's, and w_c the largest weight reading it. The floor keeps channels that are
+quiet or dead on the calibration data from being amplified: on other inputs such a channel may
+wake, and x_c / t_c would then saturate the range (PP-OCRv4's squeeze-excitation convolutions
+read 1 x 1 tensors with a few channels dead on 30 calibration lines).
+
+`equalize` inserts x / t as a Mul by the constant 1 / t and scales the weights; the static
+quantizer then makes that Mul the one 8-bit rounding of the convolution's input: the chain of
+elementwise nodes between the previous product and the Mul keeps int16 results, and the Mul's
+constant is int16 (symmetric). The weights are scaled by the reciprocal of that int16 constant,
+so the model computes what the float model does up to rounding.
 """
 
 from __future__ import annotations
@@ -73,7 +78,8 @@ def factors(ranges: np.ndarray, weights: np.ndarray, alpha: float) -> np.ndarray
     a = np.asarray(ranges, np.float64)
     if a.size < 2 or not np.all(np.isfinite(a)) or a.max() <= DISPARITY * np.median(a):
         return None
-    t = np.maximum(a, FLOOR) ** alpha / np.maximum(weights, FLOOR) ** (1 - alpha)
+    a = np.maximum(a, max(float(np.median(a)), FLOOR))
+    t = a ** alpha / np.maximum(weights, FLOOR) ** (1 - alpha)
     t = t / np.exp(np.mean(np.log(t)))
     # 1 / t becomes an int16 constant: a spread of at most SPREAD keeps every code >= 8
     return np.clip(t, t.max() / SPREAD, None)
