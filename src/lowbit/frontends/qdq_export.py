@@ -215,7 +215,7 @@ class _Lowering:
             return False
         op = lookup(node.op_type, node.domain)
         rule = op.quant_rule if op is not None else None
-        if rule == TABLE and node.op_type not in ("Sigmoid", "LeakyRelu"):  # QLinear ops
+        if rule == TABLE and node.op_type != "Sigmoid":
             return self._lookup(node)
         data = ins[:2] if node.op_type in ("Conv", "Gemm") else ins  # not the int32 bias
         if not all(_eight_bit(v) for v in (*data, out)):
