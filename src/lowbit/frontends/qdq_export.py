@@ -15,9 +15,7 @@ QuantizeLinear pair. Runtimes fuse these patterns into their integer kernels.
 QOperator: integer ops become ONNX Runtime's QLinear operators (QLinearConv, QLinearMatMul,
 QGemm, QLinearAdd, QLinearMul, QLinearConcat, QLinearGlobalAveragePool, QLinearAveragePool,
 QLinearSigmoid, QLinearLeakyRelu), integer-exact ops (Reshape, Transpose, MaxPool, ...) run on
-the integers directly, Relu/Clip become integer Max/Clip at the quantized bounds, the other
-lookup-table ops (HardSwish, Tanh, Gelu, ...; 8- or 16-bit input) a Cast and a Gather from
-lowbit's own table, and anything
+the integers directly, Relu/Clip become integer Max/Clip at the quantized bounds, and anything
 else falls back to the QDQ form for that node only: so does every node with a 16-bit operand
 or result (an int16 layer), which those operators do not take.
 """
@@ -27,16 +25,14 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import onnx
 
-from lowbit.backends.reference.kernels.int_activation import table_for
 from lowbit.errors import UnsupportedError
 from lowbit.frontends.uint8_activations import move_activations_to_uint8
 from lowbit.ir import dtypes
 from lowbit.ir.graph import CONSTANT, Graph, Node, Value
 from lowbit.ir.types import TensorType
 from lowbit.ops.quantized import ONNX_QUANTIZED_OPS
-from lowbit.ops.registry import FUSED_CLIP, KEEP, QUANT_DOMAIN, REQUANT, TABLE, lookup
+from lowbit.ops.registry import FUSED_CLIP, KEEP, QUANT_DOMAIN, REQUANT, lookup
 from lowbit.passes.dead_code import eliminate_dead_code
 from lowbit.passes.quant_cleanup import fold_quantized_constants
 from lowbit.quant import arith
@@ -213,13 +209,11 @@ class _Lowering:
         if not _quantized(out) or not all(_quantized(v) or v is None or not _float(v)
                                           for v in ins):
             return False
-        op = lookup(node.op_type, node.domain)
-        rule = op.quant_rule if op is not None else None
-        if rule == TABLE and node.op_type != "Sigmoid":
-            return self._lookup(node)
         data = ins[:2] if node.op_type in ("Conv", "Gemm") else ins  # not the int32 bias
         if not all(_eight_bit(v) for v in (*data, out)):
             return False  # ONNX Runtime's integer operators (and its MaxPool, Clip) take 8 bits
+        op = lookup(node.op_type, node.domain)
+        rule = op.quant_rule if op is not None else None
         if node.op_type in ("Relu", "Clip"):
             return self._integer_clamp(node)
         same_type = (data[0], out) if node.op_type in _MIXED_TYPES else (*data, out)
@@ -271,23 +265,6 @@ class _Lowering:
         node.inputs = [v for v in inputs]
         node.attrs = attrs
         return True
-
-    def _lookup(self, node: Node) -> bool:
-        """A lookup-table op (HardSwish, Tanh, Gelu, ...; `int_activation`) as Cast to int32 and
-        a Gather from the very table the reference kernel reads, so ONNX Runtime computes it
-        in integers and bit for bit as lowbit does. Gather reads index q >= 0 at q and q < 0
-        at size + q, so the table is rolled by qmin: data[q mod size] = table[q - qmin]."""
-        x, out = node.inputs[0], node.outputs[0]
-        if len(node.outputs) != 1 or not (x.type.quant.per_tensor and out.type.quant.per_tensor):
-            return False
-        data = np.roll(table_for(node), x.type.dtype.qmin)
-        table = self.g.add_constant(data.astype(out.type.dtype.np_dtype), f"{node.name}_table",
-                                    before=node)
-        index = self.g.make_node("Cast", [x], name=self.g.unique_node_name(f"{node.name}_index"),
-                                 output_names=[self.g.unique_name(f"{x.name}_index")],
-                                 output_types=[TensorType(dtypes.INT32, x.type.shape)],
-                                 attrs={"to": int(onnx.TensorProto.INT32)}, before=node)
-        return self._replace(node, "Gather", "", [table, index.output], {"axis": 0})
 
     def _integer_clamp(self, node: Node) -> bool:
         x, out = node.inputs[0], node.outputs[0]
