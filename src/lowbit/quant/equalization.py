@@ -38,11 +38,11 @@ from lowbit.quant.arith import dequantize, quantize
 from lowbit.quant.calibration import weight_params
 from lowbit.quant.observers import divided_stats
 from lowbit.quant.profile import Profile
+from lowbit.quant.smoothing import calibrated_ranges, migration
 
 DISPARITY = 4.0
 """A Conv's input is equalized when its largest channel extreme is more than this many times
 its median channel's."""
-FLOOR = 1e-5
 SPREAD = 4096.0
 """Largest ratio between two channels' factors: every code of the int16 constant 1 / t is then
 at least 8. The weights take the reciprocal of the constant as quantized, so a coarse code
@@ -59,27 +59,30 @@ class Equalized:
     """The int16 type the Mul's constant 1 / t is quantized with (it is on that grid)."""
 
 
+def _grouped(w: np.ndarray, groups: int) -> np.ndarray:
+    """A Conv weight [C_out, C_in / G, taps...] as float64 [G, C_out / G, C_in / G, taps]."""
+    return np.asarray(w, np.float64).reshape(groups, w.shape[0] // groups, w.shape[1], -1)
+
+
 def _weight_per_input_channel(w: np.ndarray, groups: int) -> np.ndarray:
     """max |W| over the outputs and taps that read each input channel, [C_in]."""
-    out, per_group = w.shape[0], w.shape[1]
-    a = np.abs(np.asarray(w, np.float64)).reshape(groups, out // groups, per_group, -1)
-    return a.max(axis=(1, 3)).reshape(-1)
+    return np.abs(_grouped(w, groups)).max(axis=(1, 3)).reshape(-1)
 
 
 def _scaled_weight(w: np.ndarray, groups: int, t: np.ndarray) -> np.ndarray:
-    out, per_group = w.shape[0], w.shape[1]
-    shaped = np.asarray(w, np.float64).reshape(groups, out // groups, per_group, -1)
-    scaled = shaped * t.reshape(groups, 1, per_group, 1)
+    scaled = _grouped(w, groups) * t.reshape(groups, 1, w.shape[1], 1)
     return scaled.reshape(w.shape).astype(w.dtype)
 
 
 def factors(ranges: np.ndarray, weights: np.ndarray, alpha: float) -> np.ndarray | None:
     """t of the module docstring, or None when the channels do not differ enough."""
     a = np.asarray(ranges, np.float64)
-    if a.size < 2 or not np.all(np.isfinite(a)) or a.max() <= DISPARITY * np.median(a):
+    if a.size < 2 or not np.all(np.isfinite(a)):
         return None
-    a = np.maximum(a, max(float(np.median(a)), FLOOR))
-    t = a ** alpha / np.maximum(weights, FLOOR) ** (1 - alpha)
+    median = float(np.median(a))
+    if a.max() <= DISPARITY * median:
+        return None
+    t = migration(np.maximum(a, median), weights, alpha)
     t = t / np.exp(np.mean(np.log(t)))
     # 1 / t becomes an int16 constant: a spread of at most SPREAD keeps every code >= 8
     return np.clip(t, t.max() / SPREAD, None)
@@ -105,8 +108,8 @@ def equalize(graph: Graph, profile: Profile, conv: Node, alpha: float) -> Equali
     groups = int(conv.attrs.get("group", 1))
     if channel is None or w.ndim < 3 or channel.min.size != w.shape[1] * groups:
         return None
-    ranges = np.maximum(np.abs(channel.min), np.abs(channel.max))
-    t = factors(ranges, _weight_per_input_channel(w, groups), alpha)
+    ranges = calibrated_ranges(channel.min, channel.max)
+    t = None if ranges is None else factors(ranges, _weight_per_input_channel(w, groups), alpha)
     if t is None:
         return None
     shape = (1, t.size) + (1,) * (w.ndim - 2)

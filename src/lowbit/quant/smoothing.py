@@ -78,8 +78,14 @@ def smoothing_factors(ranges: np.ndarray, weights: list[np.ndarray], alpha: floa
     """t_k of the module docstring (float32) for weights [K, N] (already transposed for Gemm);
     with several weights, w_k is the maximum over all of them."""
     w = np.max([np.abs(np.asarray(x, np.float64)).max(axis=1) for x in weights], axis=0)
-    t = np.maximum(ranges, FLOOR) ** alpha / np.maximum(w, FLOOR) ** (1 - alpha)
-    return t.astype(np.float32)
+    return migration(ranges, w, alpha).astype(np.float32)
+
+
+def migration(ranges: np.ndarray, weights: np.ndarray, alpha: float) -> np.ndarray:
+    """SmoothQuant's t_k = a_k ** alpha / w_k ** (1 - alpha) (float64), both floored at FLOOR:
+    how much of channel k's range moves into the weights (also channel equalization's)."""
+    return (np.maximum(np.asarray(ranges, np.float64), FLOOR) ** alpha
+            / np.maximum(np.asarray(weights, np.float64), FLOOR) ** (1 - alpha))
 
 
 def weight_of(node: Node) -> np.ndarray | None:
