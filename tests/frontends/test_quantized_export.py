@@ -1,6 +1,7 @@
 """Exporting quantized graphs to ONNX: int8 activations stored as uint8 (code + 128, zero point
 + 128), ONNX Runtime's fast uint8 x int8 path, and what moves, what stays int8, that ONNX
-Runtime still computes lowbit's result, and the default format of `lowbit.save`."""
+Runtime still computes lowbit's result, 16-bit values (which ONNX Runtime computes in float)
+written as float, and the default format of `lowbit.save`."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from lowbit.ir import dtypes
 from lowbit.ir.graph import Graph
 from lowbit.ir.types import QuantParams, TensorType
 from lowbit.passes import optimize
+from lowbit.passes.quant_cleanup import fold_quantized_constants
 
 RNG = np.random.default_rng(3)
 
@@ -178,3 +180,83 @@ def test_save_writes_a_quantized_graph_as_qdq_by_default(tmp_path):
     lowbit.save(graph, tmp_path / "float.onnx")  # a float graph: plain ONNX
     assert {n.op_type for n in onnx.load(tmp_path / "float.onnx").graph.node}.isdisjoint(
         {"QuantizeLinear", "DequantizeLinear"})
+
+
+def _sixteen_bit_chain() -> lowbit.Graph:
+    """x -> Conv "wide" -> HardSwish -> Mul by a per-channel constant -> Conv "narrow" -> y,
+    the Conv and the HardSwish made int16 by the config of the test."""
+    inits = [numpy_helper.from_array(a.astype(np.float32), n) for n, a in (
+        ("w1", RNG.normal(size=(6, 3, 3, 3)) * 0.4), ("b1", RNG.normal(size=6) * 0.1),
+        ("k", RNG.uniform(0.5, 2.0, size=(1, 6, 1, 1))), ("w2", RNG.normal(size=(4, 6, 1, 1))))]
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c"], name="wide", pads=[1] * 4),
+             helper.make_node("HardSwish", ["c"], ["h"], name="hswish"),
+             helper.make_node("Mul", ["h", "k"], ["m"], name="scale"),
+             helper.make_node("Conv", ["m", "w2"], ["y"], name="narrow")]
+    g = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, ["N", 3, 8, 8])], [helper.make_tensor_value_info(
+            "y", TensorProto.FLOAT, ["N", 4, 8, 8])], inits)
+    return optimize(import_model(helper.make_model(
+        g, opset_imports=[helper.make_opsetid("", 21)]), "chain"))
+
+
+def _onnxruntime_value(path, name: str, elem_type: int, feed: dict) -> np.ndarray:
+    """The value `name` of the exported model at `path`, computed by ONNX Runtime."""
+    model = onnx.load(path)
+    model.graph.output.append(helper.make_tensor_value_info(name, elem_type, None))
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return session.run([name], feed)[0]
+
+
+@pytest.mark.parametrize("form", ["qdq", "qoperator"])
+def test_sixteen_bit_values_are_written_as_float(tmp_path, form):
+    """ONNX Runtime computes every op on a 16-bit value in float, so the export writes those
+    values as float: no QuantizeLinear / DequantizeLinear pair between the int16 Conv,
+    HardSwish and the Mul that rounds to 8 bits, and the int16 Conv's weight and bias are float
+    initializers holding what
+    DequantizeLinear would compute, while the 8-bit Conv keeps its int8 weight. The 8-bit codes
+    the chain ends in stay within one of lowbit's."""
+    graph = _sixteen_bit_chain()
+    prof = lowbit.profile(graph, [_x(4) for _ in range(4)], progress=False)
+    config = lowbit.QuantConfig.from_dict(
+        {"rules": [{"regex": "wide|hswish", "precision": "int16"}]})
+    q = lowbit.quantize(graph, prof, config)
+    types = {n.name: n.outputs[0].type.dtype.name for n in q.nodes}
+    assert (types["wide"], types["hswish"], types["scale"]) == ("int16", "int16", "int8")
+    path = tmp_path / "m.onnx"
+    lowbit.save(q, path, format=form)
+    model = onnx.load(path)
+    inits = {i.name: i for i in model.graph.initializer}
+    producers = {o: n for n in model.graph.node for o in n.output}
+    int16 = {TensorProto.INT16, TensorProto.UINT16}
+    assert not [i.name for i in model.graph.initializer if i.data_type in int16]
+    assert not [n.name for n in model.graph.node if n.op_type == "QuantizeLinear"
+                and inits[n.input[2]].data_type in int16]
+    wide = next(n for n in model.graph.node if n.name == "wide")
+    assert [inits[v].data_type for v in wide.input[1:]] == [TensorProto.FLOAT] * 2
+    assert wide.input[0] == "x"  # the graph input itself, not an int16 round trip
+    w = next(n for n in fold_quantized_constants(q.copy()).nodes if n.name == "wide").inputs[1]
+    expected = w.const_value.astype(np.float32) * \
+        w.type.quant.scale.astype(np.float32).reshape(-1, 1, 1, 1)
+    assert np.array_equal(numpy_helper.to_array(inits[wide.input[1]]), expected)
+    narrow = next(n for n in model.graph.node if n.name == "narrow")
+    weight = narrow.input[3] if narrow.op_type == "QLinearConv" else \
+        producers[narrow.input[1]].input[0]
+    assert inits[weight].data_type == TensorProto.INT8
+
+
+    # lowbit saturates a 16-bit value at its calibrated range and the export computes it in
+    # float: inside the range the codes the chain ends in agree within one, beyond it they may
+    # not, on a few values (x drawn beyond its calibrated range here on about 1 in 10000)
+    executable = lowbit.compile(q)
+    ours: dict[str, np.ndarray] = {}
+    executable.observers.append(
+        lambda node, outs: ours.update({v.name: a for v, a in zip(node.outputs, outs,
+                                                                   strict=True)}))
+    end = next(n for n in q.nodes if n.name == "narrow").inputs[0].name
+    x_range = next(n for n in q.nodes if n.name == "wide").inputs[0].type.quant
+    bound = float(x_range.scale) * 32767
+    for x, within_one in ((np.clip(_x(8)["x"], -bound, bound), 1.0), (_x(8)["x"], 0.99)):
+        executable({"x": x})
+        theirs = _onnxruntime_value(path, end, TensorProto.UINT8, {"x": x}).astype(int) - 128
+        diff = np.abs(theirs - ours[end].astype(int))
+        assert (diff <= 1).mean() >= within_one and (diff == 0).mean() >= 0.99, diff.max()

@@ -452,11 +452,11 @@ def _sqnr(graph, quantized, data, value: str) -> float:
     return next(s for s in lowbit.compare(graph, quantized, data).layers if s.name == value).sqnr
 
 
-def _check_onnxruntime_agrees(quantized, tmp_path, form: str, x) -> None:
+def _check_onnxruntime_agrees(quantized, tmp_path, form: str, x, cos: float = 0.99999) -> None:
     path = tmp_path / "m.onnx"
     lowbit.save(quantized, path, format=form)
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    assert _cos(session.run(None, x)[0], lowbit.run(quantized, x)["y"]) > 0.99999
+    assert _cos(session.run(None, x)[0], lowbit.run(quantized, x)["y"]) > cos
 
 
 def _gelu_block() -> lowbit.Graph:
@@ -501,7 +501,10 @@ def test_lookup_table_input_is_int16(tmp_path, form):
     # rounding is left)
     assert _sqnr(graph, result.graph, data, "hb") > _sqnr(graph, off.graph, data, "hb") + 1
     assert _sqnr(graph, result.graph, data, "g") > _sqnr(graph, off.graph, data, "g") + 0.1
-    _check_onnxruntime_agrees(result.graph, tmp_path, form, data[0])
+    # the exports compute the int16 input in float (no int16 rounding): the GELU's int8 codes
+    # differ from lowbit's by one on 0.1-0.3 % of values (measured over 3 seeds), the output's
+    # cosine is 0.99999 less a few millionths (tests/frontends/test_quantized_export.py)
+    _check_onnxruntime_agrees(result.graph, tmp_path, form, data[0], cos=0.9999)
 
 
 def _layernorm_product() -> lowbit.Graph:
