@@ -81,11 +81,17 @@ def embed(run: Runner, texts: list[str]) -> np.ndarray:
     return np.array(out)
 
 
-def ort_session(path: Path):
+def ort_session(path: Path, spinning: bool = True):
+    """A runner of the ONNX Runtime model at `path` on 2 threads. `spinning=False` stops its
+    threads from spinning after each run waiting for the next: sessions timed in turns
+    (`interleaved`) would otherwise take CPU from one another (the same EfficientNet-Lite0 file
+    measured 0.47x and 0.70x its float model in one such run, 0.52x both without spinning)."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
     options.intra_op_num_threads = 2
+    if not spinning:
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
     names = [i.name for i in session.get_inputs()]
     return lambda enc: session.run(None, {k: enc[k] for k in names})[0]
@@ -116,6 +122,25 @@ def timed(run: Callable[[dict], object], feed: dict, repeats: int) -> float:
     for _ in range(repeats):
         run(feed)
     return (time.perf_counter() - start) / repeats
+
+
+def interleaved(runs: dict[str, Callable[[dict], object]], feed: dict, repeats: int,
+                rounds: int = 10) -> dict[str, float]:
+    """Median seconds of each `runs[label](feed)` over `repeats` runs, taken in `rounds` rounds
+    that visit every runner in turn, after one warm-up run each: on a shared machine whose speed
+    drifts from minute to minute, every runner sees the same drift, and the median drops the
+    runs another process interrupted. ONNX Runtime sessions need `ort_session(path,
+    spinning=False)` here."""
+    seconds: dict[str, list[float]] = {label: [] for label in runs}
+    for run in runs.values():
+        run(feed)
+    for _ in range(rounds):
+        for label, run in runs.items():
+            for _ in range(max(1, repeats // rounds)):
+                start = time.perf_counter()
+                run(feed)
+                seconds[label].append(time.perf_counter() - start)
+    return {label: float(np.median(t)) for label, t in seconds.items()}
 
 
 def latency(run: Runner, repeats: int = 20) -> float:

@@ -9,7 +9,8 @@ quantize_static (QDQ, per channel, same calibration data). For MiniLM also with
 tables; both are on by default). PaddleOCR's PP-OCRv4 models (tests/realmodels.py: the
 direction classifier on a 48 x 192 text line, the recognizer on 48 x 320, the detector on a
 320 x 320 photo; calibrated on 15 lines or 29 photos). 2 threads, every model timed in the same
-run as its float model.
+run as its float model, taking turns with it (median per run, threads not spinning between
+runs: `dynamic_vs_peers.interleaved`).
 
     python benchmarks/static_latency.py [--repeats 50]
 """
@@ -25,7 +26,7 @@ import numpy as np
 
 sys.path[:0] = [str(Path(__file__).parent), str(Path(__file__).parent.parent / "tests")]
 
-from dynamic_vs_peers import ort_session, timed  # noqa: E402
+from dynamic_vs_peers import interleaved, ort_session  # noqa: E402
 
 import lowbit  # noqa: E402
 from lowbit.quant.config import QuantConfig  # noqa: E402
@@ -65,7 +66,8 @@ def exports(src: Path, calib: list[dict], settings: dict[str, dict], tmp: Path
 
 
 def table(title: str, paths: dict[str, Path], feed: dict, repeats: int) -> None:
-    times = {label: timed(ort_session(path), feed, repeats) for label, path in paths.items()}
+    times = interleaved({label: ort_session(path, spinning=False)
+                         for label, path in paths.items()}, feed, repeats)
     print(f"{title} (ratio to float):")
     for label, t in times.items():
         print(f"  {label:<52} {t * 1e3:7.2f} ms  x{t / times['float']:.2f}")
