@@ -327,7 +327,8 @@ class _Lowering:
 
 def _float_between_float_ops(g: Graph) -> Graph:
     """Drop the QuantizeLinear / DequantizeLinear pairs of 16-bit values that only
-    DequantizeLinear nodes read, so the float result goes straight to its readers. Runtimes
+    DequantizeLinear nodes read, none of them a graph output's, so the float result goes straight
+    to its readers. Runtimes
     compute every op on a 16-bit value in float (their integer kernels take 8 bits), so the pair
     only costs two passes over the tensor: on PP-OCRv4 the int16 chain ahead of each channel
     equalization (Conv, HardSwish, the learnable scale and shift, the equalizing Mul) is one
@@ -344,8 +345,9 @@ def _float_between_float_ops(g: Graph) -> Graph:
         out = node.outputs[0]
         uses = readers.get(out, [])
         if out.type is None or out.type.dtype.bits != 16 or out in g.outputs or not uses or \
-                any(r.op_type != "DequantizeLinear" or r.domain != "" for r, _ in uses):
-            continue
+                any(r.op_type != "DequantizeLinear" or r.domain != "" or r.outputs[0] in g.outputs
+                    for r, _ in uses):
+            continue  # (a graph output keeps its name and lowbit's values)
         for reader, _ in uses:
             g.replace_all_uses(reader.outputs[0], node.inputs[0])
     return g
