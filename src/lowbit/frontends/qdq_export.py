@@ -337,7 +337,8 @@ def _float_between_float_ops(g: Graph) -> Graph:
     This leaves out lowbit's int16 rounding there, a step 1/256 of an 8-bit one over the same
     range, so the 8-bit result the chain ends in stays within one code of lowbit's; and its
     saturation, so a value beyond the calibrated 16-bit range passes on unclipped (a Clip at
-    those bounds cost the recognizer 11 % of its latency and changed no result on its inputs)."""
+    those bounds cost the recognizer 11 % of its latency and did not bring its output closer to
+    lowbit's: 19.1 dB from it with the Clip, 19.5 dB without, 20.5 dB with the int16 pairs)."""
     readers = g.users()
     for node in list(g.nodes):
         if node.op_type != "QuantizeLinear" or node.domain != "":
