@@ -59,7 +59,6 @@ class _Lowering:
         self.g = graph
         self.form = form
         self._scales: dict[tuple, tuple[Value, Value]] = {}
-        self._readers = graph.users()
 
     # -- helpers --------------------------------------------------------------------------------
     def params(self, t: TensorType, before: Node) -> tuple[Value, Value]:
@@ -170,9 +169,6 @@ class _Lowering:
                 node.inputs[i] = self.dequantized_constant(v, node) if v.is_constant and (
                     in_float or v.type.dtype.bits == 16) else self.dequantize(v, node)
         node.attrs.pop(REQUANT, None)
-        if self._product_before_bias(node):
-            node.outputs[0].type = TensorType(dtypes.FLOAT32, node.outputs[0].type.shape)
-            return
         for i, v in enumerate(list(node.outputs)):
             if _quantized(v):
                 self.quantize_after(node, i, v.type)
@@ -195,33 +191,8 @@ class _Lowering:
 
     def dequantized_constant(self, v: Value, before: Node) -> Value:
         """A float32 constant holding what DequantizeLinear makes of the integer constant `v`."""
-        q = v.type.quant
-        shape = [1] * len(v.type.shape)
-        if q.axis is None:
-            shape = []
-        else:
-            shape[q.axis] = -1
-        codes = np.asarray(v.const_value).astype(np.int64)
-        zero = np.asarray(q.zero_point, np.int64).reshape(shape)
-        real = (codes - zero).astype(np.float32) * np.asarray(q.scale, np.float32).reshape(shape)
-        return self.g.add_constant(real.astype(np.float32), f"{v.name}_float", before=before)
-
-    def _product_before_bias(self, node: Node) -> bool:
-        """A product with a 16-bit result that only an Add of a constant (its bias) reads, as
-        `int16_before_bias` makes: its result is written as float, with no Q/DQ pair before
-        the Add, so that runtimes compute the product in integers and round once, after the
-        bias (ONNX Runtime: MatMulIntegerToFloat, then the Add and the QuantizeLinear). This
-        leaves out lowbit's int16 rounding in between, about 1/256 of the Add's 8-bit step:
-        the two agree within one code."""
-        out = node.outputs[0]
-        if node.op_type not in _MIXED_TYPES or len(node.outputs) != 1 or not _quantized(out) \
-                or out.type.dtype.bits != 16 or out in self.g.outputs:
-            return False
-        readers = self._readers.get(out, [])
-        if len(readers) != 1 or readers[0][0].op_type != "Add" or readers[0][0].domain != "":
-            return False
-        other = readers[0][0].inputs[1 - readers[0][1]]
-        return other is not None and other.is_constant
+        return self.g.add_constant(arith.dequantize(np.asarray(v.const_value), v.type),
+                                   f"{v.name}_float", before=before)
 
     def _real_pad_value(self, node: Node) -> None:
         code = node.input_or_none(2)
@@ -333,14 +304,17 @@ def _float_between_float_ops(g: Graph) -> Graph:
     only costs two passes over the tensor: on PP-OCRv4 the int16 chain ahead of each channel
     equalization (Conv, HardSwish, the learnable scale and shift, the equalizing Mul) is one
     pass an op, as in the float model (the recognizer's exports 1.22x -> 0.86x its float model's
-    latency).
+    latency). A product whose int16 result only its bias Add reads (`int16_before_bias`) thus
+    feeds that Add as float, which ONNX Runtime runs as an integer product with one rounding
+    after the bias (MatMulIntegerToFloat, then the Add and the QuantizeLinear).
     This leaves out lowbit's int16 rounding there, a step 1/256 of an 8-bit one over the same
     range, so the 8-bit result the chain ends in stays within one code of lowbit's; and its
     saturation, so a value beyond the calibrated 16-bit range passes on unclipped (a Clip at
     those bounds cost the recognizer 11 % of its latency and did not bring its output closer to
     lowbit's: 19.1 dB from it with the Clip, 19.5 dB without, 20.5 dB with the int16 pairs)."""
     readers = g.users()
-    for node in list(g.nodes):
+    real: dict[Value, Value] = {}  # each dropped DequantizeLinear's result -> the float value
+    for node in g.nodes:
         if node.op_type != "QuantizeLinear" or node.domain != "":
             continue
         out = node.outputs[0]
@@ -349,8 +323,9 @@ def _float_between_float_ops(g: Graph) -> Graph:
                 any(r.op_type != "DequantizeLinear" or r.domain != "" or r.outputs[0] in g.outputs
                     for r, _ in uses):
             continue  # (a graph output keeps its name and lowbit's values)
-        for reader, _ in uses:
-            g.replace_all_uses(reader.outputs[0], node.inputs[0])
+        real.update((reader.outputs[0], node.inputs[0]) for reader, _ in uses)
+    for node in g.nodes:
+        node.inputs = [real.get(v, v) if v is not None else None for v in node.inputs]
     return g
 
 
