@@ -126,6 +126,27 @@ def test_quantize_refusals_write_nothing(tmp_path):
     assert r.returncode == 2 and "magic" in r.stderr
 
 
+def test_calibration_batches_follow_a_fixed_batch_dimension(tmp_path):
+    """A model fixed at batch 1 calibrates from a stack of samples without --batch-size (a batch
+    of 8 would not fit it); an explicit size that does not fit, or a size below 1, is refused."""
+    model = onnx.load(MODEL)
+    model.graph.input[0].type.tensor_type.shape.dim[0].dim_value = 1
+    fixed = tmp_path / "batch1.onnx"
+    onnx.save(model, fixed)
+    np.save(tmp_path / "calib.npy", np.load(bundled("digits.npz"))["images"][:5])
+    out = tmp_path / "q.onnx"
+    r = lowbit("quantize", str(fixed), "-o", str(out), "--calib", str(tmp_path / "calib.npy"))
+    assert r.returncode == 0, r.stderr
+    assert out.exists()
+    out.unlink()
+    r = lowbit("quantize", str(fixed), "-o", str(out), "--calib", str(tmp_path / "calib.npy"),
+               "--batch-size", "4")
+    assert r.returncode == 1 and "(4, 1, 28, 28)" in r.stderr and not out.exists()
+    r = lowbit("quantize", MODEL, "-o", str(out), "--calib", str(tmp_path / "calib.npy"),
+               "--batch-size", "0")
+    assert r.returncode == 1 and "--batch-size" in r.stderr and not out.exists()
+
+
 def test_demo_runs_offline():
     """The README's main job: float and int8 accuracy on 300 held-out digits (measured: 99.67 %
     both), the int8 export checked and timed in ONNX Runtime."""

@@ -108,7 +108,11 @@ def test_cli_writes_the_report(tmp_path):
                         str(tmp_path / "r.html")], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     text = (tmp_path / "r.html").read_text(encoding="utf-8")
-    assert "QuantizeLinear" in text and "<svg" in text and "calibration: mse" in text
+    assert "<svg" in text and "calibration: mse" in text
+    # The saved file's values come from QuantizeLinear nodes; the tables name the float op.
+    table = text[text.index('<table id="worst">'):text.index("</table>")]
+    ops = set(re.findall(r"<tr><td>[^<]*</td><td>([^<]*)</td>", table))
+    assert ops and ops <= {n.op_type for n in graph.nodes}, ops
 
 
 CHECK = """<script>window.__errors = [];

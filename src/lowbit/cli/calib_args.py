@@ -3,13 +3,31 @@
 from __future__ import annotations
 
 from lowbit.cli.data_files import calibration_batches
+from lowbit.errors import InputError
 from lowbit.ir.graph import Graph
+
+DEFAULT_BATCH_SIZE = 8
+"""Samples per batch for a model whose batch dimension is not fixed."""
+
+
+def model_batch_size(graph: Graph) -> int | None:
+    """The leading dimension every input fixes to the same integer, or None when any input's
+    is symbolic, unknown, or differs from the others' (then any batch size may do)."""
+    dims = set()
+    for v in graph.inputs:
+        shape = v.type.shape if v.type is not None else None
+        if not shape or not isinstance(shape[0], int) or shape[0] < 1:
+            return None
+        dims.add(shape[0])
+    return dims.pop() if len(dims) == 1 else None
 
 
 def add_calibration_args(p, required: bool, flag: str = "--calib") -> None:
     p.add_argument(flag, dest="calib", required=required, metavar="DATA",
                    help=".npy/.npz file, folder of images, or folder of ONNX test_data_set_*")
-    p.add_argument("--batch-size", type=int, default=8, help="samples per calibration batch")
+    p.add_argument("--batch-size", type=int, metavar="N",
+                   help="samples per batch (default: the model's batch dimension when it is "
+                   "fixed, else 8)")
     p.add_argument("--limit", type=int, help="use at most this many batches")
     p.add_argument("--image-size", type=int, nargs=2, metavar=("H", "W"),
                    help="resize images to H x W (default: the model's input size)")
@@ -21,7 +39,10 @@ def add_calibration_args(p, required: bool, flag: str = "--calib") -> None:
 
 
 def batches_from_args(args, graph: Graph) -> list:
-    return calibration_batches(args.calib, graph, batch_size=args.batch_size,
+    if args.batch_size is not None and args.batch_size < 1:
+        raise InputError(f"--batch-size must be 1 or more, got {args.batch_size}")
+    batch_size = args.batch_size or model_batch_size(graph) or DEFAULT_BATCH_SIZE
+    return calibration_batches(args.calib, graph, batch_size=batch_size,
                                image_size=tuple(args.image_size) if args.image_size else None,
                                mean=args.mean, std=args.std, layout=args.layout,
                                limit=args.limit)

@@ -6,12 +6,16 @@ the most sensitive ones in higher precision."""
 from __future__ import annotations
 
 import argparse
+import sys
 
 from lowbit.cli.calib_args import add_calibration_args, batches_from_args
 from lowbit.errors import InputError
 
 REPORT_SAMPLES = 20000
 """Float values kept per layer for the report's histograms."""
+
+PIPED_WIDTH = 240
+"""Console width when stdout is not a terminal."""
 
 EXAMPLE = """example:
   lowbit quantize model.onnx -o model.int8.onnx --calib calib.npz
@@ -63,7 +67,9 @@ def run(args) -> int:
     float_graph = lowbit.load(args.float_model)
     quant_graph = lowbit.load(args.quant_model)
     batches = batches_from_args(args, float_graph)
-    console = Console()
+    # Piped or redirected output has no width to fit: give the tables the room they need
+    # rather than rich's 80 columns, which fold every cell over several lines.
+    console = Console() if sys.stdout.isatty() else Console(width=PIPED_WIDTH)
     result = lowbit.compare(float_graph, quant_graph, batches,
                             samples=REPORT_SAMPLES if args.report else 0)
     console.print(result.table(args.top))

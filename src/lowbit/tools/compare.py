@@ -40,6 +40,7 @@ class LayerStats:
 
     name: str
     op_type: str
+    """The float graph's op computing this value (a QDQ file's QuantizeLinear is not shown)."""
     type_text: str
     signal: float = 0.0
     noise: float = 0.0
@@ -149,7 +150,7 @@ def compare(float_graph: Graph, quant_graph: Graph,
     """Run both graphs on each batch and compare every value they share by name (module
     docstring); with `samples`, keep up to that many float values per layer. Raises InputError
     for an empty set of batches or graphs with nothing in common."""
-    float_names = {v.name for n in float_graph.nodes for v in n.outputs}
+    float_ops = {v.name: n.op_type for n in float_graph.nodes for v in n.outputs}
     matched: dict[str, Value] = {}
     stats: dict[str, LayerStats] = {}
     unmatched = []
@@ -157,9 +158,9 @@ def compare(float_graph: Graph, quant_graph: Graph,
         if node.op_type == "Constant":
             continue
         for v in node.outputs:
-            if v.name in float_names:
+            if v.name in float_ops:
                 matched[v.name] = v
-                stats[v.name] = LayerStats(v.name, node.op_type, str(v.type))
+                stats[v.name] = LayerStats(v.name, float_ops[v.name], str(v.type))
             elif node.domain != QUANT_DOMAIN:
                 unmatched.append(v.name)
     if not matched:

@@ -122,7 +122,12 @@ def _sqnr_chart(comparison: Comparison) -> str:
     fig, ax = plt.subplots(figsize=(12, 3.2), dpi=100)
     ax.bar(range(len(layers)), values, color=["#d62728" if s.name in worst else "#4c72b0"
                                               for s in layers])
-    ax.set_xlabel("layer (graph order)")
+    for i, s in enumerate(layers):
+        if s.name in worst:
+            ax.annotate(s.name, (i, values[i]), xytext=(0, 3), textcoords="offset points",
+                        ha="center", va="bottom", fontsize=8, rotation=90, color="#d62728")
+    ax.set_ylim(0, top + 0.25 * top)
+    ax.set_xlabel("layer (graph order); red: the 5 worst, named")
     ax.set_ylabel("SQNR (dB)")
     ax.set_xlim(-1, max(len(layers), 1))
     ax.grid(axis="y", alpha=0.3)
@@ -173,7 +178,7 @@ def _graph_svg(float_graph: Graph, quant_graph: Graph, by_value: dict[str, Layer
         stats = by_value.get(out.name)
         t = quant_types.get(out.name, out.type)
         sqnr = f"\\n{_db(stats.sqnr)} dB" if stats is not None else ""
-        label = f"{_dot(node.op_type)}\\n{_dot(format_type(t))}{sqnr}"
+        label = f"{_dot(node.op_type)} {_dot(out.name)}\\n{_dot(format_type(t))}{sqnr}"
         tooltip = _dot(f"{node.name}: {out.name}")
         fill = sqnr_colour(stats.sqnr if stats else None)
         lines.append(f'{nid} [label="{label}", fillcolor="{fill}", tooltip="{tooltip}", '
