@@ -157,6 +157,45 @@ def test_cli_on_a_qoperator_file_reproduces_qlinearconv_by_hand(quantized, tmp_p
     assert f"z_y {z_y}" in r.stdout
 
 
+def test_cli_on_a_qdq_file_reproduces_each_conv_from_its_printed_kernel(quantized, tmp_path):
+    """lowbit's default export (QDQ) computes each Conv in float between DequantizeLinear and
+    QuantizeLinear; dump gives the integer kernel ONNX Runtime fuses that into, and its .npz the
+    codes, scales and M, from which the QuantizeLinear's codes are redone by hand."""
+    q, x = quantized
+    lowbit.save(q, tmp_path / "q.onnx", format="qdq")
+    np.save(tmp_path / "x.npy", x)
+    r = _cli(tmp_path / "q.onnx", "--input", f"input={tmp_path / 'x.npy'}", "--nodes",
+             "Conv|QuantizeLinear", "--npz", tmp_path / "v.npz")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.count("QDQ form: DequantizeLinear -> Conv -> QuantizeLinear") == 2
+    loaded = lowbit.load(tmp_path / "q.onnx")
+    users = loaded.users()
+    convs = [n for n in loaded.nodes if n.op_type == "Conv"]
+    assert len(convs) == 2
+    with np.load(tmp_path / "v.npz") as saved:
+        for conv in convs:
+            x_codes = saved[conv.inputs[0].producer.inputs[0].name].astype(np.int64)
+            (quantize, _), = users[conv.outputs[0]]
+            got = saved[quantize.outputs[0].name]
+            info = np.iinfo(got.dtype)
+            got = got.astype(np.int64)
+            p = {k: saved[f"{conv.name}.{k}"] for k in ("z_x", "w_codes", "z_w", "bias_codes",
+                                                        "M")}
+            assert p["M"].dtype == np.float32 and p["w_codes"].dtype == np.int8
+            assert not p["z_w"].any()
+            acc = _conv3x3(x_codes - int(p["z_x"]), p["w_codes"].astype(np.int64))
+            acc += p["bias_codes"].astype(np.int64).reshape(1, -1, 1, 1)
+            z_y = int(quantize.inputs[2].const_value)
+            v = np.rint((acc.astype(np.float32) * p["M"].reshape(1, -1, 1, 1)).astype(np.float64))
+            # the fused Relu: real values >= 0, codes >= z_y
+            by_hand = np.clip(v + z_y, max(info.min, z_y), info.max)
+            # the file computes the Conv in float before quantizing: codes agree but for rare
+            # rounding ties of the float32 sums
+            assert np.abs(by_hand - got).max() <= 1
+            assert (by_hand == got).mean() > 0.99
+    assert "fused clip: real values limited to [0, inf]" in r.stdout
+
+
 @pytest.mark.parametrize("args, message", [
     (["--input", "nope={x}"], "nope"),
     (["--input", "input={bad}"], "shape"),

@@ -21,6 +21,12 @@ by `lowbit.quant.arith.encode` exactly as the kernel encodes it:
     AveragePool, Global-   M = s_x / (s_y n), n the number of values averaged
     AveragePool, ReduceMean
     Sigmoid, Tanh, ...     a lookup table indexed by q - qmin (kept whole in the .npz)
+    QDQ form: Conv / Gemm  DequantizeLinear operands, a QuantizeLinear reader: the integer
+    / MatMul               kernel ONNX Runtime fuses it into (QLinearConv, QLinearMatMul):
+                           y = clamp(round_half_even(float32(acc) * M), qmin - z_y, qmax - z_y)
+                           + z_y, M = float32(float32(s_x * s_w) / s_y), and M in both of
+                           lowbit's integer encodings; the .npz keeps s_x, z_x, s_w, z_w,
+                           w_codes, bias_codes and M
     Quantize               y = saturate(round_half_even(float32(x) / s) + z)
     Dequantize             y = float32(q - z) * s
 
@@ -43,7 +49,7 @@ from lowbit.errors import InputError
 from lowbit.ir.graph import Graph, Node, Value
 from lowbit.ir.printer import format_type
 from lowbit.ir.types import TensorType
-from lowbit.ops.registry import QUANT_DOMAIN, TABLE, lookup
+from lowbit.ops.registry import FUSED_CLIP, QUANT_DOMAIN, TABLE, lookup
 from lowbit.quant import arith, fixed_point
 
 SHOWN = 16
@@ -90,6 +96,7 @@ def dump(graph: Graph, inputs: Mapping[str, np.ndarray], nodes: str | None = Non
     tensors and the kernels' parameter arrays keyed by name. InputError for a regex that does not
     compile or matches no node."""
     chosen = _select(graph, nodes)
+    users = graph.users()
     records: list[NodeDump] = []
     tensors: dict[str, np.ndarray] = {}
 
@@ -99,7 +106,8 @@ def dump(graph: Graph, inputs: Mapping[str, np.ndarray], nodes: str | None = Non
         arrays = [np.asarray(a) for a in outputs]
         record = NodeDump(node.name, node.op_type,
                           [value_stats(v, a) for v, a in zip(node.outputs, arrays, strict=False)])
-        record.integer, record.arrays = integer_parameters(node)
+        readers = [r for r, _ in users.get(node.outputs[0], [])] if node.outputs else []
+        record.integer, record.arrays = integer_parameters(node, readers)
         records.append(record)
         if keep:
             tensors.update({v.name: a for v, a in zip(node.outputs, arrays, strict=False)})
@@ -151,9 +159,12 @@ def _quantized(t: TensorType | None) -> bool:
     return t is not None and t.quant is not None
 
 
-def integer_parameters(node: Node) -> tuple[list[str], dict[str, np.ndarray]]:
+def integer_parameters(node: Node, readers: list[Node] | None = None
+                       ) -> tuple[list[str], dict[str, np.ndarray]]:
     """The kernel's integer parameters of `node` as text lines and named arrays (empty for a
-    node computing in float)."""
+    node computing in float). `readers`, the nodes reading its output, lets a float product in
+    QDQ form (DequantizeLinear inputs, a QuantizeLinear reader) show the integer kernel ONNX
+    Runtime runs it as."""
     types = [v.type if v is not None else None for v in node.inputs]
     out = node.outputs[0].type if node.outputs else None
     if node.domain == QUANT_DOMAIN and node.op_type == "Quantize" and _quantized(out):
@@ -194,7 +205,8 @@ def integer_parameters(node: Node) -> tuple[list[str], dict[str, np.ndarray]]:
             arrays["B_scale"] = scale
         return lines, arrays
     if not any(_quantized(t) for t in types):
-        return [], {}
+        _qdq_product(node, readers or [], lines, arrays)
+        return lines, arrays
     if op in ("Conv", "Gemm", "MatMul"):
         _linear(node, types, out, lines, arrays)
     elif op in ("Add", "Sub"):
@@ -274,23 +286,91 @@ def _qlinear(node: Node, lines: list[str], arrays: dict[str, np.ndarray]) -> Non
                  f"s_w {_p_value(get[1])}")
     if s_x is None or s_w is None:
         return
+    bits = node.outputs[0].type.dtype.bits if node.outputs[0].type is not None else 8
+    _float32_requantization(lines, arrays, s_x, s_w, None if get[2] is None else s_y,
+                            _p_value(get[3]), bits, node.attrs.get("alpha", 1.0))
+
+
+def _float32_requantization(lines: list[str], arrays: dict[str, np.ndarray], s_x, s_w, s_y,
+                            z_y: str, bits: int, alpha: float = 1.0) -> None:
+    """ONNX Runtime's float32 output of an int32 accumulator: dequantized when `s_y` is None,
+    else requantized with M in float32, and M in lowbit's integer encodings."""
     f = np.float32
-    alpha = f(node.attrs.get("alpha", 1.0))
-    if s_y is None or get[2] is None:
-        scale = (f(alpha * f(np.asarray(s_x).reshape(()))) * np.asarray(s_w, f)).astype(f)
+    x_scale = f(f(alpha) * f(np.asarray(s_x).reshape(())))
+    if s_y is None:
+        scale = (x_scale * np.asarray(s_w, f)).astype(f)
         arrays["dequantize_scale"] = scale
         lines.append(f"float output: y = float32(acc) * float32(s_x * s_w) {_p(scale)}")
         return
-    M = (f(alpha * f(np.asarray(s_x).reshape(()))) * np.asarray(s_w, f).reshape(-1)
-         / f(np.asarray(s_y).reshape(()))).astype(f)
+    M = (x_scale * np.asarray(s_w, f).reshape(-1) / f(np.asarray(s_y).reshape(()))).astype(f)
     arrays["M"] = M
     lines.append(f"y = clamp(round_half_even(float32(acc) * M), qmin - z_y, qmax - z_y) + z_y "
                  f"(ONNX Runtime, float32), M = float32(float32(s_x * s_w) / s_y) {_p(M)}, "
-                 f"z_y {_p_value(get[3])}")
-    bits = node.outputs[0].type.dtype.bits if node.outputs[0].type is not None else 8
+                 f"z_y {z_y}")
     for method in (fixed_point.PRESCALE, fixed_point.Q31):
         _encoded(lines, arrays, "integer.", M.astype(np.float64), method, bits,
                  f"{method} (lowbit's integer-only equivalent)")
+
+
+def _dequantize_linear(v: Value | None
+                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None] | None:
+    """(scale, zero point, codes when constant) of an ONNX DequantizeLinear with constant
+    parameters producing `v`, else None."""
+    node = v.producer if v is not None else None
+    if node is None or node.op_type != "DequantizeLinear" or node.domain not in ("", "ai.onnx"):
+        return None
+    scale, zero = node.input_or_none(1), node.input_or_none(2)
+    if scale is None or scale.const_value is None or (zero is not None
+                                                      and zero.const_value is None):
+        return None
+    codes = node.inputs[0].const_value
+    return (np.asarray(scale.const_value),
+            np.zeros((), np.int64) if zero is None else np.asarray(zero.const_value),
+            None if codes is None else np.asarray(codes))
+
+
+def _qdq_product(node: Node, readers: list[Node], lines: list[str],
+                 arrays: dict[str, np.ndarray]) -> None:
+    """A float Conv / Gemm / MatMul in QDQ form: both operands from DequantizeLinear and the
+    result read by a QuantizeLinear only (or by nothing quantized: a float output). ONNX
+    Runtime fuses the pattern into QLinearConv / QLinearMatMul (or an integer product with a
+    float output) and requantizes in float32; the lines give its parameters and M in lowbit's
+    integer encodings."""
+    if node.op_type not in ("Conv", "Gemm", "MatMul") or node.domain not in ("", "ai.onnx"):
+        return
+    operands = [_dequantize_linear(node.input_or_none(i)) for i in (0, 1)]
+    if None in operands:
+        return
+    (s_x, z_x, _), (s_w, z_w, w_codes) = operands
+    arrays.update({"s_x": s_x, "z_x": z_x, "s_w": s_w, "z_w": z_w})
+    if w_codes is not None:
+        arrays["w_codes"] = w_codes
+    quantize = readers[0] if len(readers) == 1 and readers[0].op_type == "QuantizeLinear" \
+        else None
+    if quantize is not None and quantize.input_or_none(1) is not None \
+            and quantize.input_or_none(1).const_value is None:
+        return
+    lines.append(f"QDQ form: DequantizeLinear -> {node.op_type}"
+                 f"{' -> QuantizeLinear' if quantize else ''}, one integer kernel in ONNX "
+                 f"Runtime: acc = sum((x - z_x)(w - z_w)) (+ bias) in int32; z_x {_p(z_x)}, "
+                 f"z_w {_p(z_w)}, s_x {_p(s_x)}, s_w {_p(s_w)}")
+    bias = _dequantize_linear(node.input_or_none(2))
+    if bias is not None:
+        if bias[2] is not None:
+            arrays["bias_codes"] = bias[2]
+        lines.append(f"bias: int32 codes, zero point {_p(bias[1])}, scale {_p(bias[0])} "
+                     f"(s_x * s_w {_p(np.asarray(s_x, np.float64) * s_w)})")
+    if quantize is None:
+        _float32_requantization(lines, arrays, s_x, s_w, None, "", 8)
+        return
+    y = quantize.outputs[0]
+    bits = y.type.dtype.bits if y.type is not None else 8
+    _float32_requantization(lines, arrays, s_x, s_w, quantize.inputs[1].const_value,
+                            _p_value(quantize.input_or_none(2)), bits)
+    clip = node.attrs.get(FUSED_CLIP)
+    if clip is not None:
+        lines.append(f"fused clip: real values limited to [{clip[0]:.9g}, {clip[1]:.9g}] "
+                     f"before QuantizeLinear")
 
 
 def _p_value(v: Value | None) -> str:
