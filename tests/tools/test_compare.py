@@ -99,6 +99,43 @@ def test_the_one_int8_layer_among_int16_stands_out(mnist):
     assert result.worst_first()[0].sqnr <= result.layers[at].sqnr
 
 
+def test_onnx_runtime_qdq_files_compare_through_their_quantize_nodes(mnist, tmp_path):
+    """ONNX Runtime's quantize_static drops each Relu before a QuantizeLinear (its range does the
+    clamp) and keeps the Relu's name on the Conv's float result: compare follows it through the
+    QuantizeLinear, which the next layers read, instead of comparing a pre-Relu tensor."""
+    from onnxruntime.quantization import (
+        CalibrationDataReader,
+        QuantFormat,
+        QuantType,
+        quantize_static,
+    )
+
+    graph, _, batches = mnist
+    x = np.load(bundled("digits.npz"))["images"]
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.batches = iter([{"input": x[i:i + 50]} for i in range(0, 200, 50)])
+
+        def get_next(self):
+            return next(self.batches, None)
+
+    path = tmp_path / "ort.onnx"
+    quantize_static(str(MODEL), str(path), Reader(), quant_format=QuantFormat.QDQ,
+                    per_channel=True, activation_type=QuantType.QUInt8,
+                    weight_type=QuantType.QInt8)
+    ort_graph = lowbit.load(path)
+    relus = [n.outputs[0].name for n in graph.nodes if "Relu" in n.outputs[0].name]
+    assert relus and not any(n.op_type == "Relu" for n in ort_graph.nodes)
+    result = lowbit.compare(graph, ort_graph, batches)
+    by_name = {s.name: s for s in result.layers}
+    for name in relus:
+        s = by_name[name]
+        assert s.type_text.startswith("u8[S:") and s.range_use is not None, s.type_text
+        assert s.sqnr > 30, (name, s.sqnr)  # a pre-Relu tensor measured below 0 dB
+    assert all(s.sqnr > 25 for s in result.layers), result.worst_first()[0]
+
+
 def test_graphs_with_nothing_in_common_or_no_data_are_refused(mnist):
     graph, _, data = mnist
     with pytest.raises(InputError, match="at least one batch"):

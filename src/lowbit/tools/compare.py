@@ -2,7 +2,11 @@
 
 Values are matched by name: lowbit's quantizer keeps each node output's name on its quantized
 version (inserted Quantize/Dequantize nodes get derived names), and its QDQ export names the
-QuantizeLinear output after the float value, so a saved and reloaded model matches too. Integer
+QuantizeLinear output after the float value, so a saved and reloaded model matches too. Where
+the matched value of the quantized graph is read only by a QuantizeLinear (ONNX Runtime's QDQ
+files keep the float name on the product and name the QuantizeLinear's result
+`<name>_QuantizeLinear_Output`), that QuantizeLinear's result is compared instead: it is what
+the next layers read, with the range's clamp (often the float model's Relu) applied. Integer
 values are dequantized with their QuantParams, `real = scale * (q - zero_point)`. For each matched
 value, over all batches (accumulated, no tensor kept):
 
@@ -151,16 +155,18 @@ def compare(float_graph: Graph, quant_graph: Graph,
     docstring); with `samples`, keep up to that many float values per layer. Raises InputError
     for an empty set of batches or graphs with nothing in common."""
     float_ops = {v.name: n.op_type for n in float_graph.nodes for v in n.outputs}
-    matched: dict[str, Value] = {}
+    matched: dict[Value, str] = {}
     stats: dict[str, LayerStats] = {}
     unmatched = []
+    users = quant_graph.users()
     for node in quant_graph.nodes:
         if node.op_type == "Constant":
             continue
         for v in node.outputs:
             if v.name in float_ops:
-                matched[v.name] = v
-                stats[v.name] = LayerStats(v.name, float_ops[v.name], str(v.type))
+                kept = _through_quantize(v, users)
+                matched[kept] = v.name
+                stats[v.name] = LayerStats(v.name, float_ops[v.name], str(kept.type))
             elif node.domain != QUANT_DOMAIN:
                 unmatched.append(v.name)
     if not matched:
@@ -175,22 +181,37 @@ def compare(float_graph: Graph, quant_graph: Graph,
     return Comparison([s for s in stats.values() if s.count], unmatched)
 
 
+def _through_quantize(v: Value, users: dict[Value, list[tuple[Node, int]]]) -> Value:
+    """The value standing for float value `v` in a quantized graph: the result of the ONNX
+    QuantizeLinear that alone reads `v`, when there is one (a QDQ file keeps the float name on
+    the product before its QuantizeLinear, which may still lack a Relu the quantization range
+    applies), else `v` itself."""
+    readers = users.get(v, [])
+    if len(readers) == 1:
+        node = readers[0][0]
+        if node.op_type == "QuantizeLinear" and node.domain in ("", "ai.onnx") \
+                and node.outputs[0].type is not None and node.outputs[0].type.quant is not None:
+            return node.outputs[0]
+    return v
+
+
 def _compare_batch(float_graph: Graph, quant_graph: Graph, batch: Mapping[str, np.ndarray],
-                   matched: dict[str, Value], stats: dict[str, LayerStats],
+                   matched: dict[Value, str], stats: dict[str, LayerStats],
                    samples: int = 0) -> None:
     ref: dict[str, np.ndarray] = {}
-    Interpreter(float_graph, [_keep(ref, set(matched))])(batch)
+    Interpreter(float_graph, [_keep(ref, set(matched.values()))])(batch)
 
     def observe(node: Node, outputs) -> None:
         for v, a in zip(node.outputs, outputs, strict=False):
-            f = ref.pop(v.name, None) if v.name in matched else None
+            name = matched.get(v)
+            f = ref.pop(name, None) if name is not None else None
             a = np.asarray(a)
             if f is None or a.shape != f.shape:
                 continue
             codes = a if a.dtype.kind in "iu" and v.type.quant is not None else None
-            stats[v.name].add(f.astype(np.float64), _dequantize(a, v), codes, v)
+            stats[name].add(f.astype(np.float64), _dequantize(a, v), codes, v)
             if samples:
-                stats[v.name].keep_sample(f, samples)
+                stats[name].keep_sample(f, samples)
 
     Interpreter(quant_graph, [observe])(batch)
 

@@ -176,9 +176,10 @@ def _graph_svg(float_graph: Graph, quant_graph: Graph, by_value: dict[str, Layer
         ids[node.name] = nid
         out = node.outputs[0]
         stats = by_value.get(out.name)
-        t = quant_types.get(out.name, out.type)
+        shown = stats.type_text if stats is not None \
+            else format_type(quant_types.get(out.name, out.type))
         sqnr = f"\\n{_db(stats.sqnr)} dB" if stats is not None else ""
-        label = f"{_dot(node.op_type)} {_dot(out.name)}\\n{_dot(format_type(t))}{sqnr}"
+        label = f"{_dot(node.op_type)} {_dot(out.name)}\\n{_dot(shown)}{sqnr}"
         tooltip = _dot(f"{node.name}: {out.name}")
         fill = sqnr_colour(stats.sqnr if stats else None)
         lines.append(f'{nid} [label="{label}", fillcolor="{fill}", tooltip="{tooltip}", '
