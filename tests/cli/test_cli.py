@@ -54,6 +54,31 @@ def test_run_writes_outputs(tmp_path):
     assert np.load(tmp_path / "out.npz")["logits"].shape == (3, 10)
 
 
+def test_run_takes_several_inputs_after_one_flag_or_from_an_npz(tmp_path):
+    from onnx import TensorProto, helper
+
+    two = helper.make_model(helper.make_graph(
+        [helper.make_node("Sub", ["a", "b"], ["y"])], "two",
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, [2]) for n in "ab"],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])]),
+        opset_imports=[helper.make_opsetid("", 21)])
+    onnx.save(two, tmp_path / "two.onnx")
+    a, b = np.array([5.0, 1.0], np.float32), np.array([2.0, 3.0], np.float32)
+    np.save(tmp_path / "a.npy", a)
+    np.save(tmp_path / "b.npy", b)
+    np.savez(tmp_path / "ab.npz", a=a, b=b)
+    np.savez(tmp_path / "abc.npz", a=a, b=b, c=b)
+    for inputs in ([f"a={tmp_path / 'a.npy'}", f"b={tmp_path / 'b.npy'}"],
+                   [str(tmp_path / "ab.npz")]):
+        out = tmp_path / "out.npz"
+        r = lowbit("run", str(tmp_path / "two.onnx"), "--input", *inputs, "--output", str(out))
+        assert r.returncode == 0, r.stderr
+        assert np.array_equal(np.load(out)["y"], a - b)
+        out.unlink()
+    r = lowbit("run", str(tmp_path / "two.onnx"), "--input", str(tmp_path / "abc.npz"))
+    assert r.returncode == 1 and "abc.npz" in r.stderr and "c are not inputs" in r.stderr
+
+
 def test_quantize_writes_a_model_onnxruntime_runs(tmp_path):
     data = np.load(bundled("digits.npz"))
     np.save(tmp_path / "calib.npy", data["images"][:64])

@@ -32,11 +32,24 @@ def load_array(path: str | os.PathLike) -> np.ndarray:
         raise InputError(f"{p}: not a readable .npy file ({exc})") from None
 
 
+def add_input_arg(p) -> None:
+    """`--input` for `lowbit run` and `lowbit dump` (parse_inputs reads it)."""
+    p.add_argument("--input", action="extend", nargs="+", default=[],
+                   metavar="NAME=FILE.npy|FILE.npz",
+                   help="input arrays: NAME=FILE.npy per input, FILE.npy for a one-input model, "
+                   "or an .npz of arrays named like the inputs (`--input a=x.npy b=y.npy` or "
+                   "`--input a=x.npy --input b=y.npy`)")
+
+
 def parse_inputs(specs: Sequence[str], graph: Graph) -> dict[str, np.ndarray]:
-    """`NAME=FILE.npy` specs as {name: array}; a single `FILE.npy` feeds a one-input model."""
+    """`NAME=FILE.npy` specs as {name: array}; a single `FILE.npy` feeds a one-input model; a
+    `FILE.npz` gives the arrays named like the model's inputs (other arrays are refused)."""
     inputs: dict[str, np.ndarray] = {}
     for spec in specs:
         name, sep, file = spec.partition("=")
+        if not sep and spec.endswith(".npz"):
+            inputs.update(_input_npz(Path(spec), graph))
+            continue
         if not sep:
             if len(graph.inputs) != 1:
                 raise InputError(f"--input {spec!r}: write NAME=FILE.npy; the model's inputs "
@@ -44,6 +57,21 @@ def parse_inputs(specs: Sequence[str], graph: Graph) -> dict[str, np.ndarray]:
             name, file = graph.inputs[0].name, spec
         inputs[name] = load_array(file)
     return inputs
+
+
+def _input_npz(path: Path, graph: Graph) -> dict[str, np.ndarray]:
+    if not path.is_file():
+        raise InputError(f"{path}: no such file")
+    names = [v.name for v in graph.inputs]
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            extra = [k for k in data.files if k not in names]
+            if extra:
+                raise InputError(f"{path}: arrays {', '.join(extra)} are not inputs of the "
+                                 f"model; its inputs are {', '.join(names)}")
+            return {k: data[k] for k in data.files}
+    except (ValueError, OSError, EOFError) as exc:
+        raise InputError(f"{path}: not a readable .npz file ({exc})") from None
 
 
 def calibration_batches(source: str, graph: Graph, *, batch_size: int = 8,

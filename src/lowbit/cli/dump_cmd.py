@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 
-from lowbit.cli.data_files import parse_inputs
+from lowbit.cli.data_files import add_input_arg, parse_inputs
 from lowbit.cli.run_cmd import save_npz
 
 EXAMPLE = """example:
@@ -18,8 +18,7 @@ def add_parser(sub) -> None:
                        "parameters on one input", epilog=EXAMPLE,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("model", help="ONNX model file (float or quantized)")
-    p.add_argument("--input", action="append", default=[], metavar="NAME=FILE.npy",
-                   help="an input array (repeat for each input)")
+    add_input_arg(p)
     p.add_argument("--nodes", metavar="REGEX",
                    help="only nodes whose name or op type matches (re.search)")
     p.add_argument("--npz", metavar="OUT.npz",

@@ -7,7 +7,7 @@ import os
 
 import numpy as np
 
-from lowbit.cli.data_files import parse_inputs
+from lowbit.cli.data_files import add_input_arg, parse_inputs
 from lowbit.fileio import atomic_path
 
 EXAMPLE = """example:
@@ -18,8 +18,7 @@ def add_parser(sub) -> None:
     p = sub.add_parser("run", help="run a model on inputs from .npy files", epilog=EXAMPLE,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("model", help="ONNX model file")
-    p.add_argument("--input", action="append", default=[], metavar="NAME=FILE.npy",
-                   help="an input array (repeat for each input)")
+    add_input_arg(p)
     p.add_argument("--output", metavar="OUT.npz", help="write the outputs to an .npz file")
     p.set_defaults(handler=run)
 
