@@ -3,9 +3,11 @@ and all-MiniLM-L6-v2 (dynamic), with the config `lowbit.sensitivity` writes.
 
 EfficientNet-Lite0: calibrated on every third real photo, layers ranked on 8 other photos;
 top-1 agreement with float on all photos and the logits' SQNR, with lowbit's defaults and with
-the top 1/3/5 layers in int16 (W16A16). MiniLM: layers ranked on 12 texts (6 words, 4 short
-sentences, 2 long texts, each alone); embedding cosine to float (mean/min per group of texts of
-benchmarks/dynamic_vs_peers.py) and the Lee Pearson score, defaults vs the top 1/3/5 in float.
+the top 1/3/5 layers in int16 (W16A16), in lowbit and in ONNX Runtime running lowbit's QDQ
+export; ONNX Runtime's own quantize_static (per channel, same photos) in the same run.
+MiniLM: layers ranked on 12 texts (6 words, 4 short sentences, 2 long texts, each alone);
+embedding cosine to float (mean/min per group of texts of benchmarks/dynamic_vs_peers.py) and
+the Lee Pearson score, defaults vs the top 1/3/5 in float.
 
     python benchmarks/sensitivity_real_models.py [--per-group 70] [--only efficientnet|minilm]
 """
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -31,6 +34,8 @@ from realmodels import (  # noqa: E402
     load_photos,
     minilm,
     minilm_tokens,
+    onnxruntime_outputs,
+    ort_quantize,
 )
 
 TOPS = (0, 1, 3, 5)
@@ -38,10 +43,12 @@ TOPS = (0, 1, 3, 5)
 
 def efficientnet_figures() -> None:
     photos = load_photos()
-    graph = lowbit.load(efficientnet(True))
+    source = efficientnet(True)
+    graph = lowbit.load(source)
     calib = np.arange(0, len(photos), 3)
     ranking = np.setdiff1d(np.arange(len(photos)), calib)[::7][:8]
-    prof = lowbit.profile(graph, [{"input": photos[i:i + 1]} for i in calib], progress=False)
+    calib_batches = [{"input": photos[i:i + 1]} for i in calib]
+    prof = lowbit.profile(graph, calib_batches, progress=False)
     start = time.perf_counter()
     ranked = lowbit.sensitivity(graph, [{"input": photos[i:i + 1]} for i in ranking],
                                 profile=prof, progress=False)
@@ -51,14 +58,26 @@ def efficientnet_figures() -> None:
         print(f"  {s.name:<20} {s.op_type:<10} output SQNR {s.sqnr:6.2f} dB")
     run_float = lowbit.compile(graph)
     ref = np.concatenate([run_float({"input": p[None]})["logits"] for p in photos])
-    print(f"{'top layers in int16':<22}{'agreement':>10}{'logits SQNR dB':>16}")
-    for top in TOPS:
-        run = lowbit.compile(lowbit.quantize(graph, prof, ranked.config(top)))
-        got = np.concatenate([run({"input": p[None]})["logits"] for p in photos])
+
+    def metrics(got: np.ndarray) -> str:
         agree = (got.argmax(1) == ref.argmax(1)).mean()
         noise = ((got.astype(np.float64) - ref) ** 2).sum()
-        sqnr = 10 * np.log10((ref.astype(np.float64) ** 2).sum() / noise)
-        print(f"{top:<22}{agree:>10.2%}{sqnr:>16.2f}", flush=True)
+        return f"{agree:>10.2%}{10 * np.log10((ref.astype(np.float64) ** 2).sum() / noise):>8.2f}"
+
+    print(f"{'':<26}{'lowbit':>18}{'its QDQ in ONNX Runtime':>26}")
+    print(f"{'top layers in int16':<26}" + f"{'agreement':>10}{'SQNR dB':>8}" * 2)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "q.onnx"
+        for top in TOPS:
+            q = lowbit.quantize(graph, prof, ranked.config(top))
+            run = lowbit.compile(q)
+            got = np.concatenate([run({"input": p[None]})["logits"] for p in photos])
+            lowbit.save(q, path, format="qdq")
+            print(f"{top:<26}{metrics(got)}{metrics(onnxruntime_outputs(path, photos, 'input'))}",
+                  flush=True)
+        ort_quantize(source, path, calib_batches, per_channel=True)
+        print(f"{'ORT quantize_static, per channel (same calibration)':<44}"
+              f"{metrics(onnxruntime_outputs(path, photos, 'input'))}", flush=True)
 
 
 def minilm_figures(per_group: int) -> None:

@@ -99,10 +99,13 @@ def test_the_one_int8_layer_among_int16_stands_out(mnist):
     assert result.worst_first()[0].sqnr <= result.layers[at].sqnr
 
 
-def test_onnx_runtime_qdq_files_compare_through_their_quantize_nodes(mnist, tmp_path):
-    """ONNX Runtime's quantize_static drops each Relu before a QuantizeLinear (its range does the
-    clamp) and keeps the Relu's name on the Conv's float result: compare follows it through the
-    QuantizeLinear, which the next layers read, instead of comparing a pre-Relu tensor."""
+@pytest.mark.parametrize("form", ["QDQ", "QOperator"])
+def test_onnx_runtime_files_match_every_layer(mnist, tmp_path, form):
+    """ONNX Runtime's quantize_static drops each Relu (the output range does the clamp). In QDQ
+    it keeps the Relu's name on the Conv's float result: compare follows it through the
+    QuantizeLinear, which the next layers read, instead of comparing a pre-Relu tensor. In
+    QOperator it names the QLinearConv's result after the Conv's (`<name>_quantized`), a name
+    the float graph fused away: compare finds the Relu output that replaced it."""
     from onnxruntime.quantization import (
         CalibrationDataReader,
         QuantFormat,
@@ -121,7 +124,7 @@ def test_onnx_runtime_qdq_files_compare_through_their_quantize_nodes(mnist, tmp_
             return next(self.batches, None)
 
     path = tmp_path / "ort.onnx"
-    quantize_static(str(MODEL), str(path), Reader(), quant_format=QuantFormat.QDQ,
+    quantize_static(str(MODEL), str(path), Reader(), quant_format=getattr(QuantFormat, form),
                     per_channel=True, activation_type=QuantType.QUInt8,
                     weight_type=QuantType.QInt8)
     ort_graph = lowbit.load(path)
@@ -131,9 +134,10 @@ def test_onnx_runtime_qdq_files_compare_through_their_quantize_nodes(mnist, tmp_
     by_name = {s.name: s for s in result.layers}
     for name in relus:
         s = by_name[name]
-        assert s.type_text.startswith("u8[S:") and s.range_use is not None, s.type_text
+        assert s.type_text.startswith(("u8[S:", "i8[S:")) and s.range_use is not None
         assert s.sqnr > 30, (name, s.sqnr)  # a pre-Relu tensor measured below 0 dB
     assert all(s.sqnr > 25 for s in result.layers), result.worst_first()[0]
+    assert len(result.layers) == len(relus) + 4  # two MaxPools, the Flatten, the logits
 
 
 def test_graphs_with_nothing_in_common_or_no_data_are_refused(mnist):

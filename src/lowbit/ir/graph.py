@@ -112,6 +112,10 @@ class Graph:
         self.outputs: list[Value] = []
         self.nodes: list[Node] = []
         self.metadata: dict[str, str] = {}
+        self.fused_names: dict[str, str] = {}
+        """Names of values a fusion removed -> the value now holding what they became (a
+        Conv's result -> the Relu output the Conv now writes, its clamp fused): how tools find a
+        removed name that another tool's file still uses."""
         self._names: set[str] = set()
         self._node_names: set[str] = set()
         self._counter = itertools.count()
@@ -242,6 +246,7 @@ class Graph:
         """A structural copy: new Value and Node objects, shared read-only constant arrays."""
         g = Graph(self.name, self.opset)
         g.metadata = dict(self.metadata)
+        g.fused_names = dict(self.fused_names)
         g._names = set(self._names)
         g._node_names = set(self._node_names)
         mapping: dict[Value, Value] = {}

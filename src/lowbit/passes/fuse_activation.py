@@ -34,7 +34,8 @@ def fuse_activations(graph: Graph) -> Graph:
     """Fold each Relu, or Clip with constant bounds, into its producer when the producer is a
     fusable op (Conv, ConvTranspose, Gemm, MatMul, Add) with a float output read by nothing
     else. The producer gets `fused_clip = [lo, hi]` (intersected with any clamp it already had)
-    and takes over the activation's output value, so names and users are unchanged.
+    and takes over the activation's output value, so names and users are unchanged; the
+    producer's old output name is recorded in `graph.fused_names`.
 
     Guarantees: results are identical (the clamp is applied to the same float values); a
     quantizer later turns the clamp into the output range (ReLU becomes a clamp at the zero
@@ -63,6 +64,7 @@ def fuse_activations(graph: Graph) -> Graph:
             lo, hi = max(lo, old_lo), min(hi, old_hi)
         producer.attrs[FUSED_CLIP] = [lo, hi]
         out = act.outputs[0]
+        graph.fused_names[x.name] = out.name
         producer.outputs[0] = out
         out.producer = producer
         fused.append(act)

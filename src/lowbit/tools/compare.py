@@ -2,7 +2,11 @@
 
 Values are matched by name: lowbit's quantizer keeps each node output's name on its quantized
 version (inserted Quantize/Dequantize nodes get derived names), and its QDQ export names the
-QuantizeLinear output after the float value, so a saved and reloaded model matches too. Where
+QuantizeLinear output after the float value, so a saved and reloaded model matches too.
+ONNX Runtime's QOperator files name each result `<float name>_quantized`, after the Conv's
+result where the float graph has fused a Relu into the Conv: such names match the float value
+that now holds the Conv's clamped result (`Graph.fused_names`), unless a value of the quantized
+graph has that float name itself. Where
 the matched value of the quantized graph is read only by a QuantizeLinear (ONNX Runtime's QDQ
 files keep the float name on the product and name the QuantizeLinear's result
 `<name>_QuantizeLinear_Output`), that QuantizeLinear's result is compared instead: it is what
@@ -159,16 +163,25 @@ def compare(float_graph: Graph, quant_graph: Graph,
     stats: dict[str, LayerStats] = {}
     unmatched = []
     users = quant_graph.users()
+    renamed: list[tuple[Value, str]] = []
     for node in quant_graph.nodes:
         if node.op_type == "Constant":
             continue
         for v in node.outputs:
-            if v.name in float_ops:
+            name, exact = _float_name(v.name, float_ops, float_graph.fused_names)
+            if name is not None and exact:
                 kept = _through_quantize(v, users)
-                matched[kept] = v.name
-                stats[v.name] = LayerStats(v.name, float_ops[v.name], str(kept.type))
+                matched[kept] = name
+                stats[name] = LayerStats(name, float_ops[name], str(kept.type))
+            elif name is not None:
+                renamed.append((v, name))
             elif node.domain != QUANT_DOMAIN:
                 unmatched.append(v.name)
+    for v, name in renamed:  # only where no value carries the float name itself
+        if name not in stats:
+            kept = _through_quantize(v, users)
+            matched[kept] = name
+            stats[name] = LayerStats(name, float_ops[name], str(kept.type))
     if not matched:
         raise InputError("the two graphs share no value names: compare a float model with a "
                          "quantization of it (lowbit quantize keeps value names)")
@@ -179,6 +192,29 @@ def compare(float_graph: Graph, quant_graph: Graph,
     if not seen:
         raise InputError("compare needs at least one batch of inputs")
     return Comparison([s for s in stats.values() if s.count], unmatched)
+
+
+QOPERATOR_SUFFIX = "_quantized"
+"""ONNX Runtime's QOperator files name a quantized result after its float value plus this."""
+
+
+def _float_name(name: str, float_ops: Mapping[str, str], fused: Mapping[str, str]
+                ) -> tuple[str | None, bool]:
+    """The float graph's value a quantized graph's value `name` stands for, and whether that
+    value has the name itself: `name`, or `name` without ONNX Runtime's `_quantized` suffix,
+    found directly, or through the float graph's `fused_names` (a Conv's result that its fused
+    Relu's output replaced; QOperator files fuse the Relu the same way)."""
+    candidates = [name]
+    if name.endswith(QOPERATOR_SUFFIX):
+        candidates.append(name[:-len(QOPERATOR_SUFFIX)])
+    for exact, c in enumerate(candidates):
+        seen = set()
+        while c not in float_ops and c in fused and c not in seen:
+            seen.add(c)
+            c = fused[c]
+        if c in float_ops:
+            return c, exact == 0 and not seen
+    return None, False
 
 
 def _through_quantize(v: Value, users: dict[Value, list[tuple[Node, int]]]) -> Value:
