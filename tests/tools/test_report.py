@@ -172,3 +172,39 @@ def test_the_chromium_probe_sees_broken_images_and_script_errors(tmp_path):
     check = json.loads(html.unescape(re.search(r'data-check="([^"]+)"', r.stdout).group(1)))
     assert check["images"] == [["bad", True, 0]]
     assert any("notDefined" in e for e in check["errors"])
+
+
+def test_a_dynamic_models_report_draws_histograms_without_a_range(tmp_path):
+    """Dynamic quantization has no fixed clipping range: the worst layers' histograms are drawn
+    alone, and integer values (a Shape's result) are not compared."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    w1 = numpy_helper.from_array(rng.normal(size=(16, 32)).astype(np.float32), "w1")
+    w2 = numpy_helper.from_array(rng.normal(size=(32, 8)).astype(np.float32), "w2")
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"], name="first"),
+             helper.make_node("Relu", ["h"], ["r"], name="relu"),
+             helper.make_node("MatMul", ["r", "w2"], ["m"], name="second"),
+             helper.make_node("Shape", ["m"], ["s"], name="shape"),
+             helper.make_node("Reshape", ["m", "s"], ["y"], name="reshape")]
+    g = helper.make_graph(nodes, "mlp",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, 5, 16])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, 5, 8]),
+                           helper.make_tensor_value_info("s", TensorProto.INT64, [3])],
+                          [w1, w2])
+    import onnx
+
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 20)]),
+              tmp_path / "mlp.onnx")
+    graph = lowbit.load(tmp_path / "mlp.onnx")
+    assert any(n.op_type == "Shape" for n in graph.nodes)
+    quant = lowbit.quantize_dynamic(graph)
+    x = rng.normal(size=(2, 5, 16)).astype(np.float32)
+    comparison = lowbit.compare(graph, quant, [{"x": x}], samples=1000)
+    assert {s.name for s in comparison.layers} == {"r", "m", "y"}
+    write_report(comparison, graph, quant, tmp_path / "r.html")
+    text = (tmp_path / "r.html").read_text(encoding="utf-8")
+    assert "computed at run time (dynamic quantization)" in text
+    shown = re.findall(r'<img class="histogram" id="histogram-\d+" alt="([^"]+)"', text)
+    assert shown == [s.name for s in comparison.worst_first()]
+    assert "data-lo=" not in text

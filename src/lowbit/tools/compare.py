@@ -155,10 +155,12 @@ class Comparison:
 
 def compare(float_graph: Graph, quant_graph: Graph,
             batches: Iterable[Mapping[str, np.ndarray]], *, samples: int = 0) -> Comparison:
-    """Run both graphs on each batch and compare every value they share by name (module
-    docstring); with `samples`, keep up to that many float values per layer. Raises InputError
-    for an empty set of batches or graphs with nothing in common."""
-    float_ops = {v.name: n.op_type for n in float_graph.nodes for v in n.outputs}
+    """Run both graphs on each batch and compare every float value of `float_graph` they share
+    by name (module docstring); with `samples`, keep up to that many float values per layer.
+    Raises InputError for an empty set of batches or graphs with nothing in common."""
+    # integer and boolean values (shapes, indices, masks) are not quantized: nothing to compare
+    float_ops = {v.name: n.op_type for n in float_graph.nodes for v in n.outputs
+                 if v.type is None or v.type.dtype.is_float}
     matched: dict[Value, str] = {}
     stats: dict[str, LayerStats] = {}
     unmatched = []

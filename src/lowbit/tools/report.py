@@ -5,9 +5,11 @@ charts are inline base64 PNG, the graph inline SVG) with
 - the SQNR of every layer in graph order (matplotlib bar chart, worst layers in red);
 - for the `histograms` worst quantized layers, the histogram of their float values (compare's
   `samples`) with the clipping range their quantized type represents drawn on, and the share
-  of values beyond it;
+  of values beyond it (a dynamically quantized model has no fixed range: the worst layers'
+  histograms alone);
 - the float graph drawn by Graphviz `dot` as SVG, each node filled by the SQNR of its output
-  (colour scale below) and labelled with its op type and its quantized printed type;
+  (colour scale below) and labelled with its op type, its value's name and the compared
+  value's printed type;
 - the QuantConfig YAML the quantized model records (`lowbit.quant_config` metadata).
 
 Colour of a node: hue = 120 * clamp((SQNR - 10) / 30, 0, 1) degrees in HSL (red at 10 dB and
@@ -80,8 +82,7 @@ def write_report(comparison: Comparison, float_graph: Graph, quant_graph: Graph,
         _summary(comparison, float_graph, quant_graph, outputs, worst[:5], title),
         "<h2>SQNR per layer</h2>",
         f'<img id="sqnr-chart" alt="SQNR per layer" src="{_sqnr_chart(comparison)}">',
-        "<h2>Worst layers: float values and the clipping range</h2>",
-        _histograms([s for s in worst if s.sample is not None and s.real_range][:histograms]),
+        *_worst_histograms(worst, histograms),
         "<h2>Graph, coloured by SQNR</h2>",
         _legend(),
         f'<div id="graph">{_graph_svg(float_graph, quant_graph, by_value, dot)}</div>',
@@ -134,21 +135,41 @@ def _sqnr_chart(comparison: Comparison) -> str:
     return _png(fig)
 
 
+def _worst_histograms(worst: list[LayerStats], count: int) -> list[str]:
+    """The heading and histograms of the `count` worst layers whose type has a clipping range;
+    when none has one (dynamic quantization: ranges computed at run time), of the `count` worst
+    layers with samples, without a range."""
+    ranged = [s for s in worst if s.sample is not None and s.real_range][:count]
+    if ranged or not any(s.sample is not None for s in worst):
+        return ["<h2>Worst layers: float values and the clipping range</h2>", _histograms(ranged)]
+    return ["<h2>Worst layers: float values</h2><p>No fixed clipping range: this model's "
+            "activation ranges are computed at run time (dynamic quantization).</p>",
+            _histograms([s for s in worst if s.sample is not None][:count])]
+
+
 def _histograms(layers: list[LayerStats]) -> str:
     if not layers:
-        return "<p>no quantized layer with samples</p>"
+        return "<p>no compared layer kept samples</p>"
     plt = _pyplot()
     items = []
     for i, s in enumerate(layers):
-        lo, hi = s.real_range
         data = s.sample.astype(np.float64)
-        beyond = float(((data < lo) | (data > hi)).mean())
         fig, ax = plt.subplots(figsize=(6, 2.6), dpi=100)
+        ax.set_title(f"{s.name}  ({_db(s.sqnr)} dB)", fontsize=9)
+        if s.real_range is None:
+            ax.hist(data, bins=120, color="#4c72b0", log=True)
+            ax.set_xlabel("float value", fontsize=8)
+            items.append(f'<figure><img class="histogram" id="histogram-{i}" '
+                         f'alt="{html.escape(s.name)}" src="{_png(fig)}"><figcaption>'
+                         f"{html.escape(s.name)}: float values from {data.min():.6g} to "
+                         f"{data.max():.6g}</figcaption></figure>")
+            continue
+        lo, hi = s.real_range
+        beyond = float(((data < lo) | (data > hi)).mean())
         span_lo, span_hi = min(lo, data.min()), max(hi, data.max())
         ax.hist(data, bins=120, range=(span_lo, span_hi), color="#4c72b0", log=True)
         for x in (lo, hi):
             ax.axvline(x, color="#d62728", linewidth=1.5)
-        ax.set_title(f"{s.name}  ({_db(s.sqnr)} dB)", fontsize=9)
         ax.set_xlabel("float value; red: clipping range of the quantized type", fontsize=8)
         items.append(f'<figure><img class="histogram" id="histogram-{i}" alt="{html.escape(s.name)}'
                      f'" src="{_png(fig)}" data-lo="{lo:.9g}" data-hi="{hi:.9g}">'
