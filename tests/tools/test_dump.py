@@ -129,13 +129,19 @@ def _cli(*args):
                           capture_output=True, text=True)
 
 
-def test_cli_on_a_qoperator_file_reproduces_qlinearconv_by_hand(quantized, tmp_path):
+def _dump_saved(quantized, tmp_path, form: str, nodes: str):
+    """Save the quantized MNISTNet as `form`, dump `nodes` of the file into v.npz; (result, x)."""
     q, x = quantized
-    lowbit.save(q, tmp_path / "q.onnx", format="qoperator")
+    lowbit.save(q, tmp_path / "q.onnx", format=form)
     np.save(tmp_path / "x.npy", x)
-    r = _cli(tmp_path / "q.onnx", "--input", f"input={tmp_path / 'x.npy'}", "--nodes",
-             "QLinearConv|QuantizeLinear", "--npz", tmp_path / "v.npz")
+    r = _cli(tmp_path / "q.onnx", "--input", f"input={tmp_path / 'x.npy'}", "--nodes", nodes,
+             "--npz", tmp_path / "v.npz")
     assert r.returncode == 0, r.stderr
+    return r, x
+
+
+def test_cli_on_a_qoperator_file_reproduces_qlinearconv_by_hand(quantized, tmp_path):
+    r, x = _dump_saved(quantized, tmp_path, "qoperator", "QLinearConv|QuantizeLinear")
     assert r.stdout.count("  QLinearConv\n") == 2 and "(ONNX Runtime, float32)" in r.stdout
     loaded = lowbit.load(tmp_path / "q.onnx")
     values = _all_values(loaded, {"input": x})
@@ -161,12 +167,7 @@ def test_cli_on_a_qdq_file_reproduces_each_conv_from_its_printed_kernel(quantize
     """lowbit's default export (QDQ) computes each Conv in float between DequantizeLinear and
     QuantizeLinear; dump gives the integer kernel ONNX Runtime fuses that into, and its .npz the
     codes, scales and M, from which the QuantizeLinear's codes are redone by hand."""
-    q, x = quantized
-    lowbit.save(q, tmp_path / "q.onnx", format="qdq")
-    np.save(tmp_path / "x.npy", x)
-    r = _cli(tmp_path / "q.onnx", "--input", f"input={tmp_path / 'x.npy'}", "--nodes",
-             "Conv|QuantizeLinear", "--npz", tmp_path / "v.npz")
-    assert r.returncode == 0, r.stderr
+    r, _ = _dump_saved(quantized, tmp_path, "qdq", "Conv|QuantizeLinear")
     assert r.stdout.count("QDQ form: DequantizeLinear -> Conv -> QuantizeLinear") == 2
     loaded = lowbit.load(tmp_path / "q.onnx")
     users = loaded.users()
