@@ -95,13 +95,15 @@ def quantize_dynamic(graph: Graph, config: QuantConfig | None = None, *,
 
 
 def compare(float_graph: Graph, quant_graph: Graph,
-            batches: Iterable[Mapping[str, np.ndarray]], *, samples: int = 0) -> Comparison:
+            batches: Iterable[Mapping[str, np.ndarray]], *, samples: int = 0,
+            own: bool = True) -> Comparison:
     """Run a float graph and its quantized version on `batches` and return per-layer SQNR,
     cosine, max error, error in quantization steps, clipping and range use for every value they
     share by name (`lowbit.tools.compare`); `.table(top)` renders the worst layers. `samples`
     keeps up to that many float values per layer for histograms
-    (`lowbit.tools.report.write_report`)."""
-    return _compare(float_graph, quant_graph, batches, samples=samples)
+    (`lowbit.tools.report.write_report`); `own` also measures each layer's own error, its
+    inputs the float model's values (one more run of the quantized graph)."""
+    return _compare(float_graph, quant_graph, batches, samples=samples, own=own)
 
 
 def sensitivity(float_graph: Graph, batches: Iterable[Mapping[str, np.ndarray]], *,

@@ -41,7 +41,7 @@ def test_identical_graphs_are_lossless(mnist):
     result = lowbit.compare(graph, graph, data[:1])
     assert len(result.layers) == sum(n.op_type != "Constant" for n in graph.nodes)
     assert all(s.sqnr == math.inf and s.cosine == pytest.approx(1.0) and s.max_abs == 0
-               for s in result.layers)
+               and s.own_sqnr == math.inf for s in result.layers)
 
 
 def test_numbers_equal_numpy(mnist):
@@ -97,6 +97,41 @@ def test_the_one_int8_layer_among_int16_stands_out(mnist):
     assert result.layers[at].sqnr < 45
     assert result.worst_first()[0].name in order[at:]
     assert result.worst_first()[0].sqnr <= result.layers[at].sqnr
+    # every later layer carries its error (its SQNR is below its own); own error singles it
+    # out, and the int16 products after it lose far less by themselves
+    downstream = result.layers[at + 1:]
+    assert downstream and all(s.sqnr < s.own_sqnr for s in downstream)
+    assert result.worst_first("own")[0].name == target
+    products = [s for s in downstream if s.op_type == "Gemm"]
+    assert products and min(s.own_sqnr for s in products) > result.layers[at].own_sqnr + 8
+
+
+def test_own_error_is_the_layer_run_on_the_float_models_values(mnist):
+    """A layer's own error equals its node run on the float model's input value, quantized to
+    the input's type."""
+    from lowbit.quant import arith
+
+    graph, prof, data = mnist
+    q = lowbit.quantize(graph, prof)
+    result = lowbit.compare(graph, q, data)
+    alone = q.copy()  # the conv reads a new input instead of the layers before it
+    conv = next(n for n in alone.nodes
+                if n.op_type == "Conv" and n.name.endswith("features.3/Conv"))
+    x = conv.inputs[0]
+    conv.inputs[0] = alone.add_input("x_alone", x.type)
+    alone.outputs.append(conv.outputs[0])
+    signal = noise = 0.0
+    for batch in data:
+        f_x = _values(graph, batch)[x.name][1]
+        got = lowbit.run(alone, {**batch, "x_alone": arith.quantize(f_x, x.type)})
+        f = _values(graph, batch)[conv.outputs[0].name][1].astype(np.float64)
+        d = arith.dequantize(got[conv.outputs[0].name], conv.outputs[0].type) - f
+        signal += float((f * f).sum())
+        noise += float((d * d).sum())
+    layer = next(s for s in result.layers if s.name == conv.outputs[0].name)
+    assert layer.own_sqnr == pytest.approx(10 * math.log10(signal / noise), rel=1e-6)
+    assert layer.own_sqnr > layer.sqnr
+    assert lowbit.compare(graph, q, data, own=False).layers[0].own_sqnr is None
 
 
 @pytest.mark.parametrize("form", ["QDQ", "QOperator"])

@@ -50,7 +50,11 @@ def test_summary_names_the_worst_layers_in_order(report):
     named = re.findall(r"<tr><td>([^<]+)</td>", table)
     assert named == [html.escape(s.name) for s in comparison.worst_first()[:5]]
     worst = comparison.worst_first()[0]
-    assert f"<td>{worst.sqnr:.2f}</td>" in table
+    assert f"<td>{worst.sqnr:.2f}</td><td>{worst.own_sqnr:.2f}</td>" in table
+    own = text[text.index('<table id="worst-own">'):]
+    own = own[:own.index("</table>")]
+    named = re.findall(r"<tr><td>([^<]+)</td>", own)
+    assert named == [html.escape(s.name) for s in comparison.worst_first("own")[:5]]
 
 
 def test_graph_has_every_node_coloured_by_its_sqnr(report):

@@ -33,6 +33,9 @@ def add_parser(sub) -> None:
     p.add_argument("quant_model", metavar="QUANT", help="its quantized version (ONNX)")
     add_calibration_args(p, required=True, flag="--data")
     p.add_argument("--top", type=int, help="show only the N worst layers")
+    p.add_argument("--sort", choices=("sqnr", "own"), default="sqnr",
+                   help="order layers by SQNR (all error up to each layer, default) or by own "
+                   "SQNR (what each layer loses itself, its inputs the float model's values)")
     p.add_argument("--report", metavar="REPORT.html",
                    help="also write a self-contained HTML report: summary, SQNR chart, "
                    "histograms with clipping ranges, the graph coloured by SQNR (needs Graphviz "
@@ -72,7 +75,7 @@ def run(args) -> int:
     console = Console() if sys.stdout.isatty() else Console(width=PIPED_WIDTH)
     result = lowbit.compare(float_graph, quant_graph, batches,
                             samples=REPORT_SAMPLES if args.report else 0)
-    console.print(result.table(args.top))
+    console.print(result.table(args.top, args.sort))
     if args.report:
         from lowbit.tools.report import write_report
 

@@ -1,20 +1,24 @@
 """Layer-by-layer comparison of a float graph and its quantized version.
 
-Values are matched by name: lowbit's quantizer keeps each node output's name on its quantized
-version (inserted Quantize/Dequantize nodes get derived names), and its QDQ export names the
-QuantizeLinear output after the float value, so a saved and reloaded model matches too.
-ONNX Runtime's QOperator files name each result `<float name>_quantized`, after the Conv's
-result where the float graph has fused a Relu into the Conv: such names match the float value
-that now holds the Conv's clamped result (`Graph.fused_names`), unless a value of the quantized
-graph has that float name itself. Where
-the matched value of the quantized graph is read only by a QuantizeLinear (ONNX Runtime's QDQ
-files keep the float name on the product and name the QuantizeLinear's result
-`<name>_QuantizeLinear_Output`), that QuantizeLinear's result is compared instead: it is what
-the next layers read, with the range's clamp (often the float model's Relu) applied. Integer
-values are dequantized with their QuantParams, `real = scale * (q - zero_point)`. For each matched
-value, over all batches (accumulated, no tensor kept):
+Values are matched by name:
+- lowbit's quantizer keeps each node output's name on its quantized version (inserted
+  Quantize/Dequantize nodes get derived names), and its QDQ export names the QuantizeLinear
+  output after the float value, so a saved and reloaded model matches too;
+- where the matched value of the quantized graph is read only by a QuantizeLinear (ONNX
+  Runtime's QDQ files keep the float name on the product and name the QuantizeLinear's result
+  `<name>_QuantizeLinear_Output`), that QuantizeLinear's result is compared instead: it is what
+  the next layers read, with the range's clamp (often the float model's Relu) applied;
+- ONNX Runtime's QOperator files name each result `<float name>_quantized`, after the Conv's
+  result where the float graph has fused a Relu into the Conv: such names match the float value
+  that now holds the Conv's clamped result (`Graph.fused_names`), unless a value of the
+  quantized graph has that float name itself;
+- integer and boolean values of the float graph (shapes, indices, masks) are not compared.
+
+Integer values are dequantized with their QuantParams, `real = scale * (q - zero_point)`. For
+each matched value, over all batches (accumulated, no tensor kept):
 
     SQNR    = 10 log10(sum f^2 / sum (q - f)^2) dB       (inf when identical)
+    own     = 10 log10(sum f^2 / sum (o - f)^2) dB       (with `own=True`)
     cosine  = sum f q / sqrt(sum f^2 * sum q^2)
     max_abs = max |q - f|
     steps   = mean |q - f| / scale                      (integer values: error in steps)
@@ -22,10 +26,16 @@ value, over all batches (accumulated, no tensor kept):
               scale (qmax - zero_point)] by more than half a step   (integer values)
     range   = (max code - min code) / (qmax - qmin)     (integer values: share of range used)
 
+SQNR measures everything the quantized model lost up to that value. `own` measures what the
+layer itself loses: `o` is the value the quantized graph computes when every matched value
+before it is replaced by the float model's, in its quantized type (`quantize(f)`: the rounding
+to the input's grid is the only error the layer receives).
+
 Each batch runs the float graph first, keeping the matched values of that batch only, then the
-quantized graph, whose values are compared as they are produced. With `samples=N`, each layer
-also keeps at most N of its float values (an evenly strided subset of each batch, thinned by
-half whenever it would exceed N), for the report's histograms: memory stays bounded.
+quantized graph, whose values are compared as they are produced, then (with `own`) the
+quantized graph again with the substitutions. With `samples=N`, each layer also keeps at most N
+of its float values (an evenly strided subset of each batch, thinned by half whenever it would
+exceed N), for the report's histograms: memory stays bounded.
 """
 
 from __future__ import annotations
@@ -40,6 +50,7 @@ from lowbit.backends.reference.interpreter import Interpreter
 from lowbit.errors import InputError
 from lowbit.ir.graph import Graph, Node, Value
 from lowbit.ops.registry import QUANT_DOMAIN
+from lowbit.quant import arith
 
 
 @dataclass
@@ -52,6 +63,8 @@ class LayerStats:
     type_text: str
     signal: float = 0.0
     noise: float = 0.0
+    own_noise: float | None = None
+    """sum (o - f)^2 of the own-error run (module docstring), None without it."""
     dot: float = 0.0
     quant_energy: float = 0.0
     max_abs: float = 0.0
@@ -73,6 +86,17 @@ class LayerStats:
         if self.signal == 0:
             return -math.inf
         return 10 * math.log10(self.signal / self.noise)
+
+    @property
+    def own_sqnr(self) -> float | None:
+        """What this layer loses by itself, in dB (module docstring); None without `own`."""
+        if self.own_noise is None:
+            return None
+        if self.own_noise == 0:
+            return math.inf
+        if self.signal == 0:
+            return -math.inf
+        return 10 * math.log10(self.signal / self.own_noise)
 
     @property
     def cosine(self) -> float:
@@ -135,29 +159,45 @@ class Comparison:
     layers: list[LayerStats] = field(default_factory=list)
     unmatched: list[str] = field(default_factory=list)
 
-    def worst_first(self) -> list[LayerStats]:
+    def worst_first(self, by: str = "sqnr") -> list[LayerStats]:
+        """Layers by SQNR (`by="sqnr"`, all error up to each value) or by own SQNR (`"own"`,
+        each layer's own error; layers without one last), lowest first."""
+        if by not in ("sqnr", "own"):
+            raise InputError(f"sort by 'sqnr' or 'own', not {by!r}")
+        if by == "own":
+            return sorted(self.layers, key=lambda s: (s.own_sqnr is None,
+                                                      s.own_sqnr or 0.0, s.name))
         return sorted(self.layers, key=lambda s: (s.sqnr, s.name))
 
-    def table(self, top: int | None = None):
-        """A rich Table of the worst `top` layers (all when None)."""
+    def table(self, top: int | None = None, by: str = "sqnr"):
+        """A rich Table of the worst `top` layers (all when None), sorted as `worst_first(by)`."""
         from rich.table import Table
 
-        table = Table(title="float vs quantized, worst SQNR first")
-        for col in ("value", "op", "type", "SQNR dB", "cosine", "max abs", "err/step",
-                    "clipped", "range use"):
+        table = Table(title=f"float vs quantized, worst {'own ' if by == 'own' else ''}SQNR "
+                      f"first")
+        own = any(s.own_noise is not None for s in self.layers)
+        cols = ("value", "op", "type", "SQNR dB", *(("own dB",) if own else ()), "cosine",
+                "max abs", "err/step", "clipped", "range use")
+        for col in cols:
             table.add_column(col, justify="left" if col in ("value", "op", "type") else "right")
-        for s in self.worst_first()[:top]:
-            table.add_row(s.name, s.op_type, s.type_text, f"{s.sqnr:.2f}", f"{s.cosine:.6f}",
+        for s in self.worst_first(by)[:top]:
+            table.add_row(s.name, s.op_type, s.type_text, f"{s.sqnr:.2f}",
+                          *((_opt(s.own_sqnr, "{:.2f}"),) if own else ()), f"{s.cosine:.6f}",
                           f"{s.max_abs:.4g}", _opt(s.steps, "{:.3f}"),
                           _opt(s.clipped_share, "{:.2%}"), _opt(s.range_use, "{:.1%}"))
+        if own:
+            table.caption = ("SQNR: all error up to this value; own: this layer's alone, its "
+                             "inputs the float model's values in their quantized types")
         return table
 
 
 def compare(float_graph: Graph, quant_graph: Graph,
-            batches: Iterable[Mapping[str, np.ndarray]], *, samples: int = 0) -> Comparison:
+            batches: Iterable[Mapping[str, np.ndarray]], *, samples: int = 0,
+            own: bool = True) -> Comparison:
     """Run both graphs on each batch and compare every float value of `float_graph` they share
-    by name (module docstring); with `samples`, keep up to that many float values per layer.
-    Raises InputError for an empty set of batches or graphs with nothing in common."""
+    by name (module docstring); with `samples`, keep up to that many float values per layer;
+    with `own`, also measure each layer's own error (one more run of `quant_graph`). Raises
+    InputError for an empty set of batches or graphs with nothing in common."""
     # integer and boolean values (shapes, indices, masks) are not quantized: nothing to compare
     float_ops = {v.name: n.op_type for n in float_graph.nodes for v in n.outputs
                  if v.type is None or v.type.dtype.is_float}
@@ -190,7 +230,7 @@ def compare(float_graph: Graph, quant_graph: Graph,
     seen = 0
     for batch in batches:
         seen += 1
-        _compare_batch(float_graph, quant_graph, batch, matched, stats, samples)
+        _compare_batch(float_graph, quant_graph, batch, matched, stats, samples, own)
     if not seen:
         raise InputError("compare needs at least one batch of inputs")
     return Comparison([s for s in stats.values() if s.count], unmatched)
@@ -235,23 +275,56 @@ def _through_quantize(v: Value, users: dict[Value, list[tuple[Node, int]]]) -> V
 
 def _compare_batch(float_graph: Graph, quant_graph: Graph, batch: Mapping[str, np.ndarray],
                    matched: dict[Value, str], stats: dict[str, LayerStats],
-                   samples: int = 0) -> None:
+                   samples: int = 0, own: bool = False) -> None:
     ref: dict[str, np.ndarray] = {}
     Interpreter(float_graph, [_keep(ref, set(matched.values()))])(batch)
 
+    def reference(v: Value, a: np.ndarray, done: set[str]) -> tuple[str, np.ndarray] | None:
+        name = matched.get(v)
+        if name is None or name in done or name not in ref or ref[name].shape != a.shape:
+            return None
+        done.add(name)
+        return name, ref[name]
+
     def observe(node: Node, outputs) -> None:
         for v, a in zip(node.outputs, outputs, strict=False):
-            name = matched.get(v)
-            f = ref.pop(name, None) if name is not None else None
             a = np.asarray(a)
-            if f is None or a.shape != f.shape:
+            found = reference(v, a, seen)
+            if found is None:
                 continue
+            name, f = found
             codes = a if a.dtype.kind in "iu" and v.type.quant is not None else None
             stats[name].add(f.astype(np.float64), _dequantize(a, v), codes, v)
             if samples:
                 stats[name].keep_sample(f, samples)
 
+    seen: set[str] = set()
     Interpreter(quant_graph, [observe])(batch)
+    if not own:
+        return
+
+    def observe_own(node: Node, outputs) -> None:
+        for v, a in zip(node.outputs, outputs, strict=False):
+            a = np.asarray(a)
+            found = reference(v, a, own_seen)
+            if found is None:
+                continue
+            name, f = found
+            d = _dequantize(a, v) - f
+            s = stats[name]
+            s.own_noise = (s.own_noise or 0.0) + float((d * d).sum())
+
+    def substitute(v: Value, a: np.ndarray) -> np.ndarray | None:
+        name = matched.get(v)
+        f = ref.get(name) if name is not None else None
+        if f is None or f.shape != a.shape:
+            return None
+        if a.dtype.kind in "iu" and v.type is not None and v.type.quant is not None:
+            return arith.quantize(f, v.type)
+        return f.astype(a.dtype) if a.dtype.kind == "f" else None
+
+    own_seen: set[str] = set()
+    Interpreter(quant_graph, [observe_own], substitute)(batch)
 
 
 def _keep(store: dict[str, np.ndarray], names: set[str]):

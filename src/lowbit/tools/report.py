@@ -1,8 +1,10 @@
 """`lowbit compare --report report.html`: one self-contained HTML file (no external resource;
 charts are inline base64 PNG, the graph inline SVG) with
 
-- the summary: both models, the number of compared layers, the outputs' SQNR, the worst layers;
-- the SQNR of every layer in graph order (matplotlib bar chart, worst layers in red);
+- the summary: both models, the number of compared layers, the outputs' SQNR, the worst layers
+  by SQNR and by own SQNR (lowbit.tools.compare);
+- the SQNR of every layer in graph order (matplotlib bar chart, worst layers in red, own SQNR
+  as dots);
 - for the `histograms` worst quantized layers, the histogram of their float values (compare's
   `samples`) with the clipping range their quantized type represents drawn on, and the share
   of values beyond it (a dynamically quantized model has no fixed range: the worst layers'
@@ -98,19 +100,31 @@ def write_report(comparison: Comparison, float_graph: Graph, quant_graph: Graph,
 
 def _summary(comparison: Comparison, float_graph: Graph, quant_graph: Graph,
              outputs: list[LayerStats], worst: list[LayerStats], title: str) -> str:
-    rows = "".join(
-        f"<tr><td>{html.escape(s.name)}</td><td>{html.escape(s.op_type)}</td>"
-        f"<td><code>{html.escape(s.type_text)}</code></td><td>{_db(s.sqnr)}</td>"
-        f"<td>{s.cosine:.6f}</td><td>{_pct(s.clipped_share)}</td><td>{_pct(s.range_use)}</td>"
-        f"</tr>" for s in worst)
     out = ", ".join(f"{html.escape(s.name)} {_db(s.sqnr)} dB" for s in outputs) or "-"
-    return (f"<h1>{html.escape(title)}</h1>"
+    text = (f"<h1>{html.escape(title)}</h1>"
             f"<p>float model <b>{html.escape(float_graph.metadata.get('source', float_graph.name))}"
             f"</b>, quantized model <b>"
             f"{html.escape(quant_graph.metadata.get('source', quant_graph.name))}</b></p>"
             f"<p>{len(comparison.layers)} layers compared; outputs: {out}</p>"
-            f'<table id="worst"><tr><th>worst layers</th><th>op</th><th>type</th><th>SQNR dB</th>'
-            f"<th>cosine</th><th>clipped</th><th>range use</th></tr>{rows}</table>")
+            f"{_layer_table('worst', 'worst layers', worst)}")
+    if any(s.own_sqnr is not None for s in comparison.layers):
+        text += ("<p>SQNR: all the error up to a layer. Own SQNR: what the layer loses itself, "
+                 "its inputs the float model's values in their quantized types.</p>"
+                 + _layer_table("worst-own", "worst own SQNR",
+                                comparison.worst_first("own")[:len(worst)]))
+    return text
+
+
+def _layer_table(table_id: str, heading: str, layers: list[LayerStats]) -> str:
+    rows = "".join(
+        f"<tr><td>{html.escape(s.name)}</td><td>{html.escape(s.op_type)}</td>"
+        f"<td><code>{html.escape(s.type_text)}</code></td><td>{_db(s.sqnr)}</td>"
+        f"<td>{'-' if s.own_sqnr is None else _db(s.own_sqnr)}</td>"
+        f"<td>{s.cosine:.6f}</td><td>{_pct(s.clipped_share)}</td><td>{_pct(s.range_use)}</td>"
+        f"</tr>" for s in layers)
+    return (f'<table id="{table_id}"><tr><th>{heading}</th><th>op</th><th>type</th>'
+            f"<th>SQNR dB</th><th>own SQNR dB</th><th>cosine</th><th>clipped</th>"
+            f"<th>range use</th></tr>{rows}</table>")
 
 
 def _sqnr_chart(comparison: Comparison) -> str:
@@ -122,7 +136,13 @@ def _sqnr_chart(comparison: Comparison) -> str:
     worst = {s.name for s in comparison.worst_first()[:5]}
     fig, ax = plt.subplots(figsize=(12, 3.2), dpi=100)
     ax.bar(range(len(layers)), values, color=["#d62728" if s.name in worst else "#4c72b0"
-                                              for s in layers])
+                                              for s in layers], label="SQNR")
+    own = [(i, min(s.own_sqnr, top)) for i, s in enumerate(layers)
+           if s.own_sqnr is not None and s.own_sqnr != -math.inf]
+    if own:
+        ax.plot([i for i, _ in own], [v for _, v in own], "k.", markersize=4,
+                label="own SQNR (the layer's own error)")
+        ax.legend(loc="upper left", ncol=2, fontsize=8)
     for i, s in enumerate(layers):
         if s.name in worst:
             ax.annotate(s.name, (i, values[i]), xytext=(0, 3), textcoords="offset points",

@@ -3,7 +3,9 @@
 Nodes run in graph order; each reads its inputs from an environment keyed by value, calls the
 kernel registered for its op type, and stores its outputs. A value is dropped after its last
 use, so memory holds only live tensors. Observers see every node's outputs (profiling is this
-same loop with observers attached). Any failure names the node that was executing.
+same loop with observers attached); a `substitute` may then replace them (lowbit.compare's
+per-layer "own" error feeds each layer the float model's values). Any failure names the node
+that was executing.
 """
 
 from __future__ import annotations
@@ -26,12 +28,21 @@ class NodeObserver(Protocol):
     def __call__(self, node: Node, outputs: Sequence[np.ndarray]) -> None: ...
 
 
+class Substitute(Protocol):
+    """Called for each node output after the observers: an array to store instead (same dtype
+    and shape), or None to keep the computed one."""
+
+    def __call__(self, value: Value, array: np.ndarray) -> np.ndarray | None: ...
+
+
 class Interpreter:
     """Executes a Graph with the numpy reference kernels."""
 
-    def __init__(self, graph: Graph, observers: Sequence[NodeObserver] = ()) -> None:
+    def __init__(self, graph: Graph, observers: Sequence[NodeObserver] = (),
+                 substitute: Substitute | None = None) -> None:
         self.graph = graph
         self.observers = list(observers)
+        self.substitute = substitute
         self._kernels = [None if n.op_type == CONSTANT else kernel_for(n) for n in graph.nodes]
         missing = sorted({("quantized " if is_quantized(n) else "") + n.op_type
                           for n, k in zip(graph.nodes, self._kernels, strict=True)
@@ -87,6 +98,12 @@ class Interpreter:
                 env[value] = array
             for obs in self.observers:
                 obs(node, [env[v] for v in node.outputs])
+            if self.substitute is not None:
+                for value in node.outputs:
+                    replaced = self.substitute(value, env[value])
+                    if replaced is not None:
+                        _check_output(node, value, replaced)
+                        env[value] = replaced
             for v in self._release[i]:
                 env.pop(v, None)
         return {v.name: env[v] for v in self.graph.outputs}
