@@ -32,8 +32,11 @@ def report(name: str, graph, quant, batches) -> None:
     print(f"{name}: {len(comparison.layers)} layers compared, report {path} "
           f"({path.stat().st_size / 1e6:.1f} MB, {time.perf_counter() - start:.0f} s); worst:")
     for s in comparison.worst_first()[:5]:
-        print(f"  {s.name:<40} {s.op_type:<16} SQNR {s.sqnr:6.2f} dB  clipped "
-              f"{(s.clipped_share or 0):.3%}")
+        print(f"  {s.name:<40} {s.op_type:<16} SQNR {s.sqnr:6.2f} dB  own {s.own_sqnr:6.2f} dB  "
+              f"clipped {(s.clipped_share or 0):.3%}")
+    print("  worst own SQNR:")
+    for s in comparison.worst_first("own")[:5]:
+        print(f"  {s.name:<40} {s.op_type:<16} SQNR {s.sqnr:6.2f} dB  own {s.own_sqnr:6.2f} dB")
 
 
 def main() -> None:
