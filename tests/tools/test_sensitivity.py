@@ -4,7 +4,9 @@ config (keeping the most sensitive layers in higher precision) lowers the error.
 
 from __future__ import annotations
 
+import html
 import math
+import re
 import subprocess
 import sys
 
@@ -163,6 +165,16 @@ def test_cli_writes_the_suggested_config(mnist, tmp_path):
                                   progress=False)
     assert [rule.name for rule in config.rules] == [s.name for s in expected.layers[:2]]
     assert "paste under `rules:`" in r.stdout and f"- name: {expected.layers[0].name}" in r.stdout
+    # with --report, the ranking and the rules go into the report too
+    report = tmp_path / "r.html"
+    r = subprocess.run(cmd + ["--report", str(report)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    text = report.read_text(encoding="utf-8")
+    table = text[text.index('<table id="sensitivity">'):]
+    table = table[:table.index("</table>")]
+    ranked = re.findall(r"<tr><td>\d+</td><td>([^<]+)</td>", table)
+    assert ranked == [html.escape(s.name) for s in expected.layers]
+    assert f'<pre id="keep-rules">{html.escape(expected.yaml_rules(2))}</pre>' in text
     r = subprocess.run(cmd[:8] + ["--config-out", str(tmp_path / "no.yaml")],
                        capture_output=True, text=True)
     assert r.returncode == 1 and "go with --sensitivity" in r.stderr

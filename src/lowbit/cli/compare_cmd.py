@@ -42,7 +42,8 @@ def add_parser(sub) -> None:
                    "dot), the QuantConfig")
     p.add_argument("--sensitivity", action="store_true",
                    help="also quantize one layer at a time, the rest float, with QUANT's config, "
-                   "and rank layers by the error each puts on the outputs")
+                   "and rank layers by the error each puts on the outputs (in the report too, "
+                   "with --report)")
     p.add_argument("--keep", type=int, default=3, metavar="N",
                    help="--sensitivity: how many of the most sensitive layers the suggested "
                    "config keeps in higher precision (default 3)")
@@ -76,18 +77,19 @@ def run(args) -> int:
     result = lowbit.compare(float_graph, quant_graph, batches,
                             samples=REPORT_SAMPLES if args.report else 0)
     console.print(result.table(args.top, args.sort))
+    ranked = _sensitivity(args, float_graph, quant_graph, batches, console) \
+        if args.sensitivity else None
     if args.report:
         from lowbit.tools.report import write_report
 
         write_report(result, float_graph, quant_graph, args.report,
-                     title=f"lowbit: {args.quant_model} against {args.float_model}")
+                     title=f"lowbit: {args.quant_model} against {args.float_model}",
+                     sensitivity=ranked, keep=args.keep)
         console.print(f"wrote {args.report}")
-    if args.sensitivity:
-        _sensitivity(args, float_graph, quant_graph, batches, console)
     return 0
 
 
-def _sensitivity(args, float_graph, quant_graph, batches, console) -> None:
+def _sensitivity(args, float_graph, quant_graph, batches, console):
     import lowbit
     from lowbit.quant.config import QuantConfig
     from lowbit.tools.sensitivity import sensitivity
@@ -117,3 +119,4 @@ def _sensitivity(args, float_graph, quant_graph, batches, console) -> None:
     if args.config_out:
         ranked.config(args.keep).to_yaml(args.config_out)
         console.print(f"wrote {args.config_out}")
+    return ranked

@@ -12,6 +12,8 @@ charts are inline base64 PNG, the graph inline SVG) with
 - the float graph drawn by Graphviz `dot` as SVG, each node filled by the SQNR of its output
   (colour scale below) and labelled with its op type, its value's name and the compared
   value's printed type;
+- with a sensitivity ranking (`lowbit compare --report --sensitivity`), the ranking and the
+  rules keeping the most sensitive layers in higher precision;
 - the QuantConfig YAML the quantized model records (`lowbit.quant_config` metadata).
 
 Colour of a node: hue = 120 * clamp((SQNR - 10) / 30, 0, 1) degrees in HSL (red at 10 dB and
@@ -36,6 +38,7 @@ from lowbit.fileio import write_atomically
 from lowbit.ir.graph import Graph
 from lowbit.ir.printer import format_type
 from lowbit.tools.compare import Comparison, LayerStats
+from lowbit.tools.sensitivity import Sensitivity
 
 GREY = "#d0d0d0"
 SQNR_RED, SQNR_GREEN = 10.0, 40.0
@@ -73,9 +76,11 @@ def check_dot() -> str:
 
 def write_report(comparison: Comparison, float_graph: Graph, quant_graph: Graph,
                  path: str | os.PathLike, *, title: str = "lowbit quantization report",
-                 histograms: int = 5) -> None:
+                 histograms: int = 5, sensitivity: Sensitivity | None = None,
+                 keep: int = 3) -> None:
     """Write the report (module docstring) to `path`, atomically: on any error no file is
-    left. ReportError when Graphviz `dot` is missing."""
+    left. With `sensitivity`, also its ranking and the rules keeping the `keep` most sensitive
+    layers in higher precision. ReportError when Graphviz `dot` is missing."""
     dot = check_dot()
     by_value = {s.name: s for s in comparison.layers}
     worst = comparison.worst_first()
@@ -88,6 +93,7 @@ def write_report(comparison: Comparison, float_graph: Graph, quant_graph: Graph,
         "<h2>Graph, coloured by SQNR</h2>",
         _legend(),
         f'<div id="graph">{_graph_svg(float_graph, quant_graph, by_value, dot)}</div>',
+        *(_sensitivity_section(sensitivity, keep) if sensitivity is not None else ()),
         "<h2>QuantConfig</h2>",
         f'<pre id="config">{html.escape(_config_text(quant_graph))}</pre>',
     ]
@@ -125,6 +131,23 @@ def _layer_table(table_id: str, heading: str, layers: list[LayerStats]) -> str:
     return (f'<table id="{table_id}"><tr><th>{heading}</th><th>op</th><th>type</th>'
             f"<th>SQNR dB</th><th>own SQNR dB</th><th>cosine</th><th>clipped</th>"
             f"<th>range use</th></tr>{rows}</table>")
+
+
+def _sensitivity_section(ranked: Sensitivity, keep: int) -> list[str]:
+    rows = "".join(f"<tr><td>{i}</td><td>{html.escape(s.name)}</td>"
+                   f"<td>{html.escape(s.op_type)}</td><td>{_db(s.sqnr)}</td>"
+                   f"<td>{s.cosine:.6f}</td></tr>"
+                   for i, s in enumerate(ranked.layers, 1))
+    snippet = ranked.yaml_rules(keep)
+    return ["<h2>Sensitivity: each layer quantized alone</h2>",
+            f"<p>{ranked.mode} quantization, one layer at a time with this model's config, the "
+            f"rest float; the outputs' SQNR with every layer quantized: "
+            f"{_db(ranked.all_quantized_sqnr)} dB.</p>",
+            '<table id="sensitivity"><tr><th>rank</th><th>layer</th><th>op</th>'
+            f"<th>output SQNR dB</th><th>output cosine</th></tr>{rows}</table>",
+            f"<p>Rules keeping the {min(keep, len(ranked.layers))} most sensitive layers in "
+            f"higher precision (paste under <code>rules:</code>):</p>"
+            f'<pre id="keep-rules">{html.escape(snippet or "(none)")}</pre>']
 
 
 def _sqnr_chart(comparison: Comparison) -> str:
