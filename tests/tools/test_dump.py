@@ -243,3 +243,37 @@ def test_a_grouped_dynamic_product_reproduces_from_the_dump(tmp_path):
         by_hand += acc * s_a[:, j:j + 1].astype(np.float64) * s_w[j].astype(np.float64)
     np.testing.assert_allclose(tensors["y"], by_hand.astype(np.float32), rtol=1e-6)
     assert "per group j of 32" in render(records)
+
+
+def test_onnx_runtimes_dynamic_file_shows_its_integer_product(tmp_path):
+    """ONNX Runtime's quantize_dynamic writes DynamicQuantizeLinear + MatMulInteger: dump prints
+    the run-time parameter formula and the zero points the int32 product subtracts."""
+    from onnx import TensorProto, helper, numpy_helper
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(rng.normal(size=(16, 8)).astype(np.float32), "w")
+    g = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")], "mm",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 16])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 8])], [w])
+    import onnx
+
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]),
+              tmp_path / "f.onnx")
+    quantize_dynamic(str(tmp_path / "f.onnx"), str(tmp_path / "q.onnx"),
+                     weight_type=QuantType.QInt8)
+    x = rng.normal(size=(4, 16)).astype(np.float32)
+    x[0, 0] = -3.0
+    loaded = lowbit.load(tmp_path / "q.onnx")
+    records, tensors = dump(loaded, {"x": x}, nodes="MatMulInteger|DynamicQuantizeLinear",
+                            keep=True)
+    text = render(records)
+    assert "computed at run time: y_scale = (max(0, max(x)) - min(0, min(x))) / 255" in text
+    product = next(n for n in loaded.nodes if n.op_type == "MatMulInteger")
+    zero = int(np.asarray(product.inputs[3].const_value))
+    assert f"b_zero_point {zero}" in text and "a_zero_point %" in text
+    # the printed formula is what the run computed
+    y_scale = (max(0.0, x.max()) - min(0.0, x.min())) / 255
+    dq = next(n for n in loaded.nodes if n.op_type == "DynamicQuantizeLinear")
+    assert tensors[dq.outputs[1].name] == pytest.approx(y_scale, rel=1e-6)
+    assert int(tensors[dq.outputs[2].name]) == int(np.rint(-min(0.0, x.min()) / y_scale))

@@ -27,6 +27,9 @@ by `lowbit.quant.arith.encode` exactly as the kernel encodes it:
                            + z_y, M = float32(float32(s_x * s_w) / s_y), and M in both of
                            lowbit's integer encodings; the .npz keeps s_x, z_x, s_w, z_w,
                            w_codes, bias_codes and M
+    MatMulInteger,         acc = sum((a - z_a)(b - z_b)) in int32, the zero points' values
+    ConvInteger            (ONNX Runtime's dynamic files; their scales are applied after)
+    DynamicQuantizeLinear  ONNX's run-time uint8 parameters (the formula is printed)
     Quantize               y = saturate(round_half_even(float32(x) / s) + z)
     Dequantize             y = float32(q - z) * s
 
@@ -186,6 +189,18 @@ def integer_parameters(node: Node, readers: list[Node] | None = None
         formula = ("y = saturate(round_half_even(x / y_scale) + y_zero_point)"
                    if op == "QuantizeLinear" else "y = (x - x_zero_point) * x_scale")
         lines.append(f"{formula}; scale {_p_value(scale)}, zero point {_p_value(zero)}")
+        return lines, arrays
+    if node.domain in ("", "ai.onnx") and op == "DynamicQuantizeLinear":
+        lines.append("computed at run time: y_scale = (max(0, max(x)) - min(0, min(x))) / 255, "
+                     "y_zero_point = saturate(round_half_even(-min(0, min(x)) / y_scale)), "
+                     "y = saturate(round_half_even(x / y_scale) + y_zero_point) (uint8)")
+        return lines, arrays
+    if node.domain in ("", "ai.onnx") and op in ("MatMulInteger", "ConvInteger"):
+        zero_a, zero_b = node.input_or_none(2), node.input_or_none(3)
+        lines.append(f"acc = sum((a - a_zero_point)(b - b_zero_point)) in int32, the int32 "
+                     f"result (the ops after it dequantize with a_scale * b_scale); "
+                     f"a_zero_point {_p_value(zero_a) if zero_a is not None else 0}, "
+                     f"b_zero_point {_p_value(zero_b) if zero_b is not None else 0}")
         return lines, arrays
     if node.domain == QUANT_DOMAIN and op == "DynamicMatMul":
         group = node.attrs.get("group_size", 0)
