@@ -279,20 +279,19 @@ def _compare_batch(float_graph: Graph, quant_graph: Graph, batch: Mapping[str, n
     ref: dict[str, np.ndarray] = {}
     Interpreter(float_graph, [_keep(ref, set(matched.values()))])(batch)
 
-    def reference(v: Value, a: np.ndarray, done: set[str]) -> tuple[str, np.ndarray] | None:
-        name = matched.get(v)
-        if name is None or name in done or name not in ref or ref[name].shape != a.shape:
-            return None
-        done.add(name)
-        return name, ref[name]
-
-    def observe(node: Node, outputs) -> None:
+    def matched_outputs(node: Node, outputs, done: set[str]):
+        """(value, array, float name, float array) of each of `node`'s outputs matched to a
+        float value of the same shape, once per float name in a run (`done`)."""
         for v, a in zip(node.outputs, outputs, strict=False):
             a = np.asarray(a)
-            found = reference(v, a, seen)
-            if found is None:
+            name = matched.get(v)
+            if name is None or name in done or name not in ref or ref[name].shape != a.shape:
                 continue
-            name, f = found
+            done.add(name)
+            yield v, a, name, ref[name]
+
+    def observe(node: Node, outputs) -> None:
+        for v, a, name, f in matched_outputs(node, outputs, seen):
             codes = a if a.dtype.kind in "iu" and v.type.quant is not None else None
             stats[name].add(f.astype(np.float64), _dequantize(a, v), codes, v)
             if samples:
@@ -304,12 +303,7 @@ def _compare_batch(float_graph: Graph, quant_graph: Graph, batch: Mapping[str, n
         return
 
     def observe_own(node: Node, outputs) -> None:
-        for v, a in zip(node.outputs, outputs, strict=False):
-            a = np.asarray(a)
-            found = reference(v, a, own_seen)
-            if found is None:
-                continue
-            name, f = found
+        for v, a, name, f in matched_outputs(node, outputs, own_seen):
             d = _dequantize(a, v) - f
             s = stats[name]
             s.own_noise = (s.own_noise or 0.0) + float((d * d).sum())
