@@ -185,6 +185,8 @@ def test_graphs_with_nothing_in_common_or_no_data_are_refused(mnist):
             v.name = "other_" + v.name
     with pytest.raises(InputError, match="share no value names"):
         lowbit.compare(graph, other, data[:1])
+    with pytest.raises(InputError, match="'sqnr' or 'own'"):
+        lowbit.compare(graph, graph, data[:1]).worst_first("cosine")
 
 
 def test_cli_compares_a_saved_quantized_model(mnist, tmp_path):
@@ -204,6 +206,11 @@ def test_cli_compares_a_saved_quantized_model(mnist, tmp_path):
     for row in rows:
         op = row.split("│")[2].strip()
         assert op in float_ops and " u8[S:" in row, row
+    r = subprocess.run(cmd + ["--sort", "own"], capture_output=True, text=True,
+                       env={"PATH": ""})
+    assert r.returncode == 0 and "worst own SQNR first" in r.stdout, r.stderr
+    own = [float(line.split("│")[5]) for line in r.stdout.splitlines() if line.startswith("│ ")]
+    assert len(own) == 3 and own == sorted(own)
     r = subprocess.run(cmd[:5] + [str(tmp_path / "missing.onnx"), "--data",
                                   str(tmp_path / "x.npy")], capture_output=True, text=True)
     assert r.returncode == 1 and "missing.onnx" in r.stderr and "Traceback" not in r.stderr
