@@ -7,7 +7,8 @@ the top 1/3/5 layers in int16 (W16A16), in lowbit and in ONNX Runtime running lo
 export; ONNX Runtime's own quantize_static (per channel, same photos) in the same run.
 MiniLM: layers ranked on 12 texts (6 words, 4 short sentences, 2 long texts, each alone);
 embedding cosine to float (mean/min per group of texts of benchmarks/dynamic_vs_peers.py) and
-the Lee Pearson score, defaults vs the top 1/3/5 in float.
+the Lee Pearson score, defaults vs the top 1/3/5 in float, and ONNX Runtime's quantize_dynamic
+(per channel) in the same run.
 
     python benchmarks/sensitivity_real_models.py [--per-group 70] [--only efficientnet|minilm]
 """
@@ -24,7 +25,7 @@ import numpy as np
 
 sys.path[:0] = [str(Path(__file__).parent.parent / "tests"), str(Path(__file__).parent)]
 
-from dynamic_vs_peers import embed, text_groups  # noqa: E402
+from dynamic_vs_peers import embed, ort_session, text_groups  # noqa: E402
 
 import lowbit  # noqa: E402
 from realmodels import (  # noqa: E402
@@ -102,14 +103,23 @@ def minilm_figures(per_group: int) -> None:
     float_lee = lee_pearson(embed(lambda enc: float_run(enc)["last_hidden_state"], docs), sims)
     print(f"{'top layers in float':<22}" + "".join(f"{g + ' mean/min':>20}" for g in groups)
           + f"{'dLee':>9}")
-    for top in TOPS:
-        run = runner(lowbit.quantize_dynamic(graph, ranked.config(top)))
-        row = f"{top:<22}"
+    def row(label: str, run) -> str:
+        text = f"{label:<22}"
         for g, texts in groups.items():
             cos = (embed(run, texts) * ref[g]).sum(1)
-            row += f"{cos.mean():>12.4f}/{cos.min():.4f}"
-        row += f"{lee_pearson(embed(run, docs), sims) - float_lee:>+9.4f}"
-        print(row, flush=True)
+            text += f"{cos.mean():>12.4f}/{cos.min():.4f}"
+        return text + f"{lee_pearson(embed(run, docs), sims) - float_lee:>+9.4f}"
+
+    for top in TOPS:
+        print(row(str(top), runner(lowbit.quantize_dynamic(graph, ranked.config(top)))),
+              flush=True)
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "ort.onnx"
+        quantize_dynamic(str(minilm("eager", "dynamo")), str(path), per_channel=True,
+                         weight_type=QuantType.QInt8)
+        print(row("ORT dynamic, per ch.", ort_session(path)), flush=True)
 
 
 def main() -> None:
