@@ -205,21 +205,18 @@ def compare(float_graph: Graph, quant_graph: Graph,
     stats: dict[str, LayerStats] = {}
     unmatched = []
     users = quant_graph.users()
-    renamed: list[tuple[Value, str]] = []
+    found: list[tuple[bool, Value, str]] = []  # (renamed, quantized value, float name)
     for node in quant_graph.nodes:
         if node.op_type == "Constant":
             continue
         for v in node.outputs:
             name, exact = _float_name(v.name, float_ops, float_graph.fused_names)
-            if name is not None and exact:
-                kept = _through_quantize(v, users)
-                matched[kept] = name
-                stats[name] = LayerStats(name, float_ops[name], str(kept.type))
-            elif name is not None:
-                renamed.append((v, name))
+            if name is not None:
+                found.append((not exact, v, name))
             elif node.domain != QUANT_DOMAIN:
                 unmatched.append(v.name)
-    for v, name in renamed:  # only where no value carries the float name itself
+    # values carrying the float name itself first; a renamed one only where none does
+    for _, v, name in sorted(found, key=lambda item: item[0]):
         if name not in stats:
             kept = _through_quantize(v, users)
             matched[kept] = name
@@ -279,31 +276,28 @@ def _compare_batch(float_graph: Graph, quant_graph: Graph, batch: Mapping[str, n
     ref: dict[str, np.ndarray] = {}
     Interpreter(float_graph, [_keep(ref, set(matched.values()))])(batch)
 
-    def matched_outputs(node: Node, outputs, done: set[str]):
+    def matched_outputs(node: Node, outputs):
         """(value, array, float name, float array) of each of `node`'s outputs matched to a
-        float value of the same shape, once per float name in a run (`done`)."""
+        float value of the same shape (each float name has one matched value)."""
         for v, a in zip(node.outputs, outputs, strict=False):
             a = np.asarray(a)
             name = matched.get(v)
-            if name is None or name in done or name not in ref or ref[name].shape != a.shape:
-                continue
-            done.add(name)
-            yield v, a, name, ref[name]
+            if name is not None and name in ref and ref[name].shape == a.shape:
+                yield v, a, name, ref[name]
 
     def observe(node: Node, outputs) -> None:
-        for v, a, name, f in matched_outputs(node, outputs, seen):
+        for v, a, name, f in matched_outputs(node, outputs):
             codes = a if a.dtype.kind in "iu" and v.type.quant is not None else None
             stats[name].add(f.astype(np.float64), _dequantize(a, v), codes, v)
             if samples:
                 stats[name].keep_sample(f, samples)
 
-    seen: set[str] = set()
     Interpreter(quant_graph, [observe])(batch)
     if not own:
         return
 
     def observe_own(node: Node, outputs) -> None:
-        for v, a, name, f in matched_outputs(node, outputs, own_seen):
+        for v, a, name, f in matched_outputs(node, outputs):
             d = _dequantize(a, v) - f
             s = stats[name]
             s.own_noise = (s.own_noise or 0.0) + float((d * d).sum())
@@ -317,7 +311,6 @@ def _compare_batch(float_graph: Graph, quant_graph: Graph, batch: Mapping[str, n
             return arith.quantize(f, v.type)
         return f.astype(a.dtype) if a.dtype.kind == "f" else None
 
-    own_seen: set[str] = set()
     Interpreter(quant_graph, [observe_own], substitute)(batch)
 
 

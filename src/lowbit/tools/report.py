@@ -202,22 +202,22 @@ def _histograms(layers: list[LayerStats]) -> str:
         if s.real_range is None:
             ax.hist(data, bins=120, color="#4c72b0", log=True)
             ax.set_xlabel("float value", fontsize=8)
-            items.append(f'<figure><img class="histogram" id="histogram-{i}" '
-                         f'alt="{html.escape(s.name)}" src="{_png(fig)}"><figcaption>'
-                         f"{html.escape(s.name)}: float values from {data.min():.6g} to "
-                         f"{data.max():.6g}</figcaption></figure>")
-            continue
-        lo, hi = s.real_range
-        beyond = float(((data < lo) | (data > hi)).mean())
-        span_lo, span_hi = min(lo, data.min()), max(hi, data.max())
-        ax.hist(data, bins=120, range=(span_lo, span_hi), color="#4c72b0", log=True)
-        for x in (lo, hi):
-            ax.axvline(x, color="#d62728", linewidth=1.5)
-        ax.set_xlabel("float value; red: clipping range of the quantized type", fontsize=8)
+            attrs = ""
+            caption = f"float values from {data.min():.6g} to {data.max():.6g}"
+        else:
+            lo, hi = s.real_range
+            beyond = float(((data < lo) | (data > hi)).mean())
+            ax.hist(data, bins=120, range=(min(lo, data.min()), max(hi, data.max())),
+                    color="#4c72b0", log=True)
+            for x in (lo, hi):
+                ax.axvline(x, color="#d62728", linewidth=1.5)
+            ax.set_xlabel("float value; red: clipping range of the quantized type", fontsize=8)
+            attrs = f' data-lo="{lo:.9g}" data-hi="{hi:.9g}"'
+            caption = (f"clipping range [{lo:.6g}, {hi:.6g}], {beyond:.3%} of the sampled "
+                       f"values beyond it")
         items.append(f'<figure><img class="histogram" id="histogram-{i}" alt="{html.escape(s.name)}'
-                     f'" src="{_png(fig)}" data-lo="{lo:.9g}" data-hi="{hi:.9g}">'
-                     f"<figcaption>{html.escape(s.name)}: clipping range [{lo:.6g}, {hi:.6g}], "
-                     f"{beyond:.3%} of the sampled values beyond it</figcaption></figure>")
+                     f'" src="{_png(fig)}"{attrs}><figcaption>{html.escape(s.name)}: {caption}'
+                     f"</figcaption></figure>")
     return "".join(items)
 
 
