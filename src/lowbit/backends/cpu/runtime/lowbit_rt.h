@@ -1,0 +1,191 @@
+/* lowbit's CPU kernel library: the hand-written half of the compiled backend.
+ *
+ * Generated model code (one C file per graph) calls these kernels with pointers into one arena
+ * and into one blob of prepacked constants. The library keeps no global mutable state: the
+ * instruction set and the thread pool live in an `lb_ctx` that the caller creates once, so two
+ * models, or two instances of one, can run side by side.
+ *
+ * Exactness: every integer kernel computes what lowbit's reference interpreter computes, bit
+ * for bit (lowbit/backends/reference is the specification). Requantization executes the integer
+ * expressions of lowbit.quant.fixed_point; the parameters are derived in Python by the same
+ * functions the reference calls and reach the kernels as arrays.
+ *
+ * Storage conventions of the generated code:
+ *   - 8-bit quantized tensors are stored as uint8. An int8 code q is stored as q + 128 (its bits
+ *     XOR 0x80) with zero point z + 128, so every 8-bit kernel reads unsigned bytes (what
+ *     `vpdpbusd` multiplies) and results are unchanged: only q - z ever enters arithmetic.
+ *   - 16-bit quantized tensors are stored as int16 / uint16 codes.
+ *   - 4-D activations between convolutions are NHWC; the generated code converts at the edges.
+ */
+#ifndef LOWBIT_RT_H
+#define LOWBIT_RT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(_WIN32)
+#define LB_API __declspec(dllexport)
+#else
+#define LB_API __attribute__((visibility("default")))
+#endif
+
+/* ---- instruction sets and the execution context ---------------------------------------- */
+
+enum lb_isa {
+    LB_ISA_SCALAR = 0,     /* portable C */
+    LB_ISA_AVX2 = 1,       /* x86-64 AVX2: int8 widened to int16, vpmaddwd */
+    LB_ISA_AVX512VNNI = 2, /* x86-64 AVX-512 F/BW/VL + VNNI: vpdpbusd, vpdpwssd */
+    LB_ISA_COUNT = 3
+};
+
+/* The best instruction set this CPU and OS support (cpuid + xgetbv: the OS must save the
+ * vector registers' state). */
+LB_API int lb_detect_isa(void);
+LB_API const char *lb_isa_name(int isa);
+/* The ISA named by `name` ("scalar", "avx2", "vnni"), or -1. */
+LB_API int lb_isa_from_name(const char *name);
+
+typedef struct lb_pool lb_pool;
+
+typedef struct lb_ctx {
+    int isa;       /* an lb_isa this CPU supports */
+    int threads;   /* >= 1; the calling thread is one of them */
+    lb_pool *pool; /* NULL when threads == 1 */
+} lb_ctx;
+
+/* A context running kernels on `threads` threads (the caller plus threads - 1 workers waiting
+ * on a condition variable) with instruction set `isa` (clamped to what the CPU supports).
+ * NULL on failure. */
+LB_API lb_ctx *lb_ctx_create(int threads, int isa);
+LB_API void lb_ctx_destroy(lb_ctx *ctx);
+
+/* fn(arg, task, worker) for task in [0, ntasks), spread over the context's threads; returns
+ * when all are done. Tasks are handed out dynamically (an atomic counter), so a thread slowed
+ * down by another process does not hold the others back. `worker` is in [0, threads). */
+typedef void (*lb_task_fn)(void *arg, int64_t task, int worker);
+LB_API void lb_parallel_for(const lb_ctx *ctx, int64_t ntasks, lb_task_fn fn, void *arg);
+
+/* ---- requantization -------------------------------------------------------------------- */
+
+enum lb_rq_method {
+    LB_RQ_Q31 = 0,      /* p0 multiplier, p1 left shift, p2 right shift (fixed_point "q31") */
+    LB_RQ_PRESCALE = 1, /* p0 pre, p1 scale, p2 post, p3 clip (fixed_point "prescale") */
+    LB_RQ_FLOAT32 = 2,  /* ONNX Runtime's QLinear*: rint(clamp(float32(acc) * fmul)) */
+    LB_RQ_DEQUANT = 3   /* float output: float32(double(acc) * dscale), then fclamp */
+};
+
+/* Everything that turns an int32 accumulator of output channel c into a stored value. Every
+ * array has one entry per channel, padded with zeros to a multiple of 16 entries so that
+ * vector loads at the last channels stay inside the array. */
+typedef struct lb_requant {
+    int32_t method;
+    int32_t qmin, qmax; /* output range, narrowed by a fused Relu/Clip */
+    const int32_t *p0, *p1, *p2, *p3;
+    const int32_t *zero_point; /* output zero point per channel (stored domain) */
+    const float *fmul;         /* LB_RQ_FLOAT32 */
+    const double *dscale;      /* LB_RQ_DEQUANT */
+    float fmin, fmax;          /* LB_RQ_DEQUANT: fused clip of the float result */
+} lb_requant;
+
+/* The exact integer expression of one method on one value (scalar; the vector kernels compute
+ * the same). Returns the stored output value as int32, or for LB_RQ_DEQUANT nothing: use
+ * lb_dequant_one. */
+LB_API int32_t lb_requant_one(const lb_requant *rq, int64_t c, int32_t acc);
+LB_API float lb_dequant_one(const lb_requant *rq, int64_t c, int32_t acc);
+
+/* Elementwise requantization of int32 accumulators with per-tensor parameters (index 0),
+ * storing `out_type` values. */
+LB_API void lb_requant_i32(const lb_ctx *ctx, int64_t n, const int32_t *acc,
+                           const lb_requant *rq, int32_t out_type, void *out);
+
+/* ---- element types of stored tensors --------------------------------------------------- */
+
+enum lb_type {
+    LB_U8 = 0,  /* uint8 codes, or int8 codes + 128 */
+    LB_I16 = 1,
+    LB_U16 = 2,
+    LB_F32 = 3,
+    LB_I32 = 4,
+    LB_I8 = 5,  /* raw int8 (graph inputs and outputs only) */
+    LB_I64 = 6,
+    LB_F64 = 7,
+    LB_BOOL = 8
+};
+
+/* ---- int8 products --------------------------------------------------------------------- */
+
+/* Weights of a product packed for the micro-kernels: for each block of 16 output channels,
+ * for each group of 4 reduction steps, 16 channels x 4 int8 values (64 bytes):
+ *   data[((nb * k4) + g) * 64 + j * 4 + t] = W[nb * 16 + j][g * 4 + t]
+ * zero beyond N and K. Unsigned weights are stored minus 128 (their zero point too), so the
+ * packed values are always int8. */
+typedef struct lb_packed_b {
+    const int8_t *data;
+    int64_t n, k, k4; /* k4 = ceil(k / 4) */
+} lb_packed_b;
+
+/* The per-channel constant folded into the accumulator, the optional row-sum correction, the
+ * requantization, and an optional residual Add fused after it. */
+typedef struct lb_add_params {
+    /* lowbit's quantized Add (backends/reference/kernels/int_combine.py), with the first
+     * operand the value just computed and the second read from `residual`:
+     *   a_i = q31((q_i - z_i) << shift, m_i, l_i, r_i);  y = requant(a_1 + a_2) */
+    int32_t shift;
+    int32_t z1, m1, l1, r1;
+    int32_t z2, m2, l2, r2;
+    int32_t sub; /* 1: y = requant(a_1 - a_2) (Sub) */
+    lb_requant out;
+} lb_add_params;
+
+typedef struct lb_epilogue {
+    const int32_t *col_offset; /* bias and zero-point corrections, wrapped to int32 */
+    const int32_t *col_zb;     /* weight zero point per channel for the row-sum term, or NULL */
+    lb_requant rq;
+    int32_t out_type;          /* LB_U8, LB_I16, LB_U16, LB_F32, LB_I32 (raw accumulator) */
+    const uint8_t *residual;   /* NULL, or the Add's second operand (u8, same layout as out) */
+    int64_t ld_residual;
+    const lb_add_params *add;
+} lb_epilogue;
+
+/* C[m, n] = epilogue(sum_k A[m, k] * B[k, n]) for m < M, n < N, with A uint8 (row stride lda)
+ * and B packed. `row_sums` is scratch of M int32 when ep->col_zb is set (else NULL).
+ * The accumulator is exact: requires |sum + col_offset - zb * row_sum| < 2**31, which the
+ * code generator checks statically (else it uses lb_qgemm_wide). */
+LB_API void lb_qgemm(const lb_ctx *ctx, int64_t M, int64_t N, int64_t K, const uint8_t *A,
+                     int64_t lda, const lb_packed_b *B, const lb_epilogue *ep, void *C,
+                     int64_t ldc, int32_t *row_sums);
+
+/* Pack a row-major int8 matrix W[n, k] (row stride ldw) into `out` (lb_packed_b layout,
+ * ceil(n/16) * k4 * 64 bytes); with `flip`, W holds uint8 values and is stored minus 128.
+ * Used at run time for products of two activations; constants are packed in Python. */
+LB_API void lb_pack_b(int64_t n, int64_t k, const uint8_t *W, int64_t ldw, int64_t ldk,
+                      int flip, int8_t *out);
+
+/* The exact product for operands that the fast path cannot take (16-bit activations or
+ * weights, accumulators that may leave int32): int64 accumulation, then
+ * acc = saturate_int32(round_shift(sum + bias, narrow_shift)) as the reference's
+ * narrow_accumulator, then the requantization.
+ *   A: type a_type (LB_U8 stored codes, LB_I16, LB_U16), row stride lda, zero point za
+ *   W: row-major [N, K] int32 values already centred on their zero points
+ *   bias: int64 per channel or NULL */
+typedef struct lb_wide_params {
+    int32_t a_type, out_type;
+    int32_t za;
+    int32_t narrow_shift;
+    const int32_t *w;   /* N x K centred weights */
+    const int64_t *bias;
+    lb_requant rq;
+} lb_wide_params;
+
+LB_API void lb_qgemm_wide(const lb_ctx *ctx, int64_t M, int64_t N, int64_t K, const void *A,
+                          int64_t lda, const lb_wide_params *p, void *C, int64_t ldc);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* LOWBIT_RT_H */
