@@ -10,20 +10,6 @@
 #define LB_MR 6
 #define LB_NV 4
 
-/* Four bytes of row `a` at group g, zero past K. */
-LB_V512 int32_t lb_a4(const uint8_t *a, int64_t g, int64_t K) {
-    int64_t k = g * 4;
-    int32_t v = 0;
-    if (k + 4 <= K) {
-        memcpy(&v, a + k, 4);
-    } else {
-        uint8_t b[4] = {0, 0, 0, 0};
-        for (int64_t i = k; i < K; i++) b[i - k] = a[i];
-        memcpy(&v, b, 4);
-    }
-    return v;
-}
-
 LB_V512 void lb_epilogue_v512(const lb_gemm_tile *t, int64_t m, int64_t n0, __m512i x,
                               const lb_rq512 *rv, const lb_add512 *av) {
     const lb_epilogue *ep = t->ep;
@@ -58,76 +44,128 @@ LB_V512 void lb_epilogue_v512(const lb_gemm_tile *t, int64_t m, int64_t n0, __m5
     lb_store_v512(t->C, ep->out_type, at, y, k);
 }
 
-/* One tile of MR rows x NV blocks of 16 columns; MR and NV are constants after inlining. */
-LB_V512 void lb_tile_v512(const lb_gemm_tile *t, int64_t m, int64_t nb, const int MR,
-                          const int NV) {
-    const lb_packed_b *B = t->B;
-    const int64_t k4 = B->k4, kfull = t->K / 4;
-    __m512i acc[LB_MR][LB_NV];
-    const uint8_t *a[LB_MR];
-    const int8_t *b[LB_NV];
-    for (int r = 0; r < MR; r++) {
-        a[r] = t->A + (m + r) * t->lda;
-        for (int v = 0; v < NV; v++) acc[r][v] = _mm512_setzero_si512();
-    }
-    for (int v = 0; v < NV; v++) b[v] = B->data + (nb + v) * k4 * 64;
-    for (int64_t g = 0; g < kfull; g++) {
-        __m512i bv[LB_NV];
-        for (int v = 0; v < NV; v++) bv[v] = _mm512_loadu_si512(b[v] + g * 64);
-        for (int r = 0; r < MR; r++) {
-            int32_t a4;
-            memcpy(&a4, a[r] + g * 4, 4);
-            __m512i av = _mm512_set1_epi32(a4);
-            for (int v = 0; v < NV; v++) acc[r][v] = _mm512_dpbusd_epi32(acc[r][v], av, bv[v]);
-        }
-    }
-    if (kfull < k4) {
-        __m512i bv[LB_NV];
-        for (int v = 0; v < NV; v++) bv[v] = _mm512_loadu_si512(b[v] + kfull * 64);
-        for (int r = 0; r < MR; r++) {
-            __m512i av = _mm512_set1_epi32(lb_a4(a[r], kfull, t->K));
-            for (int v = 0; v < NV; v++) acc[r][v] = _mm512_dpbusd_epi32(acc[r][v], av, bv[v]);
-        }
-    }
+/* The epilogue of one tile, from the accumulators the K loop stored (a separate function so
+ * that the K loop keeps all 24 accumulators in registers). */
+LB_TARGET_AVX512 __attribute__((noinline)) static void lb_tile_epilogue(
+    const lb_gemm_tile *t, int64_t m, int64_t nb, int mr, int nv, const __m512i *acc) {
     const lb_epilogue *ep = t->ep;
     lb_add512 addv;
     memset(&addv, 0, sizeof(addv));
     if (ep->residual) addv = lb_add512_load(ep->add);
-    for (int v = 0; v < NV; v++) {
+    for (int v = 0; v < nv; v++) {
         int64_t n0 = (nb + v) * 16;
         if (n0 >= t->N) break;
         lb_rq512 rv;
         memset(&rv, 0, sizeof(rv));
         if (ep->out_type != LB_I32 && ep->rq.method != LB_RQ_DEQUANT)
             rv = lb_rq512_load(&ep->rq, n0);
-        for (int r = 0; r < MR; r++) lb_epilogue_v512(t, m + r, n0, acc[r][v], &rv, &addv);
+        for (int r = 0; r < mr; r++)
+            lb_epilogue_v512(t, m + r, n0, _mm512_load_si512(acc + r * LB_NV + v), &rv, &addv);
     }
 }
 
-#define LB_TILE_CASE(MR, NV) \
-    case (MR)*8 + (NV):      \
-        lb_tile_v512(t, m, nb, MR, NV); \
-        break;
+/* The K loop of one tile of MR rows x NV blocks of 16 columns (constants after inlining);
+ * stores the accumulators to out[r * LB_NV + v]. The accumulators are named variables, not an
+ * array: gcc keeps named vectors in registers but copied an array of them around. */
+#define LB_ROW(r)                                                                  \
+    const uint8_t *a##r = t->A + (m + (MR > r ? r : 0)) * t->lda;                  \
+    __m512i c##r##0 = _mm512_setzero_si512(), c##r##1 = c##r##0, c##r##2 = c##r##0, \
+            c##r##3 = c##r##0;
+#define LB_STEP(r, A4)                                                            \
+    if (MR > r) {                                                                 \
+        __m512i av = _mm512_set1_epi32(A4);                                       \
+        c##r##0 = _mm512_dpbusd_epi32(c##r##0, av, b0);                           \
+        if (NV > 1) c##r##1 = _mm512_dpbusd_epi32(c##r##1, av, b1);               \
+        if (NV > 2) c##r##2 = _mm512_dpbusd_epi32(c##r##2, av, b2);               \
+        if (NV > 3) c##r##3 = _mm512_dpbusd_epi32(c##r##3, av, b3);               \
+    }
+#define LB_LOADB(g)                                                                        \
+    __m512i b0 = _mm512_loadu_si512(pb + (g) * 64), b1 = b0, b2 = b0, b3 = b0;              \
+    if (NV > 1) b1 = _mm512_loadu_si512(pb + k4 * 64 + (g) * 64);                         \
+    if (NV > 2) b2 = _mm512_loadu_si512(pb + 2 * k4 * 64 + (g) * 64);                     \
+    if (NV > 3) b3 = _mm512_loadu_si512(pb + 3 * k4 * 64 + (g) * 64);
+#define LB_STORE(r)                                                          \
+    if (MR > r) {                                                            \
+        _mm512_store_si512(out + r * LB_NV, c##r##0);                        \
+        if (NV > 1) _mm512_store_si512(out + r * LB_NV + 1, c##r##1);        \
+        if (NV > 2) _mm512_store_si512(out + r * LB_NV + 2, c##r##2);        \
+        if (NV > 3) _mm512_store_si512(out + r * LB_NV + 3, c##r##3);        \
+    }
 
-#define LB_TILE_ROW(MR) \
-    LB_TILE_CASE(MR, 1) LB_TILE_CASE(MR, 2) LB_TILE_CASE(MR, 3) LB_TILE_CASE(MR, 4)
+LB_V512 int32_t lb_tail_a4(const uint8_t *p, __mmask16 tail) {
+    return _mm_cvtsi128_si32(_mm_maskz_loadu_epi8(tail, p));
+}
+
+LB_V512 int32_t lb_load_a4(const uint8_t *p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+LB_V512 void lb_tile_v512(const lb_gemm_tile *t, int64_t m, int64_t nb, const int MR,
+                          const int NV, __m512i *out) {
+    const int64_t k4 = t->B->k4, kfull = t->K / 4;
+    /* the last 1-3 steps of K (if any) are added by lb_tile_tail: with them in this function
+     * gcc 12 kept the accumulators on the stack */
+    const int8_t *pb = t->B->data + nb * k4 * 64;
+    LB_ROW(0) LB_ROW(1) LB_ROW(2) LB_ROW(3) LB_ROW(4) LB_ROW(5)
+    for (int64_t g = 0; g < kfull; g++) {
+        LB_LOADB(g)
+        LB_STEP(0, lb_load_a4(a0 + g * 4))
+        LB_STEP(1, lb_load_a4(a1 + g * 4))
+        LB_STEP(2, lb_load_a4(a2 + g * 4))
+        LB_STEP(3, lb_load_a4(a3 + g * 4))
+        LB_STEP(4, lb_load_a4(a4 + g * 4))
+        LB_STEP(5, lb_load_a4(a5 + g * 4))
+    }
+    LB_STORE(0) LB_STORE(1) LB_STORE(2) LB_STORE(3) LB_STORE(4) LB_STORE(5)
+}
+
+/* Adds the last K % 4 steps to a tile's stored accumulators; a masked load reads only the
+ * bytes inside each row. */
+LB_TARGET_AVX512 __attribute__((noinline)) static void lb_tile_tail(
+    const lb_gemm_tile *t, int64_t m, int64_t nb, int mr, int nv, __m512i *acc) {
+    const int64_t k4 = t->B->k4, kfull = t->K / 4;
+    const __mmask16 tail = (__mmask16)((1u << (t->K - kfull * 4)) - 1u);
+    for (int r = 0; r < mr; r++) {
+        __m512i av = _mm512_set1_epi32(lb_tail_a4(t->A + (m + r) * t->lda + kfull * 4, tail));
+        for (int v = 0; v < nv; v++) {
+            __m512i b = _mm512_loadu_si512(t->B->data + ((nb + v) * k4 + kfull) * 64);
+            acc[r * LB_NV + v] = _mm512_dpbusd_epi32(acc[r * LB_NV + v], av, b);
+        }
+    }
+}
+
+/* One non-inlined function per tile shape: compiled alone, each K loop keeps its accumulators
+ * in registers (inlined into one dispatcher, gcc 12 shuffled them through the stack). */
+typedef void (*lb_tile_fn)(const lb_gemm_tile *, int64_t, int64_t, __m512i *);
+#define LB_TILE_FN(MR, NV)                                                              \
+    LB_TARGET_AVX512 __attribute__((noinline)) static void lb_tile_##MR##_##NV(         \
+        const lb_gemm_tile *t, int64_t m, int64_t nb, __m512i *out) {                 \
+        lb_tile_v512(t, m, nb, MR, NV, out);                                          \
+    }
+#define LB_TILE_ROW(MR) LB_TILE_FN(MR, 1) LB_TILE_FN(MR, 2) LB_TILE_FN(MR, 3) LB_TILE_FN(MR, 4)
+LB_TILE_ROW(1)
+LB_TILE_ROW(2)
+LB_TILE_ROW(3)
+LB_TILE_ROW(4)
+LB_TILE_ROW(5)
+LB_TILE_ROW(6)
+#define LB_TILE_NAMES(MR) {lb_tile_##MR##_1, lb_tile_##MR##_2, lb_tile_##MR##_3, lb_tile_##MR##_4}
+static const lb_tile_fn lb_tiles[LB_MR][LB_NV] = {LB_TILE_NAMES(1), LB_TILE_NAMES(2),
+                                                  LB_TILE_NAMES(3), LB_TILE_NAMES(4),
+                                                  LB_TILE_NAMES(5), LB_TILE_NAMES(6)};
 
 LB_TARGET_AVX512 void lb_gemm_block_avx512(const lb_gemm_tile *t, int64_t m0, int64_t m1,
                                            int64_t nb0, int64_t nb1) {
+    __attribute__((aligned(64))) __m512i acc[LB_MR * LB_NV];
     for (int64_t nb = nb0; nb < nb1; nb += LB_NV) {
         int nv = (int)LB_MIN(LB_NV, nb1 - nb);
         for (int64_t m = m0; m < m1; m += LB_MR) {
             int mr = (int)LB_MIN(LB_MR, m1 - m);
-            switch (mr * 8 + nv) {
-                LB_TILE_ROW(1)
-                LB_TILE_ROW(2)
-                LB_TILE_ROW(3)
-                LB_TILE_ROW(4)
-                LB_TILE_ROW(5)
-                LB_TILE_ROW(6)
-            default:
-                break;
-            }
+            lb_tiles[mr - 1][nv - 1](t, m, nb, acc);
+            if (t->K % 4) lb_tile_tail(t, m, nb, mr, nv, acc);
+            lb_tile_epilogue(t, m, nb, mr, nv, acc);
         }
     }
 }
