@@ -1,6 +1,7 @@
 """Backends: each compiles a Graph into an executable `(inputs) -> outputs`.
 
-`reference` is the numpy interpreter that defines what every op computes, exactly.
+`reference` is the numpy interpreter that defines what every op computes, exactly; `cpu`
+compiles the graph to C (lowbit.backends.cpu) and computes the same integers.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from lowbit.ir.graph import Graph
 
 Executable = Callable[[dict], dict]
 
-BACKENDS = ("reference",)
+BACKENDS = ("reference", "cpu")
 
 
 def compile(graph: Graph, backend: str = "reference") -> Executable:
@@ -24,4 +25,8 @@ def compile(graph: Graph, backend: str = "reference") -> Executable:
         if any(n.op_type == "Quantize" and n.inputs[0].is_constant for n in graph.nodes):
             graph = fold_quantized_constants(graph.copy())
         return Interpreter(graph)
+    if backend == "cpu":
+        from lowbit.backends import cpu
+
+        return cpu.compile(graph)
     raise LowbitError(f"unknown backend '{backend}'; available: {', '.join(BACKENDS)}")

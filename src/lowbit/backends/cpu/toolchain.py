@@ -225,6 +225,8 @@ def _cached_build(key: str, filename: str, command, what: str) -> Path:
         done = subprocess.run(argv, capture_output=True, text=True, check=False)
         if done.returncode != 0 or not out.exists():
             log = _write_log(root, key, argv, done)
+            for src in tmp.glob("*.c"):  # keep the generated source beside its log
+                shutil.copy(src, log.with_suffix(".c"))
             raise CompileError(f"the C compiler failed to build {what} (exit status "
                                f"{done.returncode}); its output is in {log}")
         (tmp / "ok").write_text(_file_digest(out))

@@ -184,6 +184,155 @@ typedef struct lb_wide_params {
 LB_API void lb_qgemm_wide(const lb_ctx *ctx, int64_t M, int64_t N, int64_t K, const void *A,
                           int64_t lda, const lb_wide_params *p, void *C, int64_t ldc);
 
+
+/* ---- data movement --------------------------------------------------------------------- */
+
+/* out[i0, ..., i{nd-1}] = in[sum_j i_j * in_strides[j]] for a contiguous `out` of `shape`
+ * (nd <= 8; strides in elements of `esize` bytes). Transposes, layout changes, slices. */
+LB_API void lb_permute(const lb_ctx *ctx, int nd, const int64_t *shape, const int64_t *in_strides,
+                       int esize, const void *in, void *out);
+
+LB_API void lb_copy(const lb_ctx *ctx, int64_t nbytes, const void *in, void *out);
+/* rows x row_bytes from `in` (rows in_stride bytes apart) to `out` (out_stride apart):
+ * Concat, Slice, Split along an outer axis. */
+LB_API void lb_copy_rows(const lb_ctx *ctx, int64_t rows, int64_t row_bytes, const void *in,
+                         int64_t in_stride, void *out, int64_t out_stride);
+
+/* Convolution geometry, shared by the convolution and pooling kernels: NHWC input
+ * [n, ih, iw, c] (row stride of a pixel: `c` elements), output [n, oh, ow, ...]. */
+typedef struct lb_window {
+    int64_t n, ih, iw, c;
+    int64_t oh, ow;
+    int64_t kh, kw, sh, sw, dh, dw, pt, pl; /* kernel, strides, dilations, top/left pads */
+} lb_window;
+
+/* im2col of one image of a uint8 NHWC input for a grouped convolution: row p = oh*ow + ow of
+ * `out` holds, for each group g, for each kernel tap, the group's cg channels:
+ *   out[p * (groups * taps * cg) + (g * taps + tap) * cg + ci]
+ * with positions outside the image filled with `pad` (the input's zero point). */
+LB_API void lb_im2col_u8(const lb_ctx *ctx, const lb_window *w, int64_t groups, int64_t cg,
+                         const uint8_t *in, uint8_t pad, uint8_t *out);
+LB_API void lb_im2col_f32(const lb_ctx *ctx, const lb_window *w, int64_t groups, int64_t cg,
+                          const float *in, float *out);
+
+/* ---- quantize / dequantize / requantize / tables --------------------------------------- */
+
+/* Per-channel parameters of an elementwise op run along one axis: element i has channel
+ * (i / inner) % channels (channels == 1: per tensor). */
+typedef struct lb_axis {
+    int64_t channels, inner;
+} lb_axis;
+
+/* y = clamp(rint(float32(x) / scale) + zp, qmin, qmax), NaN -> zp, +-inf -> qmax/qmin
+ * (lowbit.quant.arith.quantize), stored as out_type (LB_U8 codes in the stored domain). */
+LB_API void lb_quantize_f32(const lb_ctx *ctx, int64_t n, const float *x, lb_axis ax,
+                            const float *scale, const int32_t *zp, int32_t qmin, int32_t qmax,
+                            int32_t out_type, void *out);
+/* y = float32(q - zp) * scale (lowbit.quant.arith.dequantize) from in_type codes. */
+LB_API void lb_dequantize(const lb_ctx *ctx, int64_t n, const void *q, int32_t in_type,
+                          lb_axis ax, const float *scale, const int32_t *zp, float *out);
+/* y = requant(q - zin) with per-channel rq along ax (Requantize, Relu/Clip on new types,
+ * Concat inputs). */
+LB_API void lb_requantize(const lb_ctx *ctx, int64_t n, const void *q, int32_t in_type,
+                          lb_axis ax, const int32_t *zin, const lb_requant *rq,
+                          int32_t out_type, void *out);
+/* y = table[q - qmin_in]: 8-bit inputs (256 entries) or 16-bit (65536). */
+LB_API void lb_lookup(const lb_ctx *ctx, int64_t n, const void *q, int32_t in_type,
+                      int32_t in_min, const void *table, int32_t out_type, void *out);
+/* y = clamp(q, lo, hi) on in_type codes (Relu and Clip with unchanged types). */
+LB_API void lb_clamp(const lb_ctx *ctx, int64_t n, const void *q, int32_t type, int32_t lo,
+                     int32_t hi, void *out);
+
+/* ---- quantized elementwise with broadcasting ------------------------------------------- */
+
+/* An n-d iteration over a contiguous output of `shape` (nd <= 6) with the operands' element
+ * strides (0 along broadcast axes). */
+typedef struct lb_bcast {
+    int nd;
+    int64_t shape[6];
+    int64_t sa[6], sb[6];
+} lb_bcast;
+
+enum lb_qbinary_op { LB_QADD = 0, LB_QSUB = 1, LB_QMUL = 2 };
+
+/* lowbit's quantized Add/Sub (int_combine.add: both operands aligned by q31 at 2**shift, then
+ * requantized) and Mul (product of centred codes requantized), per tensor. */
+typedef struct lb_qbinary {
+    int32_t op;
+    int32_t a_type, b_type, out_type;
+    lb_add_params p; /* Add/Sub: everything; Mul: z1, z2 and out */
+} lb_qbinary;
+
+LB_API void lb_qbinary_run(const lb_ctx *ctx, const lb_bcast *bc, const lb_qbinary *op,
+                           const void *a, const void *b, void *out);
+
+/* ---- pooling ---------------------------------------------------------------------------- */
+
+/* Max pooling of NHWC codes or floats (type LB_U8, LB_I16, LB_U16, LB_F32); padded positions
+ * are skipped. */
+LB_API void lb_maxpool(const lb_ctx *ctx, const lb_window *w, int32_t type, const void *in,
+                       void *out);
+/* Quantized average over windows of NHWC codes: acc = sum(q - zin) over the window's elements
+ * inside the image (plus padded ones when count_pad, which add 0), then requantized with the
+ * parameters for that element count: rq_for_count[count - 1] (int_pool: M = s_x / (s_y n)).
+ * Global average pooling (one window covering the whole image, no padding) has one count:
+ * rq_for_count[0] is its requantization. */
+LB_API void lb_qavgpool(const lb_ctx *ctx, const lb_window *w, int32_t in_type, int32_t zin,
+                        int count_pad, const lb_requant *rq_for_count, int32_t out_type,
+                        const void *in, void *out);
+
+/* ---- convolutions ----------------------------------------------------------------------- */
+
+/* A quantized convolution of NHWC uint8 activations: groups x (cg input channels -> mg output
+ * channels), weights packed per group (`packed[g]`, K = taps * cg in (tap, channel) order),
+ * the epilogue per output channel (its arrays indexed by the global output channel).
+ * `scratch`: im2col rows of one image (oh*ow * groups*taps*cg bytes) unless the convolution is
+ * pointwise (1x1, stride 1, no padding), then NULL; `row_sums` as lb_qgemm's (oh*ow int32). */
+typedef struct lb_qconv {
+    lb_window win;
+    int64_t groups, cg, mg;
+    uint8_t pad; /* input zero point (stored) */
+    const lb_packed_b *packed;
+    lb_epilogue ep;
+} lb_qconv;
+
+LB_API void lb_qconv_run(const lb_ctx *ctx, const lb_qconv *p, const uint8_t *in, void *out,
+                         uint8_t *scratch, int32_t *row_sums);
+
+/* Depthwise convolution (one input channel per output channel) of NHWC uint8 activations.
+ * Weights w_c[tap] - zw_c as int16 in two layouts: `w_plain` [taps][c], and for the AVX-512
+ * kernel `w_pairs` (taps rounded up to even, per 32 channels per tap pair, as packing.py
+ * writes). `zero_row`: c bytes equal to the input zero point (padded taps read it).
+ * The epilogue's col_offset holds bias - zx * sum_taps(w_c - zw_c). */
+typedef struct lb_dwconv {
+    lb_window win;
+    const int16_t *w_plain, *w_pairs;
+    const uint8_t *zero_row;
+    lb_epilogue ep;
+} lb_dwconv;
+
+LB_API void lb_dwconv_run(const lb_ctx *ctx, const lb_dwconv *p, const uint8_t *in, void *out);
+
+/* ---- float kernels ---------------------------------------------------------------------- */
+
+/* C[m, n] = clamp(sum_k A[m, k] * B[n, k] + bias[n], lo, hi), products and sums in double,
+ * rounded once to float (as the reference). B is row-major [n, k] (row stride ldb), A row
+ * stride lda, C row stride ldc. bias may be NULL. */
+LB_API void lb_fgemm(const lb_ctx *ctx, int64_t M, int64_t N, int64_t K, const float *A,
+                     int64_t lda, const float *B, int64_t ldb, const float *bias, float lo,
+                     float hi, float *C, int64_t ldc);
+
+typedef struct lb_fconv {
+    lb_window win;
+    int64_t groups, cg, mg;
+    const float *w; /* per group [mg][taps * cg] in (tap, channel) order */
+    const float *bias;
+    float lo, hi;
+} lb_fconv;
+
+LB_API void lb_fconv_run(const lb_ctx *ctx, const lb_fconv *p, const float *in, float *out,
+                         float *scratch);
+
 #ifdef __cplusplus
 }
 #endif

@@ -155,4 +155,16 @@ void lb_gemm_block_avx512(const lb_gemm_tile *t, int64_t m0, int64_t m1, int64_t
 void lb_epilogue_row(const lb_gemm_tile *t, int64_t m, int64_t n0, int64_t n,
                      const int32_t *acc);
 
+/* ---- depthwise convolution helpers (rt_qconv.c) ------------------------------------------ */
+
+#define LB_DW_MAX_TAPS 64 /* the code generator uses the depthwise kernels up to 8 x 8 */
+
+void lb_dw_offsets(const lb_window *w, int64_t *offsets);
+void lb_dw_taps(const lb_window *w, const uint8_t *in, const uint8_t *zero_row,
+                const int64_t *offsets, int64_t n, int64_t oy, int64_t ox, const uint8_t **taps);
+#if LB_HAVE_X86
+void lb_dwconv_avx512(const lb_ctx *ctx, const lb_dwconv *p, const uint8_t *in, void *out,
+                      const int64_t *offsets);
+#endif
+
 #endif /* LOWBIT_RT_INTERNAL_H */

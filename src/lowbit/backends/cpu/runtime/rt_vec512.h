@@ -157,4 +157,40 @@ LB_V512 __mmask16 lb_tail_mask(int64_t n) {
     return n >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << n) - 1u);
 }
 
+/* The epilogue of lb_qgemm on 16 accumulators of row m, columns n0.. (rv: the requantization
+ * parameters of these columns, av: the fused Add's). */
+LB_V512 void lb_epilogue_v512(const lb_gemm_tile *t, int64_t m, int64_t n0, __m512i x,
+                              const lb_rq512 *rv, const lb_add512 *av) {
+    const lb_epilogue *ep = t->ep;
+    __mmask16 k = lb_tail_mask(t->N - n0);
+    x = _mm512_add_epi32(x, _mm512_loadu_si512(ep->col_offset + n0));
+    if (ep->col_zb)
+        x = _mm512_sub_epi32(x, _mm512_mullo_epi32(_mm512_loadu_si512(ep->col_zb + n0),
+                                                   _mm512_set1_epi32(t->row_sums[m])));
+    int64_t at = m * t->ldc + n0;
+    if (ep->out_type == LB_I32) {
+        _mm512_mask_storeu_epi32((int32_t *)t->C + at, k, x);
+        return;
+    }
+    if (ep->rq.method == LB_RQ_DEQUANT) {
+        __m512d lo = _mm512_cvtepi32_pd(_mm512_castsi512_si256(x));
+        __m512d hi = _mm512_cvtepi32_pd(_mm512_extracti64x4_epi64(x, 1));
+        lo = _mm512_mul_pd(lo, _mm512_loadu_pd(ep->rq.dscale + n0));
+        hi = _mm512_mul_pd(hi, _mm512_loadu_pd(ep->rq.dscale + n0 + 8));
+        __m512 f = _mm512_insertf32x8(_mm512_castps256_ps512(_mm512_cvtpd_ps(lo)),
+                                      _mm512_cvtpd_ps(hi), 1);
+        f = _mm512_max_ps(f, _mm512_set1_ps(ep->rq.fmin));
+        f = _mm512_min_ps(f, _mm512_set1_ps(ep->rq.fmax));
+        _mm512_mask_storeu_ps((float *)t->C + at, k, f);
+        return;
+    }
+    __m512i y = lb_requant_v512(&ep->rq, rv, x);
+    if (ep->residual) {
+        __m512i r = _mm512_cvtepu8_epi32(
+            _mm_maskz_loadu_epi8(k, ep->residual + m * ep->ld_residual + n0));
+        y = lb_add_v512(ep->add, av, y, r);
+    }
+    lb_store_v512(t->C, ep->out_type, at, y, k);
+}
+
 #endif /* LOWBIT_RT_VEC512_H */

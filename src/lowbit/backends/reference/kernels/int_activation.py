@@ -27,6 +27,24 @@ def _same_type(a, b) -> bool:
     return a.dtype == b.dtype and a.quant == b.quant
 
 
+def clamp_bounds(node, lo: float, hi: float) -> tuple[int, int]:
+    """[qlo, qhi]: the real bounds [lo, hi] in output codes, rounding inward."""
+    out = node.outputs[0].type
+    s, z = float(arith.scale_of(out)), int(arith.zero_of(out))
+    qlo = out.dtype.qmin if math.isinf(lo) else max(out.dtype.qmin, z + math.ceil(lo / s - 1e-9))
+    qhi = out.dtype.qmax if math.isinf(hi) else min(out.dtype.qmax, z + math.floor(hi / s + 1e-9))
+    return qlo, max(qlo, qhi)
+
+
+def clamp_limits(node, inputs) -> tuple[float, float]:
+    """The real bounds of a Relu or Clip node (Clip's min and max inputs, when present)."""
+    if node.op_type == "Relu":
+        return 0.0, math.inf
+    lo = -math.inf if len(inputs) < 2 or inputs[1] is None else float(inputs[1])
+    hi = math.inf if len(inputs) < 3 or inputs[2] is None else float(inputs[2])
+    return lo, hi
+
+
 def _clamp(node, q: np.ndarray, lo: float, hi: float) -> np.ndarray:
     tx, out = node.inputs[0].type, node.outputs[0].type
     if _same_type(tx, out):
@@ -35,22 +53,17 @@ def _clamp(node, q: np.ndarray, lo: float, hi: float) -> np.ndarray:
         M = arith.scale_of(tx) / arith.scale_of(out)
         y = arith.requantize(node, arith.centred(q, tx), M, out,
                              bounds=(out.dtype.qmin, out.dtype.qmax))
-    s, z = float(arith.scale_of(out)), int(arith.zero_of(out))
-    qlo = out.dtype.qmin if math.isinf(lo) else max(out.dtype.qmin, z + math.ceil(lo / s - 1e-9))
-    qhi = out.dtype.qmax if math.isinf(hi) else min(out.dtype.qmax, z + math.floor(hi / s + 1e-9))
-    return np.clip(y, qlo, max(qlo, qhi)).astype(out.dtype.np_dtype)
+    return np.clip(y, *clamp_bounds(node, lo, hi)).astype(out.dtype.np_dtype)
 
 
 @kernel("Relu", quantized=True)
 def relu(node, inputs):
-    return [_clamp(node, inputs[0], 0.0, math.inf)]
+    return [_clamp(node, inputs[0], *clamp_limits(node, inputs))]
 
 
 @kernel("Clip", quantized=True)
 def clip(node, inputs):
-    lo = -math.inf if len(inputs) < 2 or inputs[1] is None else float(inputs[1])
-    hi = math.inf if len(inputs) < 3 or inputs[2] is None else float(inputs[2])
-    return [_clamp(node, inputs[0], lo, hi)]
+    return [_clamp(node, inputs[0], *clamp_limits(node, inputs))]
 
 
 _TABLES: dict[tuple, np.ndarray] = {}

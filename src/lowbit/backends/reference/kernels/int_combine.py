@@ -31,20 +31,27 @@ def _per_tensor(node, t) -> None:
         raise KernelError(f"{node.describe()}: operands must be quantized per tensor")
 
 
-def _aligned(node, inputs):
-    """Both operands as `a_i` of the module docstring, and the output factor."""
+def alignment(node) -> tuple[int, list, float]:
+    """Add/Sub's integer parameters: (the shift L, the q31 parameters of s_i / s for each
+    operand, and the output factor s / 2**L, to be divided by s_y)."""
     t1, t2 = node.inputs[0].type, node.inputs[1].type
     for t in (t1, t2):
         _per_tensor(node, t)
     shift = arith.ADD_SHIFT[8 if max(t1.dtype.bits, t2.dtype.bits) <= 8 else 16]
     s1, s2 = float(arith.scale_of(t1)), float(arith.scale_of(t2))
     big = 2.0 * max(s1, s2)
+    params = [fixed_point.encode(s / big, fixed_point.Q31) for s in (s1, s2)]
+    return shift, params, big / (2.0**shift)
+
+
+def _aligned(node, inputs):
+    """Both operands as `a_i` of the module docstring, and the output factor."""
+    shift, params, factor = alignment(node)
     parts = []
-    for q, t, s in ((inputs[0], t1, s1), (inputs[1], t2, s2)):
-        d = arith.centred(q, t) << shift
-        params = fixed_point.encode(s / big, fixed_point.Q31)
-        parts.append(fixed_point.requantize(d, params, 0, INT32_MIN, INT32_MAX))
-    return parts, big / (2.0**shift)
+    for q, value, p in zip(inputs, node.inputs, params, strict=False):
+        d = arith.centred(q, value.type) << shift
+        parts.append(fixed_point.requantize(d, p, 0, INT32_MIN, INT32_MAX))
+    return parts, factor
 
 
 @kernel("Add", quantized=True)

@@ -27,13 +27,19 @@ from lowbit.ops.conv_geometry import window_from_attrs
 from lowbit.quant import arith
 
 
-def narrow_accumulator(acc: np.ndarray, k: int, tx, tw, bias: np.ndarray | None, M):
-    """(acc, M) with acc shifted into int32 where its static bound needs it (see the module
-    docstring); unchanged for 8-bit operands."""
+def accumulator_shift(k: int, tx, tw, bias: np.ndarray | None) -> int:
+    """The static right shift r that keeps the accumulator of a product with reduction size k
+    inside int32 (see the module docstring): 0 for 8-bit operands."""
     bound = k * (1 << tx.dtype.bits) * (1 << (tw.dtype.bits - 1))
     if bias is not None and bias.size:
         bound += int(np.abs(bias.astype(np.int64)).max())
-    r = max(0, int(bound).bit_length() - 31)
+    return max(0, int(bound).bit_length() - 31)
+
+
+def narrow_accumulator(acc: np.ndarray, k: int, tx, tw, bias: np.ndarray | None, M):
+    """(acc, M) with acc shifted into int32 where its static bound needs it (see the module
+    docstring); unchanged for 8-bit operands."""
+    r = accumulator_shift(k, tx, tw, bias)
     if r == 0:
         return acc, M
     return (acc + (1 << (r - 1))) >> r, np.asarray(M, np.float64) * float(1 << r)

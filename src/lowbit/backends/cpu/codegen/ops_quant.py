@@ -1,0 +1,488 @@
+"""Emitters of quantized nodes: lowbit's Quantize/Dequantize/Requantize, the products (Conv,
+Gemm, MatMul), Add/Sub/Mul, averages, clamps, lookup tables and Concat.
+
+Each derives its integers with lowbit.backends.cpu.params (the reference's definitions) and
+moves zero points and bounds into the stored domain (int8 codes + 128) where operands are
+stored as uint8.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from lowbit.backends.cpu import packing, params
+from lowbit.backends.cpu.codegen import cexpr
+from lowbit.backends.cpu.codegen.lower import Lowering, emitter, stored_dtype
+from lowbit.backends.cpu.codegen.ops_shape import concat_into, logical_strides
+from lowbit.backends.cpu.codegen.program import BATCH, Size, Tensor, dim_c, numel
+from lowbit.backends.reference.kernels import int_activation
+from lowbit.errors import KernelError, UnsupportedError
+from lowbit.ir.types import TensorType
+from lowbit.ops.conv_geometry import window_from_attrs
+from lowbit.ops.pool import pool_window
+from lowbit.ops.registry import QUANT_DOMAIN, TABLE, all_ops
+from lowbit.quant import arith
+
+INT32_LIMIT = 2**31
+
+
+def shift_of(t: TensorType) -> int:
+    """How much stored codes exceed the type's codes: 128 for int8 stored as uint8."""
+    return 128 if stored_dtype(t)[1] else 0
+
+
+def tname(lw: Lowering, t: Tensor) -> str:
+    return cexpr.TYPE_NAMES[lw.type_code(t)]
+
+
+def axis_of(t: Tensor, logical_axis: int | None, channels: int) -> str:
+    """An lb_axis initializer: channel = (i / inner) % channels over t's stored order."""
+    if logical_axis is None or channels == 1:
+        return "(lb_axis){1, 1}"
+    phys = t.physical_shape
+    perm = [0, 2, 3, 1] if t.layout == "nhwc" else list(range(len(t.shape)))
+    pa = perm.index(logical_axis % len(t.shape))
+    inner = numel(phys[pa + 1:])
+    if inner.power:
+        raise UnsupportedError("per-channel parameters along an axis before the batch axis")
+    return f"(lb_axis){{{channels}, {inner.coef}}}"
+
+
+# -- Quantize / Dequantize / Requantize ---------------------------------------------------------
+
+
+@emitter("Quantize", domain=QUANT_DOMAIN)
+def quantize(lw: Lowering, node) -> None:
+    x = lw.operand(node.inputs[0], None)
+    out_t = node.outputs[0].type
+    q = out_t.quant
+    out = lw.result(node.outputs[0], x.layout if len(x.shape) == 4 else "plain")
+    sh = shift_of(out_t)
+    channels = q.channels
+    scale = cexpr.int_array(lw.prog, q.scale, np.float32, channels)
+    zp = cexpr.int_array(lw.prog, q.zero_point.astype(np.int64) + sh, np.int32, channels)
+    lw.prog.step(f"{node.name}: Quantize", [
+        f"lb_quantize_f32(ctx, {numel(x.shape).c()}, (const float *){x.ptr}, "
+        f"{axis_of(x, q.axis, channels)}, {scale}, {zp}, {out_t.dtype.qmin + sh}, "
+        f"{out_t.dtype.qmax + sh}, {tname(lw, out)}, {out.ptr});"], [x], [out])
+
+
+@emitter("Dequantize", domain=QUANT_DOMAIN)
+def dequantize(lw: Lowering, node) -> None:
+    x = lw.operand(node.inputs[0], None)
+    t = node.inputs[0].type
+    q = t.quant
+    out = lw.result(node.outputs[0], x.layout if len(x.shape) == 4 else "plain")
+    scale = cexpr.int_array(lw.prog, q.scale, np.float32, q.channels)
+    zp = cexpr.int_array(lw.prog, q.zero_point.astype(np.int64) + shift_of(t), np.int32,
+                         q.channels)
+    lw.prog.step(f"{node.name}: Dequantize", [
+        f"lb_dequantize(ctx, {numel(x.shape).c()}, {x.ptr}, {tname(lw, x)}, "
+        f"{axis_of(x, q.axis, q.channels)}, {scale}, {zp}, (float *){out.ptr});"], [x], [out])
+
+
+def requantize_into(lw: Lowering, node, x: Tensor, src: TensorType, rq: params.Requant,
+                    out: Tensor, out_t: TensorType, axis: int | None, comment: str) -> None:
+    channels = int(np.size(rq.params.real)) if np.ndim(rq.params.real) else 1
+    zsrc = np.asarray(arith.zero_of(src)) + shift_of(src)
+    channels = max(channels, int(np.size(zsrc)))
+    arrays = cexpr.requant_arrays(rq, channels, shift_of(out_t))
+    lw.prog.step(comment, [
+        f"const lb_requant rq = {cexpr.requant(lw.prog, arrays)};",
+        f"lb_requantize(ctx, {numel(x.shape).c()}, {x.ptr}, {tname(lw, x)}, "
+        f"{axis_of(x, axis, channels)}, {cexpr.int_array(lw.prog, zsrc, np.int32, channels)}, "
+        f"&rq, {tname(lw, out)}, {out.ptr});"], [x], [out])
+
+
+@emitter("Requantize", domain=QUANT_DOMAIN)
+def requantize(lw: Lowering, node) -> None:
+    x = lw.operand(node.inputs[0], None)
+    src, out_t = node.inputs[0].type, node.outputs[0].type
+    out = lw.result(node.outputs[0], x.layout if len(x.shape) == 4 else "plain")
+    axis = src.quant.axis if src.quant.axis is not None else out_t.quant.axis
+    requantize_into(lw, node, x, src, params.rescale(node, src, out_t), out, out_t, axis,
+                    f"{node.name}: Requantize")
+
+
+# -- products -----------------------------------------------------------------------------------
+
+
+def epilogue(lw: Lowering, p: params.Product, out_t: TensorType, channels: int,
+             offset: np.ndarray, zb: np.ndarray | None, out: Tensor) -> list[str]:
+    """C lines declaring `ep`, the lb_epilogue of a product into `out`."""
+    if p.requant is None:
+        arrays = packing.dequant_arrays(p.scale, channels, *p.clip)
+    else:
+        arrays = cexpr.requant_arrays(p.requant, channels, shift_of(out_t))
+    zb_c = cexpr.int_array(lw.prog, zb) if zb is not None else "NULL"
+    return [f"const lb_epilogue ep = {{{cexpr.int_array(lw.prog, offset)}, {zb_c}, "
+            f"{cexpr.requant(lw.prog, arrays)}, {tname(lw, out)}, NULL, 0, NULL}};"]
+
+
+def fast_product(x_t: TensorType, w: np.ndarray, p: params.Product) -> bool:
+    """Whether the int8 kernels compute this product exactly: 8-bit operands, no narrowing
+    shift, and an accumulator provably inside int32."""
+    if x_t.dtype.bits != 8 or w.dtype not in (np.int8, np.uint8) or p.narrow_shift:
+        return False
+    bound = packing.exact_bound(255, w.reshape(w.shape[0], -1), p.w_zero, p.bias)
+    return bound < INT32_LIMIT
+
+
+def pack_groups(lw: Lowering, w2: np.ndarray, zw: np.ndarray, groups: int) -> str:
+    """Pack per-group weight rows W[g*mg:(g+1)*mg, K] into the blob; returns a C array of
+    lb_packed_b named `packed`."""
+    m, k = w2.shape
+    mg = m // groups
+    entries = []
+    for g in range(groups):
+        wg, _ = packing.weights_int8(w2[g * mg:(g + 1) * mg], zw[g * mg:(g + 1) * mg])
+        ptr = lw.prog.data(packing.pack_weights(wg))
+        entries.append(f"{{(const int8_t *){ptr}, {mg}, {k}, {-(-k // 4)}}}")
+    return f"const lb_packed_b packed[{groups}] = {{{', '.join(entries)}}};"
+
+
+def folded(w2: np.ndarray, zw: np.ndarray, za: int, bias) -> tuple[np.ndarray, np.ndarray | None]:
+    """fold_offsets over stored int8 weights (uint8 weights shifted by -128)."""
+    w8, zw8 = packing.weights_int8(w2, zw)
+    return packing.fold_offsets(w8, zw8, za, bias)
+
+
+@emitter("Conv", quantized=True)
+def conv(lw: Lowering, node) -> None:
+    xv, wv, bv = node.inputs[0], node.inputs[1], node.input_or_none(2)
+    if not wv.is_constant or (bv is not None and not bv.is_constant):
+        raise UnsupportedError("quantized Conv needs constant weights and bias")
+    w = lw.const_array(wv)
+    if w.ndim != 4:
+        raise UnsupportedError("quantized Conv over other than 2 spatial axes")
+    tx, tw, out_t = xv.type, wv.type, node.outputs[0].type
+    group = int(node.attrs["group"])
+    m, cg, kh, kw = w.shape
+    mg = m // group
+    p = params.product(node, tx, tw, bv, m, 0, cg * kh * kw, out_t)
+    x = lw.operand(xv, "nhwc")
+    n, c, ih, iw = x.shape
+    win = window_from_attrs(node, w.shape[2:], 2)
+    pads = win.resolved_pads((ih, iw))
+    out = lw.result(node.outputs[0], "nhwc")
+    oh, ow = out.shape[2], out.shape[3]
+    wdesc = cexpr.window(n, ih, iw, c, oh, ow, win, pads)
+    za = p.x_zero + shift_of(tx)
+    if not fast_product(tx, w, p):
+        return wide_conv(lw, node, x, tx, w, p, out, out_t, wdesc, group, za)
+    taps = kh * kw
+    if cg == 1 and mg == 1 and taps <= 64:
+        return depthwise(lw, node, x, w, p, out, out_t, wdesc, za, taps)
+    # weights as rows [m, taps * cg] in (tap, channel) order, matching im2col
+    w2 = w.transpose(0, 2, 3, 1).reshape(m, taps * cg)
+    offset, zb = folded(w2, p.w_zero, za, p.bias)
+    pointwise = kh == kw == 1 and win.strides == (1, 1) and not any(pads) and (oh, ow) == (ih, iw)
+    scratch = None if pointwise else lw.prog.scratch(Size(oh * ow * taps * c), "im2col")
+    rows = (Size(1, 1) if n == BATCH else Size(int(n))) * (ih * iw) \
+        if pointwise and group == 1 else Size(oh * ow)
+    sums = lw.prog.scratch(rows * 4, "row_sums") if zb is not None else None
+    code = [pack_groups(lw, w2, p.w_zero, group), *epilogue(lw, p, out_t, m, offset, zb, out),
+            f"const lb_qconv conv = {{{wdesc}, {group}, {cg}, {mg}, {za}, packed, ep}};",
+            f"lb_qconv_run(ctx, &conv, {x.ptr}, {out.ptr}, "
+            f"{scratch.ptr if scratch else 'NULL'}, "
+            f"{f'(int32_t *){sums.ptr}' if sums else 'NULL'});"]
+    lw.prog.step(f"{node.name}: Conv {kh}x{kw} /{win.strides[0]} group {group}, {c} -> {m}",
+                 code, [x], [out], [s for s in (scratch, sums) if s is not None])
+
+
+def pair_weights(centred: np.ndarray) -> np.ndarray:
+    """Depthwise weights [taps, c] (int16, centred) in the AVX-512 kernel's order: per 32
+    channels, per pair of taps, 16 int32 lanes of (w_t, w_t+1) for channels 0-3, 8-11, 16-19,
+    24-27, then 16 for channels 4-7, 12-15, 20-23, 28-31 (unpacklo/hi's lane order)."""
+    taps, c = centred.shape
+    pairs = -(-taps // 2)
+    cb = -(-c // 32)
+    full = np.zeros((pairs * 2, cb * 32), np.int16)
+    full[:taps, :c] = centred
+    lanes = np.arange(16)
+    lo = 8 * (lanes // 4) + lanes % 4
+    order = np.concatenate([lo, lo + 4])  # channel of each int32 lane, lo then hi
+    out = np.empty((cb, pairs, 32, 2), np.int16)
+    for b in range(cb):
+        ch = b * 32 + order
+        out[b, :, :, 0] = full[0::2, ch]
+        out[b, :, :, 1] = full[1::2, ch]
+    return out.reshape(-1)
+
+
+def depthwise(lw: Lowering, node, x, w, p: params.Product, out, out_t, wdesc, za, taps) -> None:
+    c = w.shape[0]
+    centred = (w.reshape(c, taps).astype(np.int64) - p.w_zero[:, None]).T  # [taps, c]
+    offset = -za * centred.sum(axis=0)
+    if p.bias is not None:
+        offset = offset + p.bias
+    plain = lw.prog.data(centred.astype(np.int16))
+    pairs = lw.prog.data(pair_weights(centred.astype(np.int16)))
+    zero_row = lw.prog.data(np.full(c, za, np.uint8))
+    code = [*epilogue(lw, p, out_t, c, packing.wrap_int32(offset), None, out),
+            f"const lb_dwconv conv = {{{wdesc}, {plain}, {pairs}, {zero_row}, ep}};",
+            f"lb_dwconv_run(ctx, &conv, {x.ptr}, {out.ptr});"]
+    kh, kw = w.shape[2:]
+    lw.prog.step(f"{node.name}: depthwise Conv {kh}x{kw}, {c} channels", code, [x], [out])
+
+
+def wide_conv(lw, node, x, tx, w, p, out, out_t, wdesc, group, za) -> None:
+    raise UnsupportedError(f"quantized Conv with {tx.dtype} inputs and {w.dtype} weights "
+                           f"(only 8-bit operands are compiled so far)")
+
+
+def _gemm_like(lw: Lowering, node, a_value, w_rows: np.ndarray, tw: TensorType,
+               w_channel_axis: int, bias_value) -> None:
+    """A quantized product of activations A [..., K] (plain rows) and constant weight rows
+    W [N, K] into [..., N]."""
+    ta, out_t = a_value.type, node.outputs[0].type
+    ncols, k = w_rows.shape
+    p = params.product(node, ta, tw, bias_value, ncols, w_channel_axis, k, out_t)
+    if not fast_product(ta, w_rows, p):
+        raise UnsupportedError(f"quantized {node.op_type} with {ta.dtype} inputs and "
+                               f"{w_rows.dtype} weights (only 8-bit operands are compiled so far)")
+    a = lw.operand(a_value, "plain")
+    out = lw.result(node.outputs[0], "plain")
+    za = p.x_zero + shift_of(ta)
+    offset, zb = folded(w_rows, p.w_zero, za, p.bias)
+    rows = numel(a.shape[:-1])
+    sums = lw.prog.scratch(rows * 4, "row_sums") if zb is not None else None
+    code = [pack_groups(lw, w_rows, p.w_zero, 1),
+            *epilogue(lw, p, out_t, ncols, offset, zb, out),
+            f"lb_qgemm(ctx, {rows.c()}, {ncols}, {k}, {a.ptr}, {k}, &packed[0], &ep, "
+            f"{out.ptr}, {ncols}, {f'(int32_t *){sums.ptr}' if sums else 'NULL'});"]
+    lw.prog.step(f"{node.name}: {node.op_type} {k} -> {ncols}", code, [a], [out],
+                 [sums] if sums else [])
+
+
+@emitter("Gemm", quantized=True)
+def gemm(lw: Lowering, node) -> None:
+    av, bv, cv = node.inputs[0], node.inputs[1], node.input_or_none(2)
+    if node.attrs["transA"] or not bv.is_constant or (cv is not None and not cv.is_constant):
+        raise UnsupportedError("quantized Gemm with transA or non-constant B/C")
+    if float(node.attrs["alpha"]) != 1.0 or (cv is not None and float(node.attrs["beta"]) != 1.0):
+        raise KernelError("quantized Gemm needs alpha = beta = 1")
+    b = lw.const_array(bv)
+    trans_b = bool(node.attrs["transB"])
+    w_rows = b if trans_b else b.T
+    _gemm_like(lw, node, av, np.ascontiguousarray(w_rows), bv.type, 0 if trans_b else 1, cv)
+
+
+@emitter("MatMul", quantized=True)
+def matmul(lw: Lowering, node) -> None:
+    av, bv = node.inputs
+    if not bv.is_constant or lw.const_array(bv).ndim != 2:
+        raise UnsupportedError("quantized MatMul of two activations (a constant 2-D right "
+                               "operand is compiled so far)")
+    if av.type.quant is None or not av.type.quant.per_tensor:
+        raise KernelError("the left operand of a quantized MatMul must be quantized per tensor")
+    b = lw.const_array(bv)
+    _gemm_like(lw, node, av, np.ascontiguousarray(b.T), bv.type, -1, None)
+
+
+# -- Add / Sub / Mul ----------------------------------------------------------------------------
+
+
+def broadcast(lw: Lowering, a: Tensor, b: Tensor, out: Tensor) -> str:
+    """An lb_bcast initializer iterating out's stored order, with a's and b's element strides
+    (0 along broadcast axes), adjacent axes merged."""
+    nd = len(out.shape)
+    perm = [0, 2, 3, 1] if out.layout == "nhwc" else list(range(nd))
+    dims = []
+    for t in (a, b):
+        strides = logical_strides(t)
+        pad = nd - len(t.shape)
+        full_shape = (1,) * pad + tuple(t.shape)
+        full = [0] * pad + strides
+        dims.append([0 if full_shape[ax] == 1 and out.shape[ax] != 1 else full[ax] for ax in perm])
+    shape = [out.shape[ax] for ax in perm]
+    # merge axis i into i-1 when both operands step through them contiguously
+    merged_shape, sa, sb = [shape[0]], [dims[0][0]], [dims[1][0]]
+    for i in range(1, nd):
+        d = shape[i]
+        if d == 1:
+            continue
+        if d != BATCH and merged_shape[-1] != BATCH and \
+                sa[-1] == dims[0][i] * d and sb[-1] == dims[1][i] * d:
+            merged_shape[-1] = merged_shape[-1] * d
+            sa[-1], sb[-1] = dims[0][i], dims[1][i]
+        else:
+            merged_shape.append(d)
+            sa.append(dims[0][i])
+            sb.append(dims[1][i])
+    if len(merged_shape) > 6:
+        raise UnsupportedError("broadcasting over more than 6 axes")
+    return (f"{{{len(merged_shape)}, {{{', '.join(dim_c(d) for d in merged_shape)}}}, "
+            f"{{{', '.join(map(str, sa))}}}, {{{', '.join(map(str, sb))}}}}}")
+
+
+def binary_layout(lw: Lowering, node) -> str:
+    out_shape = lw.shape(node.outputs[0])
+    if len(out_shape) != 4:
+        return "plain"
+    for v in node.inputs:
+        t = lw.tensors.get(v)
+        if t is not None and not v.is_constant and t.layout == "nhwc":
+            return "nhwc"
+    return "plain"
+
+
+@emitter("Add", quantized=True)
+@emitter("Sub", quantized=True)
+@emitter("Mul", quantized=True)
+def qbinary(lw: Lowering, node) -> None:
+    t1, t2, out_t = node.inputs[0].type, node.inputs[1].type, node.outputs[0].type
+    layout = binary_layout(lw, node)
+    a = lw.operand(node.inputs[0], layout if len(t1.shape) == 4 else "plain")
+    b = lw.operand(node.inputs[1], layout if len(t2.shape) == 4 else "plain")
+    out = lw.result(node.outputs[0], layout)
+    s1, s2, so = shift_of(t1), shift_of(t2), shift_of(out_t)
+    if node.op_type == "Mul":
+        (z1, z2), rq = params.mul(node)
+        add = (0, z1 + s1, 0, 0, 0, z2 + s2, 0, 0, 0, 0)
+        op = "LB_QMUL"
+    else:
+        ps = params.add_sub(node)
+        rq = ps.out
+        q1, q2 = ps.align
+        add = (ps.shift, ps.zero[0] + s1, int(q1.multiplier), int(q1.left_shift),
+               int(q1.right_shift), ps.zero[1] + s2, int(q2.multiplier), int(q2.left_shift),
+               int(q2.right_shift), int(node.op_type == "Sub"))
+        op = "LB_QADD" if node.op_type == "Add" else "LB_QSUB"
+    arrays = cexpr.requant_arrays(rq, 1, so)
+    code = [f"const lb_bcast bc = {broadcast(lw, a, b, out)};",
+            f"const lb_qbinary op = {{{op}, {tname(lw, a)}, {tname(lw, b)}, {tname(lw, out)}, "
+            f"{{{', '.join(map(str, add))}, {cexpr.requant(lw.prog, arrays)}}}}};",
+            f"lb_qbinary_run(ctx, &bc, &op, {a.ptr}, {b.ptr}, {out.ptr});"]
+    lw.prog.step(f"{node.name}: quantized {node.op_type}", code, [a, b], [out])
+
+
+# -- averages -------------------------------------------------------------------------------------
+
+
+def _global_average(lw: Lowering, node) -> None:
+    x = lw.operand(node.inputs[0], "nhwc")
+    n, c, ih, iw = x.shape
+    tx, out_t = node.inputs[0].type, node.outputs[0].type
+    (rq,) = params.average(node, [ih * iw])
+    arrays = cexpr.requant_arrays(rq, 1, shift_of(out_t))
+    out = lw.result(node.outputs[0], "plain")
+    if numel(out.shape) != numel((n, c)):
+        raise UnsupportedError("an average whose output is not one value per (batch, channel)")
+    code = [f"const lb_window w = {{{dim_c(n)}, {ih}, {iw}, {c}, 1, 1, {ih}, {iw}, 1, 1, 1, 1, "
+            f"0, 0}};",
+            f"const lb_requant rq = {cexpr.requant(lw.prog, arrays)};",
+            f"lb_qavgpool(ctx, &w, {tname(lw, x)}, {int(arith.zero_of(tx)) + shift_of(tx)}, 0, "
+            f"&rq, {tname(lw, out)}, {x.ptr}, {out.ptr});"]
+    lw.prog.step(f"{node.name}: quantized global average", code, [x], [out])
+
+
+@emitter("GlobalAveragePool", quantized=True)
+def global_average_pool(lw: Lowering, node) -> None:
+    if len(lw.shape(node.inputs[0])) != 4:
+        raise UnsupportedError("GlobalAveragePool over other than 2 spatial axes")
+    _global_average(lw, node)
+
+
+@emitter("ReduceMean", quantized=True)
+def reduce_mean(lw: Lowering, node) -> None:
+    shape = lw.shape(node.inputs[0])
+    axes_v = node.input_or_none(1)
+    axes = [] if axes_v is None else [int(a) % len(shape) for a in lw.const_array(axes_v).ravel()]
+    if len(shape) != 4 or sorted(axes) != [2, 3]:
+        raise UnsupportedError("quantized ReduceMean other than over the spatial axes of a 4-D "
+                               "tensor")
+    _global_average(lw, node)
+
+
+@emitter("AveragePool", quantized=True)
+def average_pool(lw: Lowering, node) -> None:
+    x = lw.operand(node.inputs[0], "nhwc")
+    if len(x.shape) != 4:
+        raise UnsupportedError("AveragePool over other than 2 spatial axes")
+    n, c, ih, iw = x.shape
+    win = pool_window(node, 2)
+    pads = win.resolved_pads((ih, iw))
+    out = lw.result(node.outputs[0], "nhwc")
+    oh, ow = out.shape[2], out.shape[3]
+    count_pad = int(node.attrs.get("count_include_pad", 0))
+    overhang = [(o - 1) * s + d * (k - 1) + 1 - (i + pads[a] + pads[a + 2])
+                for a, (o, s, d, k, i) in enumerate(zip((oh, ow), win.strides, win.dilations,
+                                                        win.kernel, (ih, iw), strict=True))]
+    if count_pad and any(e > 0 for e in overhang):
+        raise UnsupportedError("AveragePool with count_include_pad and ceil_mode overhang")
+    tx, out_t = node.inputs[0].type, node.outputs[0].type
+    counts = range(1, win.kernel[0] * win.kernel[1] + 1)
+    rqs = [cexpr.requant(lw.prog, cexpr.requant_arrays(r, 1, shift_of(out_t)))
+           for r in params.average(node, counts)]
+    code = [f"const lb_window w = {cexpr.window(n, ih, iw, c, oh, ow, win, pads)};",
+            f"const lb_requant rq[{len(rqs)}] = {{{', '.join(rqs)}}};",
+            f"lb_qavgpool(ctx, &w, {tname(lw, x)}, {int(arith.zero_of(tx)) + shift_of(tx)}, "
+            f"{count_pad}, rq, {tname(lw, out)}, {x.ptr}, {out.ptr});"]
+    lw.prog.step(f"{node.name}: quantized AveragePool", code, [x], [out])
+
+
+# -- clamps, tables, Concat ----------------------------------------------------------------------
+
+
+@emitter("Relu", quantized=True)
+@emitter("Clip", quantized=True)
+def clamp(lw: Lowering, node) -> None:
+    consts = [None] + [lw.const_array(v) if v is not None else None for v in node.inputs[1:]]
+    lo, hi = int_activation.clamp_limits(node, consts)
+    qlo, qhi = int_activation.clamp_bounds(node, lo, hi)
+    src, out_t = node.inputs[0].type, node.outputs[0].type
+    x = lw.operand(node.inputs[0], None)
+    out = lw.result(node.outputs[0], x.layout if len(x.shape) == 4 else "plain")
+    so = shift_of(out_t)
+    if src.dtype == out_t.dtype and src.quant == out_t.quant:
+        lw.prog.step(f"{node.name}: quantized {node.op_type}", [
+            f"lb_clamp(ctx, {numel(x.shape).c()}, {x.ptr}, {tname(lw, x)}, {qlo + so}, "
+            f"{qhi + so}, {out.ptr});"], [x], [out])
+        return
+    rq = params.rescale(node, src, out_t, bounds=(qlo, qhi))
+    requantize_into(lw, node, x, src, rq, out, out_t, None, f"{node.name}: quantized "
+                    f"{node.op_type} to new parameters")
+
+
+def table(lw: Lowering, node) -> None:
+    src, out_t = node.inputs[0].type, node.outputs[0].type
+    if src.quant is None or out_t.quant is None:
+        raise UnsupportedError("a lookup table between non-quantized types")
+    x = lw.operand(node.inputs[0], None)
+    out = lw.result(node.outputs[0], x.layout if len(x.shape) == 4 else "plain")
+    tab = np.asarray(int_activation.table_for(node)).astype(np.int64) + shift_of(out_t)
+    data = lw.prog.data(tab.astype(out.dtype))
+    in_min = src.dtype.qmin + shift_of(src)
+    lw.prog.step(f"{node.name}: {node.op_type} as a {tab.size}-entry table", [
+        f"lb_lookup(ctx, {numel(x.shape).c()}, {x.ptr}, {tname(lw, x)}, {in_min}, {data}, "
+        f"{tname(lw, out)}, {out.ptr});"], [x], [out])
+
+
+for (_domain, _op_type), _op in all_ops().items():
+    if _op.quant_rule == TABLE:
+        emitter(_op_type, quantized=True, domain=_domain)(table)
+
+
+@emitter("Concat", quantized=True)
+def qconcat(lw: Lowering, node) -> None:
+    out_t = node.outputs[0].type
+    if out_t.quant is None or not out_t.quant.per_tensor:
+        raise KernelError("operands must be quantized per tensor")
+    axis = int(node.attrs["axis"]) % len(lw.shape(node.outputs[0]))
+    first = lw.operand(node.inputs[0], None)
+    layout = first.layout if len(first.shape) == 4 else "plain"
+    out = lw.result(node.outputs[0], layout)
+    parts = []
+    for v in node.inputs:
+        t = lw.operand(v, layout)
+        if v.type.dtype == out_t.dtype and v.type.quant == out_t.quant:
+            parts.append(t)
+            continue
+        rq = params.rescale(node, v.type, out_t, bounds=(out_t.dtype.qmin, out_t.dtype.qmax))
+        tmp = lw.prog.tensor(f"{v.name}.rescaled", out.dtype, t.shape, layout=layout,
+                             biased=out.biased)
+        requantize_into(lw, node, t, v.type, rq, tmp, out_t, None,
+                        f"{node.name}: Concat input {v.name} to the output's parameters")
+        parts.append(tmp)
+    concat_into(lw, node, parts, out, axis)

@@ -1,0 +1,176 @@
+"""The compiled model as a Python callable: one C call per inference.
+
+`CpuExecutable(graph)` generates and compiles the graph's C program (cached on disk, see
+toolchain), and is called like the reference interpreter: `{input name: array}` in,
+`{output name: array}` out. Inputs are checked by name, dtype and shape first (the reference's
+`check_inputs`, same messages). The batch dimension (a symbolic first dimension of the inputs)
+is a run-time argument of the compiled code: every batch size runs the same library. Other
+symbolic or unknown dimensions (an image's height and width) are fixed per call: each distinct
+set of sizes is compiled once, on first use.
+"""
+
+from __future__ import annotations
+
+import ctypes as C
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from lowbit.backends.cpu import library, toolchain
+from lowbit.backends.cpu.codegen.lower import Lowering
+from lowbit.backends.cpu.codegen.program import BATCH, Plan
+from lowbit.backends.reference.interpreter import check_inputs
+from lowbit.errors import InputError, LowbitError, UnsupportedError
+from lowbit.ir.graph import Graph
+from lowbit.ir.types import TensorType
+from lowbit.ops import infer_graph
+
+
+@dataclass
+class Compiled:
+    """One specialization: the loaded library, its blob and arena plan, output shapes."""
+
+    function: C._CFuncPtr
+    library_path: str
+    blob: np.ndarray
+    plan: Plan
+    outputs: list[tuple[str, tuple, np.dtype]]
+    source: str
+    seconds: float
+
+
+def _aligned(nbytes: int, align: int = 64) -> np.ndarray:
+    raw = np.empty(nbytes + align, np.uint8)
+    start = (-raw.ctypes.data) % align
+    return raw[start:start + nbytes]
+
+
+class CpuExecutable:
+    """A graph compiled by the cpu backend; call it with {input name: array}."""
+
+    def __init__(self, graph: Graph, threads: int | None = None, isa: str | None = None,
+                 name: str | None = None) -> None:
+        self.graph = graph
+        self.name = name or "model"
+        self.context = library.context(threads, isa)
+        self.batch = _batch_symbol(graph)
+        self._compiled: dict[tuple, Compiled] = {}
+        self._lock = threading.Lock()
+        self._arena = np.empty(0, np.uint8)
+        if all(isinstance(d, int) or d == self.batch for v in graph.inputs
+               for d in (v.type.shape or ())):
+            self._specialize(())
+
+    @property
+    def isa(self) -> str:
+        return self.context.isa
+
+    @property
+    def threads(self) -> int:
+        return self.context.threads
+
+    def compiled(self) -> list[Compiled]:
+        return list(self._compiled.values())
+
+    def _key(self, arrays: list[np.ndarray]) -> tuple:
+        key = []
+        for v, a in zip(self.graph.inputs, arrays, strict=True):
+            for d, n in zip(v.type.shape or (), a.shape, strict=False):
+                if not isinstance(d, int) and d != self.batch:
+                    key.append((v.name, d, int(n)))
+        return tuple(key)
+
+    def _specialize(self, key: tuple) -> Compiled:
+        found = self._compiled.get(key)
+        if found is not None:
+            return found
+        start = time.perf_counter()
+        graph = self.graph
+        if key:
+            graph = graph.copy()
+            sizes = {}
+            for name, d, n in key:
+                sizes.setdefault(name, {})[d] = n
+            for v in graph.inputs:
+                if v.name in sizes and v.type.shape is not None:
+                    shape = tuple(d if isinstance(d, int) or d == self.batch
+                                  else sizes[v.name].get(d, d) for d in v.type.shape)
+                    # the same symbol elsewhere gets the same size
+                    v.type = TensorType(v.type.dtype, shape, v.type.quant)
+            infer_graph(graph)
+        program = Lowering(graph, self.name).lower()
+        plan = program.make_plan()
+        source = program.render()
+        path = toolchain.build_model(source, "model")
+        try:
+            lib = C.CDLL(str(path))
+        except OSError:
+            toolchain.invalidate(path)
+            lib = C.CDLL(str(toolchain.build_model(source, "model")))
+        fn = lib.lb_model_run
+        fn.restype = C.c_int
+        fn.argtypes = [C.POINTER(library.Ctx), C.c_void_p, C.c_void_p, C.c_int64, C.c_void_p,
+                       C.c_void_p]
+        data = program.blob.bytes()
+        blob = _aligned(max(len(data), 64))
+        blob[:len(data)] = np.frombuffer(data, np.uint8)
+        outputs = [(v.name, tuple(BATCH if isinstance(d, str) else d for d in v.type.shape),
+                    np.dtype(v.type.dtype.np_dtype)) for v in graph.outputs]
+        compiled = Compiled(fn, str(path), blob, plan, outputs, source,
+                            time.perf_counter() - start)
+        self._compiled[key] = compiled
+        return compiled
+
+    def arena_bytes(self, batch: int = 1) -> int:
+        """Size of the arena for one inference at batch size `batch` (first specialization)."""
+        return next(iter(self._compiled.values())).plan.size(batch)
+
+    def __call__(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        arrays = [np.ascontiguousarray(a) for a in check_inputs(self.graph, inputs)]
+        n = 1
+        for v, a in zip(self.graph.inputs, arrays, strict=True):
+            shape = v.type.shape or ()
+            if shape and shape[0] == self.batch and self.batch is not None:
+                n = int(a.shape[0])
+                break
+        with self._lock:
+            compiled = self._specialize(self._key(arrays))
+            outs = [np.empty(tuple(n if d == BATCH else d for d in shape), dtype)
+                    for _, shape, dtype in compiled.outputs]
+            size = compiled.plan.size(n)
+            if self._arena.size < size:
+                self._arena = _aligned(size)
+            ins = (C.c_void_p * max(1, len(arrays)))(*[a.ctypes.data for a in arrays])
+            outp = (C.c_void_p * max(1, len(outs)))(*[o.ctypes.data for o in outs])
+            status = compiled.function(self.context.handle, compiled.blob.ctypes.data,
+                                       self._arena.ctypes.data, n, ins, outp)
+        if status != 0:
+            raise LowbitError(f"the compiled model failed (status {status})")
+        return {name: o for (name, _, _), o in zip(compiled.outputs, outs, strict=True)}
+
+
+def _batch_symbol(graph: Graph) -> str | None:
+    """The symbolic first dimension of the inputs, if any: the batch size, a run-time argument."""
+    for v in graph.inputs:
+        shape = v.type.shape if v.type is not None else None
+        if shape and isinstance(shape[0], str):
+            return shape[0]
+    return None
+
+
+def compile(graph: Graph, *, threads: int | None = None, isa: str | None = None,
+            name: str | None = None) -> CpuExecutable:
+    """Compile `graph` for the cpu backend (see the module docstring)."""
+    from lowbit.passes.quant_cleanup import fold_quantized_constants
+
+    if any(v.type is None or v.type.shape is None for v in graph.inputs):
+        raise UnsupportedError("the cpu backend needs typed inputs with known ranks")
+    if any(n.op_type == "Quantize" and n.inputs[0].is_constant for n in graph.nodes):
+        graph = fold_quantized_constants(graph.copy())
+    return CpuExecutable(graph, threads=threads, isa=isa, name=name)
+
+
+__all__ = ["CpuExecutable", "InputError", "compile"]

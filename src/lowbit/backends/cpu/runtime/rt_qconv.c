@@ -1,0 +1,159 @@
+/* Quantized convolutions of NHWC uint8 activations: pointwise ones are one product over all
+ * pixels; others gather each image's windows (im2col) and multiply per group; depthwise ones
+ * have their own kernels (portable here, AVX-512 in rt_dw_avx512.c). */
+#include "rt_internal.h"
+
+static int64_t lb_type_size(int32_t type) {
+    switch (type) {
+    case LB_U8:
+    case LB_I8:
+    case LB_BOOL:
+        return 1;
+    case LB_I16:
+    case LB_U16:
+        return 2;
+    case LB_I64:
+    case LB_F64:
+        return 8;
+    default:
+        return 4;
+    }
+}
+
+/* The epilogue of output channels [g*mg, ...) as one of mg channels. */
+static lb_epilogue lb_epilogue_slice(const lb_epilogue *ep, int64_t off) {
+    lb_epilogue e = *ep;
+    e.col_offset += off;
+    if (e.col_zb) e.col_zb += off;
+    lb_requant *rq = &e.rq;
+    if (rq->p0) rq->p0 += off;
+    if (rq->p1) rq->p1 += off;
+    if (rq->p2) rq->p2 += off;
+    if (rq->p3) rq->p3 += off;
+    if (rq->zero_point) rq->zero_point += off;
+    if (rq->fmul) rq->fmul += off;
+    if (rq->dscale) rq->dscale += off;
+    if (e.residual) e.residual += off;
+    return e;
+}
+
+void lb_qconv_run(const lb_ctx *ctx, const lb_qconv *p, const uint8_t *in, void *out,
+                  uint8_t *scratch, int32_t *row_sums) {
+    const lb_window *w = &p->win;
+    int64_t taps = w->kh * w->kw, K = taps * p->cg, mout = p->groups * p->mg;
+    int64_t pix_in = w->ih * w->iw, pix_out = w->oh * w->ow;
+    int64_t osize = lb_type_size(p->ep.out_type);
+    int pointwise = w->kh == 1 && w->kw == 1 && w->sh == 1 && w->sw == 1 && w->pt == 0 &&
+                    w->pl == 0 && w->oh == w->ih && w->ow == w->iw;
+    if (pointwise && p->groups == 1) {
+        lb_qgemm(ctx, w->n * pix_in, p->mg, p->cg, in, w->c, &p->packed[0], &p->ep, out, mout,
+                 row_sums);
+        return;
+    }
+    for (int64_t b = 0; b < w->n; b++) {
+        const uint8_t *A = in + b * pix_in * w->c;
+        int64_t lda = w->c, gstep = p->cg;
+        if (!pointwise) {
+            lb_window one = *w;
+            one.n = 1;
+            lb_im2col_u8(ctx, &one, p->groups, p->cg, A, p->pad, scratch);
+            A = scratch;
+            lda = p->groups * K;
+            gstep = K;
+        }
+        lb_epilogue ep = p->ep;
+        if (ep.residual) ep.residual += b * pix_out * ep.ld_residual;
+        for (int64_t g = 0; g < p->groups; g++) {
+            lb_epilogue eg = lb_epilogue_slice(&ep, g * p->mg);
+            char *o = (char *)out + (b * pix_out * mout + g * p->mg) * osize;
+            lb_qgemm(ctx, pix_out, p->mg, K, A + g * gstep, lda, &p->packed[g], &eg, o, mout,
+                     row_sums);
+        }
+    }
+}
+
+/* ---- depthwise --------------------------------------------------------------------------- */
+
+/* The input rows each tap of output pixel (n, oy, ox) reads (the zero row where the tap falls
+ * in the padding). `offsets[t]` are the taps' offsets from the window's corner when the whole
+ * window is inside. */
+void lb_dw_taps(const lb_window *w, const uint8_t *in, const uint8_t *zero_row,
+                const int64_t *offsets, int64_t n, int64_t oy, int64_t ox,
+                const uint8_t **taps) {
+    int64_t iy0 = oy * w->sh - w->pt, ix0 = ox * w->sw - w->pl;
+    int64_t iy1 = iy0 + (w->kh - 1) * w->dh, ix1 = ix0 + (w->kw - 1) * w->dw;
+    const uint8_t *img = in + n * w->ih * w->iw * w->c;
+    if (iy0 >= 0 && ix0 >= 0 && iy1 < w->ih && ix1 < w->iw) {
+        const uint8_t *corner = img + (iy0 * w->iw + ix0) * w->c;
+        for (int64_t t = 0; t < w->kh * w->kw; t++) taps[t] = corner + offsets[t];
+        return;
+    }
+    for (int64_t ky = 0; ky < w->kh; ky++) {
+        int64_t iy = iy0 + ky * w->dh;
+        for (int64_t kx = 0; kx < w->kw; kx++) {
+            int64_t ix = ix0 + kx * w->dw;
+            int inside = iy >= 0 && iy < w->ih && ix >= 0 && ix < w->iw;
+            taps[ky * w->kw + kx] = inside ? img + (iy * w->iw + ix) * w->c : zero_row;
+        }
+    }
+}
+
+void lb_dw_offsets(const lb_window *w, int64_t *offsets) {
+    for (int64_t ky = 0; ky < w->kh; ky++)
+        for (int64_t kx = 0; kx < w->kw; kx++)
+            offsets[ky * w->kw + kx] = (ky * w->dh * w->iw + kx * w->dw) * w->c;
+}
+
+typedef struct lb_dw_job {
+    const lb_dwconv *p;
+    const uint8_t *in;
+    void *out;
+    lb_gemm_tile tile; /* for the shared epilogue: row = output pixel, column = channel */
+    int64_t offsets[LB_DW_MAX_TAPS];
+} lb_dw_job;
+
+static void lb_dw_task_scalar(void *arg, int64_t t, int worker) {
+    (void)worker;
+    const lb_dw_job *j = (const lb_dw_job *)arg;
+    const lb_dwconv *p = j->p;
+    const lb_window *w = &p->win;
+    int64_t n = t / w->oh, oy = t % w->oh, taps = w->kh * w->kw, c = w->c;
+    const uint8_t *tap[LB_DW_MAX_TAPS];
+    int32_t acc[64];
+    for (int64_t ox = 0; ox < w->ow; ox++) {
+        lb_dw_taps(w, j->in, p->zero_row, j->offsets, n, oy, ox, tap);
+        int64_t m = (n * w->oh + oy) * w->ow + ox;
+        for (int64_t c0 = 0; c0 < c; c0 += 64) {
+            int64_t cn = LB_MIN(64, c - c0);
+            for (int64_t i = 0; i < cn; i++) acc[i] = 0;
+            for (int64_t k = 0; k < taps; k++) {
+                const uint8_t *x = tap[k] + c0;
+                const int16_t *wk = p->w_plain + k * c + c0;
+                for (int64_t i = 0; i < cn; i++) acc[i] += (int32_t)x[i] * wk[i];
+            }
+            lb_epilogue_row(&j->tile, m, c0, cn, acc);
+        }
+    }
+}
+
+void lb_dwconv_run(const lb_ctx *ctx, const lb_dwconv *p, const uint8_t *in, void *out) {
+    const lb_window *w = &p->win;
+    lb_dw_job j;
+    memset(&j, 0, sizeof(j));
+    j.p = p;
+    j.in = in;
+    j.out = out;
+    j.tile.M = w->n * w->oh * w->ow;
+    j.tile.N = w->c;
+    j.tile.ep = &p->ep;
+    j.tile.C = out;
+    j.tile.ldc = w->c;
+    lb_dw_offsets(w, j.offsets);
+#if LB_HAVE_X86
+    if (ctx->isa == LB_ISA_AVX512VNNI) {
+        lb_dwconv_avx512(ctx, p, in, out, j.offsets);
+        return;
+    }
+#endif
+    lb_parallel_for(ctx, w->n * w->oh, lb_dw_task_scalar, &j);
+}
