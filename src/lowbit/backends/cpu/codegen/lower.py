@@ -75,6 +75,8 @@ class Lowering:
         self._views: dict[tuple[int, str, bool], Tensor] = {}
         self.users = graph.users()
         self.output_values = set(graph.outputs)
+        self.fused: set[Node] = set()
+        """Nodes an earlier emitter computed as part of its own step (a residual Add)."""
         for i, v in enumerate(graph.inputs):
             self.tensors[v] = self.prog.tensor(v.name, v.type.dtype.np_dtype, self.shape(v),
                                                kind="input", index=i)
@@ -168,6 +170,17 @@ class Lowering:
             f"lb_permute(ctx, {nd}, shape, strides, {src.dtype.itemsize}, {src.ptr}, "
             f"{out.ptr});"], [src], [out])
 
+    def sole_user(self, v: Value) -> Node | None:
+        """The one node reading `v` (once), if `v` is not a graph output."""
+        uses = self.users.get(v, [])
+        if len(uses) != 1 or v in self.output_values:
+            return None
+        return uses[0][0]
+
+    def available(self, v: Value) -> bool:
+        """Whether `v` is computed already (or a constant or an input)."""
+        return v in self.tensors or v.is_constant
+
     # -- results ----------------------------------------------------------------------------
     def result(self, v: Value, layout: str = "plain", dtype=None, biased: bool | None = None
                ) -> Tensor:
@@ -212,7 +225,7 @@ class Lowering:
             raise UnsupportedError(f"the cpu backend has no kernel for: {', '.join(missing)} "
                                    f"(backend='reference' runs every op)")
         for node in self.graph.nodes:
-            if node.op_type == CONSTANT:
+            if node.op_type == CONSTANT or node in self.fused:
                 continue
             fn = find_emitter(node)
             assert fn is not None

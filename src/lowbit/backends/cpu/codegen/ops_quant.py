@@ -8,6 +8,8 @@ stored as uint8.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from lowbit.backends.cpu import packing, params
@@ -15,8 +17,9 @@ from lowbit.backends.cpu.codegen import cexpr
 from lowbit.backends.cpu.codegen.lower import Lowering, emitter, stored_dtype
 from lowbit.backends.cpu.codegen.ops_shape import concat_into, logical_strides
 from lowbit.backends.cpu.codegen.program import BATCH, Size, Tensor, dim_c, numel
-from lowbit.backends.reference.kernels import int_activation
+from lowbit.backends.reference.kernels import int_activation, is_quantized
 from lowbit.errors import KernelError, UnsupportedError
+from lowbit.ir.graph import Node
 from lowbit.ir.types import TensorType
 from lowbit.ops.conv_geometry import window_from_attrs
 from lowbit.ops.pool import pool_window
@@ -51,20 +54,42 @@ def axis_of(t: Tensor, logical_axis: int | None, channels: int) -> str:
 # -- Quantize / Dequantize / Requantize ---------------------------------------------------------
 
 
+NHWC_READERS = ("Conv", "MaxPool", "AveragePool", "GlobalAveragePool")
+
+
+def wants_nhwc(lw: Lowering, v) -> bool:
+    """Whether every reader of `v` works in NHWC (so a producer may write that layout)."""
+    uses = lw.users.get(v, [])
+    return bool(uses) and v not in lw.output_values and \
+        all(n.op_type in NHWC_READERS and i == 0 for n, i in uses)
+
+
 @emitter("Quantize", domain=QUANT_DOMAIN)
 def quantize(lw: Lowering, node) -> None:
     x = lw.operand(node.inputs[0], None)
     out_t = node.outputs[0].type
     q = out_t.quant
-    out = lw.result(node.outputs[0], x.layout if len(x.shape) == 4 else "plain")
     sh = shift_of(out_t)
     channels = q.channels
     scale = cexpr.int_array(lw.prog, q.scale, np.float32, channels)
     zp = cexpr.int_array(lw.prog, q.zero_point.astype(np.int64) + sh, np.int32, channels)
+    bounds = (f"{out_t.dtype.qmin + sh}, {out_t.dtype.qmax + sh}, {out_t.dtype.qmin}, "
+              f"{out_t.dtype.qmax}")
+    four = len(x.shape) == 4
+    if four and x.layout == "plain" and wants_nhwc(lw, node.outputs[0]) and \
+            (q.axis is None or q.axis % 4 == 1):
+        out = lw.result(node.outputs[0], "nhwc")
+        n, c, h, w = x.shape
+        lw.prog.step(f"{node.name}: Quantize into NHWC", [
+            f"lb_quantize_f32_nhwc(ctx, {dim_c(n)}, {c}, {h * w}, (const float *){x.ptr}, "
+            f"{int(q.axis is not None)}, {scale}, {zp}, {bounds}, {tname(lw, out)}, "
+            f"{out.ptr});"], [x], [out])
+        return
+    out = lw.result(node.outputs[0], x.layout if four else "plain")
     lw.prog.step(f"{node.name}: Quantize", [
         f"lb_quantize_f32(ctx, {numel(x.shape).c()}, (const float *){x.ptr}, "
-        f"{axis_of(x, q.axis, channels)}, {scale}, {zp}, {out_t.dtype.qmin + sh}, "
-        f"{out_t.dtype.qmax + sh}, {tname(lw, out)}, {out.ptr});"], [x], [out])
+        f"{axis_of(x, q.axis, channels)}, {scale}, {zp}, {bounds}, {tname(lw, out)}, "
+        f"{out.ptr});"], [x], [out])
 
 
 @emitter("Dequantize", domain=QUANT_DOMAIN)
@@ -107,16 +132,67 @@ def requantize(lw: Lowering, node) -> None:
 # -- products -----------------------------------------------------------------------------------
 
 
+@dataclass
+class Residual:
+    """An Add (or Sub) computed in a product's epilogue: its node, the other operand's stored
+    tensor, and the parameters with the product's result as the first operand."""
+
+    node: Node
+    other: Tensor
+    add: tuple
+
+
+def residual_of(lw: Lowering, node, layout: str) -> Residual | None:
+    """The quantized Add/Sub reading `node`'s result as its only use, with an 8-bit operand
+    of the same shape computed earlier: fused into `node`'s epilogue (no Add step, no
+    intermediate tensor)."""
+    v = node.outputs[0]
+    user = lw.sole_user(v)
+    if user is None or user.op_type not in ("Add", "Sub") or not is_quantized(user) or \
+            user.domain not in ("", "ai.onnx"):
+        return None
+    first = user.inputs[0] is v
+    other_v = user.inputs[1] if first else user.inputs[0]
+    if other_v is v or (user.op_type == "Sub" and not first) or not lw.available(other_v):
+        return None
+    out_t = user.outputs[0].type
+    types = (v.type, other_v.type, out_t)
+    if any(t is None or t.quant is None or t.dtype.bits != 8 or not t.quant.per_tensor
+           for t in types):
+        return None
+    if lw.shape(other_v) != lw.shape(v) or lw.shape(user.outputs[0]) != lw.shape(v):
+        return None
+    ps = params.add_sub(user)
+    i, j = (0, 1) if first else (1, 0)
+    q1, q2 = ps.align[i], ps.align[j]
+    add = (ps.shift, ps.zero[i] + shift_of(types[0]), int(q1.multiplier), int(q1.left_shift),
+           int(q1.right_shift), ps.zero[j] + shift_of(types[1]), int(q2.multiplier),
+           int(q2.left_shift), int(q2.right_shift), int(user.op_type == "Sub"))
+    arrays = cexpr.requant_arrays(ps.out, 1, shift_of(out_t))
+    other = lw.operand(other_v, layout)
+    return Residual(user, other, (*add, arrays))
+
+
 def epilogue(lw: Lowering, p: params.Product, out_t: TensorType, channels: int,
-             offset: np.ndarray, zb: np.ndarray | None, out: Tensor) -> list[str]:
-    """C lines declaring `ep`, the lb_epilogue of a product into `out`."""
+             offset: np.ndarray, zb: np.ndarray | None, out: Tensor,
+             residual: Residual | None = None) -> list[str]:
+    """C lines declaring `ep`, the lb_epilogue of a product into `out` (with a residual Add:
+    `out` is the Add's result)."""
     if p.requant is None:
         arrays = packing.dequant_arrays(p.scale, channels, *p.clip)
     else:
         arrays = cexpr.requant_arrays(p.requant, channels, shift_of(out_t))
     zb_c = cexpr.int_array(lw.prog, zb) if zb is not None else "NULL"
-    return [f"const lb_epilogue ep = {{{cexpr.int_array(lw.prog, offset)}, {zb_c}, "
-            f"{cexpr.requant(lw.prog, arrays)}, {tname(lw, out)}, NULL, 0, NULL}};"]
+    lines = []
+    fused = "NULL, 0, NULL"
+    if residual is not None:
+        *add, out_arrays = residual.add
+        lines.append(f"const lb_add_params add = {{{', '.join(map(str, add))}, "
+                     f"{cexpr.requant(lw.prog, out_arrays)}}};")
+        fused = f"{residual.other.ptr}, {channels}, &add"
+    lines.append(f"const lb_epilogue ep = {{{cexpr.int_array(lw.prog, offset)}, {zb_c}, "
+                 f"{cexpr.requant(lw.prog, arrays)}, {tname(lw, out)}, {fused}}};")
+    return lines
 
 
 def fast_product(x_t: TensorType, w: np.ndarray, p: params.Product) -> bool:
@@ -164,15 +240,22 @@ def conv(lw: Lowering, node) -> None:
     n, c, ih, iw = x.shape
     win = window_from_attrs(node, w.shape[2:], 2)
     pads = win.resolved_pads((ih, iw))
-    out = lw.result(node.outputs[0], "nhwc")
+    residual = residual_of(lw, node, "nhwc") if out_t.quant is not None and \
+        out_t.dtype.bits == 8 and fast_product(tx, w, p) else None
+    if residual is not None:
+        lw.fused.add(residual.node)
+        out = lw.result(residual.node.outputs[0], "nhwc")
+    else:
+        out = lw.result(node.outputs[0], "nhwc")
     oh, ow = out.shape[2], out.shape[3]
     wdesc = cexpr.window(n, ih, iw, c, oh, ow, win, pads)
     za = p.x_zero + shift_of(tx)
     if not fast_product(tx, w, p):
         return wide_conv(lw, node, x, tx, w, p, out, out_t, wdesc, group, za)
     taps = kh * kw
+    reads = [x] + ([residual.other] if residual else [])
     if cg == 1 and mg == 1 and taps <= 64:
-        return depthwise(lw, node, x, w, p, out, out_t, wdesc, za, taps)
+        return depthwise(lw, node, x, w, p, out, out_t, wdesc, za, taps, residual, reads)
     # weights as rows [m, taps * cg] in (tap, channel) order, matching im2col
     w2 = w.transpose(0, 2, 3, 1).reshape(m, taps * cg)
     offset, zb = folded(w2, p.w_zero, za, p.bias)
@@ -181,13 +264,15 @@ def conv(lw: Lowering, node) -> None:
     rows = (Size(1, 1) if n == BATCH else Size(int(n))) * (ih * iw) \
         if pointwise and group == 1 else Size(oh * ow)
     sums = lw.prog.scratch(rows * 4, "row_sums") if zb is not None else None
-    code = [pack_groups(lw, w2, p.w_zero, group), *epilogue(lw, p, out_t, m, offset, zb, out),
+    code = [pack_groups(lw, w2, p.w_zero, group),
+            *epilogue(lw, p, out_t, m, offset, zb, out, residual),
             f"const lb_qconv conv = {{{wdesc}, {group}, {cg}, {mg}, {za}, packed, ep}};",
             f"lb_qconv_run(ctx, &conv, {x.ptr}, {out.ptr}, "
             f"{scratch.ptr if scratch else 'NULL'}, "
             f"{f'(int32_t *){sums.ptr}' if sums else 'NULL'});"]
-    lw.prog.step(f"{node.name}: Conv {kh}x{kw} /{win.strides[0]} group {group}, {c} -> {m}",
-                 code, [x], [out], [s for s in (scratch, sums) if s is not None])
+    lw.prog.step(f"{node.name}: Conv {kh}x{kw} /{win.strides[0]} group {group}, {c} -> {m}"
+                 f"{' + ' + residual.node.name if residual else ''}",
+                 code, reads, [out], [s for s in (scratch, sums) if s is not None])
 
 
 def pair_weights(centred: np.ndarray) -> np.ndarray:
@@ -210,7 +295,8 @@ def pair_weights(centred: np.ndarray) -> np.ndarray:
     return out.reshape(-1)
 
 
-def depthwise(lw: Lowering, node, x, w, p: params.Product, out, out_t, wdesc, za, taps) -> None:
+def depthwise(lw: Lowering, node, x, w, p: params.Product, out, out_t, wdesc, za, taps,
+              residual: Residual | None, reads: list[Tensor]) -> None:
     c = w.shape[0]
     centred = (w.reshape(c, taps).astype(np.int64) - p.w_zero[:, None]).T  # [taps, c]
     offset = -za * centred.sum(axis=0)
@@ -219,11 +305,12 @@ def depthwise(lw: Lowering, node, x, w, p: params.Product, out, out_t, wdesc, za
     plain = lw.prog.data(centred.astype(np.int16))
     pairs = lw.prog.data(pair_weights(centred.astype(np.int16)))
     zero_row = lw.prog.data(np.full(c, za, np.uint8))
-    code = [*epilogue(lw, p, out_t, c, packing.wrap_int32(offset), None, out),
+    code = [*epilogue(lw, p, out_t, c, packing.wrap_int32(offset), None, out, residual),
             f"const lb_dwconv conv = {{{wdesc}, {plain}, {pairs}, {zero_row}, ep}};",
             f"lb_dwconv_run(ctx, &conv, {x.ptr}, {out.ptr});"]
     kh, kw = w.shape[2:]
-    lw.prog.step(f"{node.name}: depthwise Conv {kh}x{kw}, {c} channels", code, [x], [out])
+    lw.prog.step(f"{node.name}: depthwise Conv {kh}x{kw}, {c} channels"
+                 f"{' + ' + residual.node.name if residual else ''}", code, reads, [out])
 
 
 def wide_conv(lw, node, x, tx, w, p, out, out_t, wdesc, group, za) -> None:
@@ -337,10 +424,13 @@ def qbinary(lw: Lowering, node) -> None:
     b = lw.operand(node.inputs[1], layout if len(t2.shape) == 4 else "plain")
     out = lw.result(node.outputs[0], layout)
     s1, s2, so = shift_of(t1), shift_of(t2), shift_of(out_t)
+    narrow = 1
     if node.op_type == "Mul":
         (z1, z2), rq = params.mul(node)
         add = (0, z1 + s1, 0, 0, 0, z2 + s2, 0, 0, 0, 0)
         op = "LB_QMUL"
+        spans = [max(t.dtype.qmax - z, z - t.dtype.qmin) for t, z in ((t1, z1), (t2, z2))]
+        narrow = int(spans[0] * spans[1] < INT32_LIMIT)
     else:
         ps = params.add_sub(node)
         rq = ps.out
@@ -352,7 +442,7 @@ def qbinary(lw: Lowering, node) -> None:
     arrays = cexpr.requant_arrays(rq, 1, so)
     code = [f"const lb_bcast bc = {broadcast(lw, a, b, out)};",
             f"const lb_qbinary op = {{{op}, {tname(lw, a)}, {tname(lw, b)}, {tname(lw, out)}, "
-            f"{{{', '.join(map(str, add))}, {cexpr.requant(lw.prog, arrays)}}}}};",
+            f"{{{', '.join(map(str, add))}, {cexpr.requant(lw.prog, arrays)}}}, {narrow}}};",
             f"lb_qbinary_run(ctx, &bc, &op, {a.ptr}, {b.ptr}, {out.ptr});"]
     lw.prog.step(f"{node.name}: quantized {node.op_type}", code, [a, b], [out])
 

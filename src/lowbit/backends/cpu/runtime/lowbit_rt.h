@@ -69,6 +69,10 @@ LB_API void lb_ctx_destroy(lb_ctx *ctx);
 typedef void (*lb_task_fn)(void *arg, int64_t task, int worker);
 LB_API void lb_parallel_for(const lb_ctx *ctx, int64_t ntasks, lb_task_fn fn, void *arg);
 
+/* CPU time of the process in seconds (per-step profiles of generated code: on one thread, the
+ * work of each step even when other processes share the cores). */
+LB_API double lb_seconds(void);
+
 /* ---- requantization -------------------------------------------------------------------- */
 
 enum lb_rq_method {
@@ -223,11 +227,18 @@ typedef struct lb_axis {
     int64_t channels, inner;
 } lb_axis;
 
-/* y = clamp(rint(float32(x) / scale) + zp, qmin, qmax), NaN -> zp, +-inf -> qmax/qmin
- * (lowbit.quant.arith.quantize), stored as out_type (LB_U8 codes in the stored domain). */
+/* y = clamp(r + zp, qmin, qmax) with r = rint(float32(x) / scale), NaN giving r = 0 and
+ * +-inf r = tmax / tmin (the type's range, before the zero point: lowbit.quant.arith.quantize),
+ * stored as out_type (zp, qmin, qmax in the stored domain: + 128 for int8 as uint8). */
 LB_API void lb_quantize_f32(const lb_ctx *ctx, int64_t n, const float *x, lb_axis ax,
                             const float *scale, const int32_t *zp, int32_t qmin, int32_t qmax,
-                            int32_t out_type, void *out);
+                            int32_t tmin, int32_t tmax, int32_t out_type, void *out);
+/* The same from an NCHW float input [n, c, hw] into an NHWC output [n, hw, c] (the layout of
+ * the convolution that reads it); parameters per tensor or per channel c. */
+LB_API void lb_quantize_f32_nhwc(const lb_ctx *ctx, int64_t n, int64_t c, int64_t hw,
+                                 const float *x, int per_channel, const float *scale,
+                                 const int32_t *zp, int32_t qmin, int32_t qmax, int32_t tmin,
+                                 int32_t tmax, int32_t out_type, void *out);
 /* y = float32(q - zp) * scale (lowbit.quant.arith.dequantize) from in_type codes. */
 LB_API void lb_dequantize(const lb_ctx *ctx, int64_t n, const void *q, int32_t in_type,
                           lb_axis ax, const float *scale, const int32_t *zp, float *out);
@@ -259,8 +270,9 @@ enum lb_qbinary_op { LB_QADD = 0, LB_QSUB = 1, LB_QMUL = 2 };
  * requantized) and Mul (product of centred codes requantized), per tensor. */
 typedef struct lb_qbinary {
     int32_t op;
-    int32_t a_type, b_type, out_type;
+    int32_t a_type, b_type, out_type; /* LB_U8, LB_I16, LB_U16 */
     lb_add_params p; /* Add/Sub: everything; Mul: z1, z2 and out */
+    int32_t narrow;  /* Mul: |(a - z1)(b - z2)| < 2**31 for every code (vector path) */
 } lb_qbinary;
 
 LB_API void lb_qbinary_run(const lb_ctx *ctx, const lb_bcast *bc, const lb_qbinary *op,

@@ -1,4 +1,5 @@
 /* Instruction-set detection, the execution context and its thread pool. */
+#define _POSIX_C_SOURCE 200809L
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,6 +10,14 @@
 #include <pthread.h>
 #include <sched.h>
 #endif
+
+#include <time.h>
+
+double lb_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
 
 /* ---- instruction-set detection ----------------------------------------------------------- */
 
@@ -61,40 +70,33 @@ int lb_isa_from_name(const char *name) {
  * Workers wait for a job on a condition variable after a short spin (consecutive kernels of
  * one inference follow each other within microseconds; between inferences they sleep, and a
  * process sharing the cores never finds them spinning for long). The caller works on the job
- * too and then waits for the workers to finish theirs. Tasks are claimed from an atomic
- * counter. */
+ * too. Tasks are claimed from one atomic word holding the job's generation and the next task,
+ * so a worker that wakes late (another process had its core) finds the job finished and
+ * claims nothing, and the caller waits only for tasks actually claimed, never for a worker
+ * that has not started. */
 
 #ifndef LB_NO_THREADS
-#define LB_SPIN_ROUNDS 20000
+#define LB_SPIN_ROUNDS 4000
 
 struct lb_pool {
     pthread_mutex_t run_mu; /* one job at a time (callers from several threads queue here) */
     pthread_mutex_t mu;
-    pthread_cond_t wake, done;
+    pthread_cond_t wake, finished;
     pthread_t *threads;
     int nworkers;
     atomic_int stop;
-    atomic_uint_fast64_t generation;
-    /* the current job */
+    atomic_uint_fast64_t state; /* generation << 32 | next task */
+    atomic_int_fast64_t done;   /* tasks of the current job finished */
+    /* the current job, written before its generation is published */
     lb_task_fn fn;
     void *arg;
     int64_t ntasks;
-    atomic_int_fast64_t next;
-    atomic_int pending; /* workers still running the job */
 };
 
 typedef struct lb_worker_start {
     lb_pool *pool;
     int index;
 } lb_worker_start;
-
-static void lb_run_tasks(lb_pool *p, int worker) {
-    for (;;) {
-        int64_t t = atomic_fetch_add_explicit(&p->next, 1, memory_order_relaxed);
-        if (t >= p->ntasks) break;
-        p->fn(p->arg, t, worker);
-    }
-}
 
 static inline void lb_cpu_relax(void) {
 #if defined(__x86_64__) || defined(__i386__)
@@ -104,34 +106,50 @@ static inline void lb_cpu_relax(void) {
 #endif
 }
 
+static inline uint32_t lb_gen(uint64_t state) { return (uint32_t)(state >> 32); }
+
+/* Claim and run tasks of generation `gen` until none is left (or a newer job started). */
+static void lb_run_tasks(lb_pool *p, uint32_t gen, int worker) {
+    uint64_t s = atomic_load_explicit(&p->state, memory_order_acquire);
+    for (;;) {
+        if (lb_gen(s) != gen) return;
+        int64_t t = (int64_t)(s & 0xffffffffu);
+        if (t >= p->ntasks) return;
+        if (!atomic_compare_exchange_weak_explicit(&p->state, &s, s + 1, memory_order_acq_rel,
+                                                   memory_order_acquire))
+            continue;
+        p->fn(p->arg, t, worker);
+        int64_t d = atomic_fetch_add_explicit(&p->done, 1, memory_order_acq_rel) + 1;
+        if (d == p->ntasks) { /* the last one: the caller may be asleep */
+            pthread_mutex_lock(&p->mu);
+            pthread_cond_broadcast(&p->finished);
+            pthread_mutex_unlock(&p->mu);
+        }
+        s = atomic_load_explicit(&p->state, memory_order_acquire);
+    }
+}
+
 static void *lb_worker_main(void *raw) {
     lb_worker_start start = *(lb_worker_start *)raw;
     free(raw);
     lb_pool *p = start.pool;
-    uint64_t seen = 0;
+    uint32_t seen = 0;
     for (;;) {
-        uint64_t gen = atomic_load_explicit(&p->generation, memory_order_acquire);
-        for (int i = 0; gen == seen && i < LB_SPIN_ROUNDS; i++) {
+        uint64_t s = atomic_load_explicit(&p->state, memory_order_acquire);
+        for (int i = 0; lb_gen(s) == seen && i < LB_SPIN_ROUNDS; i++) {
             lb_cpu_relax();
-            gen = atomic_load_explicit(&p->generation, memory_order_acquire);
+            s = atomic_load_explicit(&p->state, memory_order_acquire);
         }
-        if (gen == seen) {
+        if (lb_gen(s) == seen) {
             pthread_mutex_lock(&p->mu);
-            while (!atomic_load(&p->stop) && atomic_load(&p->generation) == seen)
+            while (!atomic_load(&p->stop) && lb_gen(atomic_load(&p->state)) == seen)
                 pthread_cond_wait(&p->wake, &p->mu);
-            int stop = atomic_load(&p->stop);
-            gen = atomic_load(&p->generation);
             pthread_mutex_unlock(&p->mu);
-            if (stop) return NULL;
+            s = atomic_load_explicit(&p->state, memory_order_acquire);
         }
-        seen = gen;
         if (atomic_load(&p->stop)) return NULL;
-        lb_run_tasks(p, start.index);
-        if (atomic_fetch_sub_explicit(&p->pending, 1, memory_order_acq_rel) == 1) {
-            pthread_mutex_lock(&p->mu);
-            pthread_cond_signal(&p->done);
-            pthread_mutex_unlock(&p->mu);
-        }
+        seen = lb_gen(s);
+        lb_run_tasks(p, seen, start.index);
     }
 }
 
@@ -145,12 +163,11 @@ static lb_pool *lb_pool_create(int nworkers) {
     }
     pthread_mutex_init(&p->run_mu, NULL);
     pthread_mutex_init(&p->mu, NULL);
-    atomic_init(&p->stop, 0);
     pthread_cond_init(&p->wake, NULL);
-    pthread_cond_init(&p->done, NULL);
-    atomic_init(&p->generation, 0);
-    atomic_init(&p->next, 0);
-    atomic_init(&p->pending, 0);
+    pthread_cond_init(&p->finished, NULL);
+    atomic_init(&p->stop, 0);
+    atomic_init(&p->state, 0);
+    atomic_init(&p->done, 0);
     for (int i = 0; i < nworkers; i++) {
         lb_worker_start *s = (lb_worker_start *)malloc(sizeof(lb_worker_start));
         if (!s) break;
@@ -168,14 +185,13 @@ static lb_pool *lb_pool_create(int nworkers) {
 static void lb_pool_destroy(lb_pool *p) {
     pthread_mutex_lock(&p->mu);
     atomic_store(&p->stop, 1);
-    atomic_fetch_add(&p->generation, 1);
     pthread_cond_broadcast(&p->wake);
     pthread_mutex_unlock(&p->mu);
     for (int i = 0; i < p->nworkers; i++) pthread_join(p->threads[i], NULL);
     pthread_mutex_destroy(&p->mu);
     pthread_mutex_destroy(&p->run_mu);
     pthread_cond_destroy(&p->wake);
-    pthread_cond_destroy(&p->done);
+    pthread_cond_destroy(&p->finished);
     free(p->threads);
     free(p);
 }
@@ -185,19 +201,19 @@ static void lb_pool_run(lb_pool *p, int64_t ntasks, lb_task_fn fn, void *arg) {
     p->fn = fn;
     p->arg = arg;
     p->ntasks = ntasks;
-    atomic_store_explicit(&p->next, 0, memory_order_relaxed);
-    atomic_store_explicit(&p->pending, p->nworkers, memory_order_relaxed);
+    atomic_store_explicit(&p->done, 0, memory_order_relaxed);
+    uint32_t gen = lb_gen(atomic_load(&p->state)) + 1;
     pthread_mutex_lock(&p->mu);
-    atomic_fetch_add_explicit(&p->generation, 1, memory_order_release);
+    atomic_store_explicit(&p->state, (uint64_t)gen << 32, memory_order_release);
     pthread_cond_broadcast(&p->wake);
     pthread_mutex_unlock(&p->mu);
-    lb_run_tasks(p, 0);
-    for (int i = 0; atomic_load_explicit(&p->pending, memory_order_acquire) > 0 &&
+    lb_run_tasks(p, gen, 0);
+    for (int i = 0; atomic_load_explicit(&p->done, memory_order_acquire) < ntasks &&
                     i < LB_SPIN_ROUNDS; i++)
         lb_cpu_relax();
-    if (atomic_load_explicit(&p->pending, memory_order_acquire) > 0) {
+    if (atomic_load_explicit(&p->done, memory_order_acquire) < ntasks) {
         pthread_mutex_lock(&p->mu);
-        while (atomic_load(&p->pending) > 0) pthread_cond_wait(&p->done, &p->mu);
+        while (atomic_load(&p->done) < ntasks) pthread_cond_wait(&p->finished, &p->mu);
         pthread_mutex_unlock(&p->mu);
     }
     pthread_mutex_unlock(&p->run_mu);

@@ -155,6 +155,11 @@ void lb_gemm_block_avx512(const lb_gemm_tile *t, int64_t m0, int64_t m1, int64_t
 void lb_epilogue_row(const lb_gemm_tile *t, int64_t m, int64_t n0, int64_t n,
                      const int32_t *acc);
 
+#if LB_HAVE_X86
+void lb_qbinary_row_avx512(const lb_qbinary *op, const void *a, int64_t sa, const void *b,
+                           int64_t sb, void *out, int64_t n);
+#endif
+
 /* ---- depthwise convolution helpers (rt_qconv.c) ------------------------------------------ */
 
 #define LB_DW_MAX_TAPS 64 /* the code generator uses the depthwise kernels up to 8 x 8 */

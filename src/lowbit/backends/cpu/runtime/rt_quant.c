@@ -38,35 +38,101 @@ typedef struct lb_q_job {
     const int32_t *zp;
     int32_t qmin, qmax, out_type;
     void *out;
+    float pinf, ninf;
 } lb_q_job;
 
+/* quantize(x) of lowbit.quant.arith as a branch-free float expression the compiler vectorises:
+ * r = rint(x / s) with NaN -> 0 and +-inf -> the type's qmax / qmin (before the zero point is
+ * added, as numpy's nan_to_num there), then r + zp clamped. Adding zp in float is exact where
+ * it matters: past 2**24 the clamp decides. */
+static inline float lb_quantize_one(float x, float s, float zp, float lo, float hi, float pinf,
+                                    float ninf) {
+    float r = nearbyintf(x / s);
+    r = r != r ? 0.0f : r;
+    r = r == INFINITY ? pinf : r;
+    r = r == -INFINITY ? ninf : r;
+    r += zp;
+    r = r < lo ? lo : r;
+    return r > hi ? hi : r;
+}
+
+/* Runs of elements sharing one channel: the inner loop has constant parameters. */
 static void lb_quantize_task(void *arg, int64_t t, int worker) {
     (void)worker;
     const lb_q_job *j = (const lb_q_job *)arg;
-    int64_t i1 = LB_MIN(j->n, (t + 1) * LB_CHUNK);
-    for (int64_t i = t * LB_CHUNK; i < i1; i++) {
+    int64_t i = t * LB_CHUNK, i1 = LB_MIN(j->n, i + LB_CHUNK);
+    const float lo = (float)j->qmin, hi = (float)j->qmax;
+    while (i < i1) {
         int64_t c = lb_channel(j->ax, i);
-        float q = j->x[i] / j->scale[c];
-        float r = nearbyintf(q);
-        double y;
-        if (r != r)
-            y = 0.0;
-        else if (isinf(r))
-            y = r > 0 ? j->qmax : j->qmin;
-        else
-            y = (double)r;
-        y += j->zp[c];
-        if (y < j->qmin) y = j->qmin;
-        if (y > j->qmax) y = j->qmax;
-        lb_store(j->out, j->out_type, i, (int32_t)y);
+        int64_t run = j->ax.channels == 1 ? i1 - i : LB_MIN(i1 - i, j->ax.inner - i % j->ax.inner);
+        const float s = j->scale[c], zp = (float)j->zp[c];
+        const float *x = j->x + i;
+        if (j->out_type == LB_U8) {
+            uint8_t *o = (uint8_t *)j->out + i;
+            for (int64_t k = 0; k < run; k++) o[k] = (uint8_t)(int32_t)lb_quantize_one(x[k], s, zp, lo, hi, j->pinf, j->ninf);
+        } else if (j->out_type == LB_I16) {
+            int16_t *o = (int16_t *)j->out + i;
+            for (int64_t k = 0; k < run; k++) o[k] = (int16_t)(int32_t)lb_quantize_one(x[k], s, zp, lo, hi, j->pinf, j->ninf);
+        } else {
+            for (int64_t k = 0; k < run; k++)
+                lb_store(j->out, j->out_type, i + k, (int32_t)lb_quantize_one(x[k], s, zp, lo, hi, j->pinf, j->ninf));
+        }
+        i += run;
     }
 }
 
 void lb_quantize_f32(const lb_ctx *ctx, int64_t n, const float *x, lb_axis ax,
                      const float *scale, const int32_t *zp, int32_t qmin, int32_t qmax,
-                     int32_t out_type, void *out) {
-    lb_q_job j = {n, x, ax, scale, zp, qmin, qmax, out_type, out};
+                     int32_t tmin, int32_t tmax, int32_t out_type, void *out) {
+    lb_q_job j = {n, x, ax, scale, zp, qmin, qmax, out_type, out, (float)tmax, (float)tmin};
     lb_parallel_for(ctx, lb_chunks(n), lb_quantize_task, &j);
+}
+
+typedef struct lb_qnhwc_job {
+    int64_t c, hw, blocks;
+    const float *x;
+    const float *scale;
+    const int32_t *zp;
+    int per_channel;
+    int32_t qmin, qmax, out_type;
+    void *out;
+    float pinf, ninf;
+} lb_qnhwc_job;
+
+#define LB_PIXELS 256
+
+/* Task = (image, block of pixels): each channel's run quantized in a local buffer, then
+ * written every c elements (NCHW in, NHWC out). */
+static void lb_quantize_nhwc_task(void *arg, int64_t t, int worker) {
+    (void)worker;
+    const lb_qnhwc_job *j = (const lb_qnhwc_job *)arg;
+    int64_t n = t / j->blocks, p0 = (t % j->blocks) * LB_PIXELS;
+    int64_t np = LB_MIN(LB_PIXELS, j->hw - p0);
+    const float lo = (float)j->qmin, hi = (float)j->qmax;
+    int32_t buf[LB_PIXELS];
+    for (int64_t ch = 0; ch < j->c; ch++) {
+        int64_t pc = j->per_channel ? ch : 0;
+        const float s = j->scale[pc], zp = (float)j->zp[pc];
+        const float *x = j->x + (n * j->c + ch) * j->hw + p0;
+        for (int64_t k = 0; k < np; k++) buf[k] = (int32_t)lb_quantize_one(x[k], s, zp, lo, hi, j->pinf, j->ninf);
+        int64_t base = (n * j->hw + p0) * j->c + ch;
+        if (j->out_type == LB_U8) {
+            uint8_t *o = (uint8_t *)j->out + base;
+            for (int64_t k = 0; k < np; k++) o[k * j->c] = (uint8_t)buf[k];
+        } else {
+            for (int64_t k = 0; k < np; k++) lb_store(j->out, j->out_type, base + k * j->c, buf[k]);
+        }
+    }
+}
+
+void lb_quantize_f32_nhwc(const lb_ctx *ctx, int64_t n, int64_t c, int64_t hw, const float *x,
+                          int per_channel, const float *scale, const int32_t *zp, int32_t qmin,
+                          int32_t qmax, int32_t tmin, int32_t tmax, int32_t out_type,
+                          void *out) {
+    int64_t blocks = (hw + LB_PIXELS - 1) / LB_PIXELS;
+    lb_qnhwc_job j = {c,    hw,   blocks,   x,   scale,       zp,         per_channel,
+                      qmin, qmax, out_type, out, (float)tmax, (float)tmin};
+    lb_parallel_for(ctx, n * blocks, lb_quantize_nhwc_task, &j);
 }
 
 /* ---- Dequantize -------------------------------------------------------------------------- */
@@ -190,6 +256,7 @@ typedef struct lb_qb_job {
     const void *a, *b;
     void *out;
     int64_t rows, last;
+    int isa;
 } lb_qb_job;
 
 static inline int32_t lb_qbinary_one(const lb_qbinary *op, int32_t x, int32_t y) {
@@ -217,6 +284,17 @@ static void lb_qbinary_task(void *arg, int64_t t, int worker) {
             ob += i * bc->sb[d];
         }
         int64_t sa = bc->sa[nd - 1], sb = bc->sb[nd - 1], base = r * j->last;
+#if LB_HAVE_X86
+        if (j->isa == LB_ISA_AVX512VNNI && j->op->narrow && sa <= 1 && sb <= 1 &&
+            j->op->out_type != LB_I32) {
+            int64_t ea = j->op->a_type == LB_U8 ? 1 : 2, eb = j->op->b_type == LB_U8 ? 1 : 2;
+            int64_t eo = j->op->out_type == LB_U8 ? 1 : 2;
+            lb_qbinary_row_avx512(j->op, (const char *)j->a + oa * ea, sa,
+                                  (const char *)j->b + ob * eb, sb, (char *)j->out + base * eo,
+                                  j->last);
+            continue;
+        }
+#endif
         if (j->op->a_type == LB_U8 && j->op->b_type == LB_U8 && j->op->out_type == LB_U8) {
             const uint8_t *a = (const uint8_t *)j->a + oa, *b = (const uint8_t *)j->b + ob;
             uint8_t *o = (uint8_t *)j->out + base;
@@ -238,6 +316,6 @@ void lb_qbinary_run(const lb_ctx *ctx, const lb_bcast *bc, const lb_qbinary *op,
     for (int d = 0; d < bc->nd - 1; d++) rows *= bc->shape[d];
     int64_t last = bc->shape[bc->nd - 1];
     if (rows * last == 0) return;
-    lb_qb_job j = {bc, op, a, b, out, rows, last};
+    lb_qb_job j = {bc, op, a, b, out, rows, last, ctx->isa};
     lb_parallel_for(ctx, LB_MIN(rows, 64), lb_qbinary_task, &j);
 }
