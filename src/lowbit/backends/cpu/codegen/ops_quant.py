@@ -256,11 +256,16 @@ def conv(lw: Lowering, node) -> None:
     reads = [x] + ([residual.other] if residual else [])
     if cg == 1 and mg == 1 and taps <= 64:
         return depthwise(lw, node, x, w, p, out, out_t, wdesc, za, taps, residual, reads)
-    # weights as rows [m, taps * cg] in (tap, channel) order, matching im2col
+    # weights as rows [m, taps * cg] in (tap, channel) order, matching im2col, whose rows
+    # are padded to a multiple of 4 with the zero point (zero weights there)
     w2 = w.transpose(0, 2, 3, 1).reshape(m, taps * cg)
-    offset, zb = folded(w2, p.w_zero, za, p.bias)
     pointwise = kh == kw == 1 and win.strides == (1, 1) and not any(pads) and (oh, ow) == (ih, iw)
-    scratch = None if pointwise else lw.prog.scratch(Size(oh * ow * taps * c), "im2col")
+    if not pointwise and w2.shape[1] % 4:
+        extra = np.broadcast_to(p.w_zero.reshape(-1, 1), (m, -w2.shape[1] % 4))
+        w2 = np.concatenate([w2, extra.astype(w2.dtype)], axis=1)  # w = z_w: a zero weight
+    offset, zb = folded(w2, p.w_zero, za, p.bias)
+    scratch = None if pointwise else lw.prog.scratch(Size(oh * ow * w2.shape[1] * group),
+                                                     "im2col")
     rows = (Size(1, 1) if n == BATCH else Size(int(n))) * (ih * iw) \
         if pointwise and group == 1 else Size(oh * ow)
     sums = lw.prog.scratch(rows * 4, "row_sums") if zb is not None else None

@@ -211,11 +211,13 @@ typedef struct lb_window {
 } lb_window;
 
 /* im2col of one image of a uint8 NHWC input for a grouped convolution: row p = oh*ow + ow of
- * `out` holds, for each group g, for each kernel tap, the group's cg channels:
- *   out[p * (groups * taps * cg) + (g * taps + tap) * cg + ci]
- * with positions outside the image filled with `pad` (the input's zero point). */
+ * `out` holds, for each group g, kp bytes: for each kernel tap the group's cg channels,
+ *   out[p * (groups * kp) + g * kp + tap * cg + ci]
+ * then `pad` up to kp (a multiple of 4 >= taps * cg: the product then has no K tail). Positions
+ * outside the image are `pad` too (the input's zero point: they add nothing). The float
+ * version has kp = taps * cg and pads with 0. */
 LB_API void lb_im2col_u8(const lb_ctx *ctx, const lb_window *w, int64_t groups, int64_t cg,
-                         const uint8_t *in, uint8_t pad, uint8_t *out);
+                         int64_t kp, const uint8_t *in, uint8_t pad, uint8_t *out);
 LB_API void lb_im2col_f32(const lb_ctx *ctx, const lb_window *w, int64_t groups, int64_t cg,
                           const float *in, float *out);
 
@@ -296,10 +298,11 @@ LB_API void lb_qavgpool(const lb_ctx *ctx, const lb_window *w, int32_t in_type, 
 /* ---- convolutions ----------------------------------------------------------------------- */
 
 /* A quantized convolution of NHWC uint8 activations: groups x (cg input channels -> mg output
- * channels), weights packed per group (`packed[g]`, K = taps * cg in (tap, channel) order),
- * the epilogue per output channel (its arrays indexed by the global output channel).
- * `scratch`: im2col rows of one image (oh*ow * groups*taps*cg bytes) unless the convolution is
- * pointwise (1x1, stride 1, no padding), then NULL; `row_sums` as lb_qgemm's (oh*ow int32). */
+ * channels), weights packed per group (`packed[g]`: K = taps * cg in (tap, channel) order,
+ * rounded up to a multiple of 4 with zero weights unless pointwise), the epilogue per output
+ * channel (its arrays indexed by the global output channel). `scratch`: im2col rows of one
+ * image (oh*ow * groups*K bytes) unless the convolution is pointwise (1x1, stride 1, no
+ * padding), then NULL; `row_sums` as lb_qgemm's (oh*ow int32, or n*oh*ow when pointwise). */
 typedef struct lb_qconv {
     lb_window win;
     int64_t groups, cg, mg;

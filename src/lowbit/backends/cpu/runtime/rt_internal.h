@@ -165,8 +165,31 @@ void lb_qbinary_row_avx512(const lb_qbinary *op, const void *a, int64_t sa, cons
 #define LB_DW_MAX_TAPS 64 /* the code generator uses the depthwise kernels up to 8 x 8 */
 
 void lb_dw_offsets(const lb_window *w, int64_t *offsets);
-void lb_dw_taps(const lb_window *w, const uint8_t *in, const uint8_t *zero_row,
-                const int64_t *offsets, int64_t n, int64_t oy, int64_t ox, const uint8_t **taps);
+
+/* The input rows each tap of output pixel (n, oy, ox) reads (the zero row where the tap falls
+ * in the padding). `offsets[t]` are the taps' offsets from the window's corner when the whole
+ * window is inside. */
+static inline void lb_dw_taps(const lb_window *w, const uint8_t *in, const uint8_t *zero_row,
+                const int64_t *offsets, int64_t n, int64_t oy, int64_t ox,
+                const uint8_t **taps) {
+    int64_t iy0 = oy * w->sh - w->pt, ix0 = ox * w->sw - w->pl;
+    int64_t iy1 = iy0 + (w->kh - 1) * w->dh, ix1 = ix0 + (w->kw - 1) * w->dw;
+    const uint8_t *img = in + n * w->ih * w->iw * w->c;
+    if (iy0 >= 0 && ix0 >= 0 && iy1 < w->ih && ix1 < w->iw) {
+        const uint8_t *corner = img + (iy0 * w->iw + ix0) * w->c;
+        for (int64_t t = 0; t < w->kh * w->kw; t++) taps[t] = corner + offsets[t];
+        return;
+    }
+    for (int64_t ky = 0; ky < w->kh; ky++) {
+        int64_t iy = iy0 + ky * w->dh;
+        for (int64_t kx = 0; kx < w->kw; kx++) {
+            int64_t ix = ix0 + kx * w->dw;
+            int inside = iy >= 0 && iy < w->ih && ix >= 0 && ix < w->iw;
+            taps[ky * w->kw + kx] = inside ? img + (iy * w->iw + ix) * w->c : zero_row;
+        }
+    }
+}
+
 #if LB_HAVE_X86
 void lb_dwconv_avx512(const lb_ctx *ctx, const lb_dwconv *p, const uint8_t *in, void *out,
                       const int64_t *offsets);

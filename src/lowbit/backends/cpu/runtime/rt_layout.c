@@ -95,18 +95,47 @@ void lb_copy(const lb_ctx *ctx, int64_t nbytes, const void *in, void *out) {
 
 typedef struct lb_im2col_job {
     const lb_window *w;
-    int64_t groups, cg;
+    int64_t groups, cg, kp;
     const void *in;
     void *out;
     int esize;
     uint8_t pad8;
 } lb_im2col_job;
 
+/* n elements of `pad` (bytes) or zeros (wider elements). */
+static inline void lb_fill(char *d, int64_t n, int64_t es, uint8_t pad) {
+    if (n > 0) memset(d, es == 1 ? pad : 0, (size_t)(n * es));
+}
+
+/* Task = one output row. Small channel counts are copied element by element (a memcpy call
+ * per tap and group costs more than the bytes). */
 static void lb_im2col_task(void *arg, int64_t oy, int worker) {
     (void)worker;
     const lb_im2col_job *j = (const lb_im2col_job *)arg;
     const lb_window *w = j->w;
-    int64_t taps = w->kh * w->kw, row = j->groups * taps * j->cg, es = j->esize;
+    int64_t taps = w->kh * w->kw, es = j->esize, cg = j->cg, seg = taps * cg;
+    int64_t row = j->groups * j->kp;
+    if (j->groups == 1 && w->dw == 1) { /* a window row is one run of kw * c elements */
+        for (int64_t ox = 0; ox < w->ow; ox++) {
+            char *dst = (char *)j->out + (oy * w->ow + ox) * row * es;
+            int64_t ix0 = ox * w->sw - w->pl;
+            int64_t lo = LB_MAX(0, -ix0), hi = LB_MIN(w->kw, w->iw - ix0); /* taps inside */
+            for (int64_t ky = 0; ky < w->kh; ky++) {
+                int64_t iy = oy * w->sh - w->pt + ky * w->dh;
+                char *d = dst + ky * w->kw * cg * es;
+                if (iy < 0 || iy >= w->ih || hi <= lo) {
+                    lb_fill(d, w->kw * cg, es, j->pad8);
+                    continue;
+                }
+                lb_fill(d, lo * cg, es, j->pad8);
+                memcpy(d + lo * cg * es, (const char *)j->in + ((iy * w->iw + ix0 + lo) * w->c) * es,
+                       (size_t)((hi - lo) * cg * es));
+                lb_fill(d + hi * cg * es, (w->kw - hi) * cg, es, j->pad8);
+            }
+            lb_fill(dst + seg * es, j->kp - seg, es, j->pad8);
+        }
+        return;
+    }
     for (int64_t ox = 0; ox < w->ow; ox++) {
         char *dst = (char *)j->out + (oy * w->ow + ox) * row * es;
         for (int64_t ky = 0; ky < w->kh; ky++) {
@@ -117,28 +146,33 @@ static void lb_im2col_task(void *arg, int64_t oy, int worker) {
                 int inside = iy >= 0 && iy < w->ih && ix >= 0 && ix < w->iw;
                 const char *src = (const char *)j->in + ((iy * w->iw + ix) * w->c) * es;
                 for (int64_t g = 0; g < j->groups; g++) {
-                    char *d = dst + ((g * taps + tap) * j->cg) * es;
-                    if (inside)
-                        memcpy(d, src + g * j->cg * es, (size_t)(j->cg * es));
-                    else if (es == 1)
-                        memset(d, j->pad8, (size_t)j->cg);
-                    else
-                        memset(d, 0, (size_t)(j->cg * es));
+                    char *d = dst + (g * j->kp + tap * cg) * es;
+                    if (inside && es == 1 && cg <= 8) {
+                        for (int64_t i = 0; i < cg; i++) d[i] = src[g * cg + i];
+                    } else if (inside) {
+                        memcpy(d, src + g * cg * es, (size_t)(cg * es));
+                    } else if (es == 1) {
+                        memset(d, j->pad8, (size_t)cg);
+                    } else {
+                        memset(d, 0, (size_t)(cg * es));
+                    }
                 }
             }
         }
+        for (int64_t g = 0; g < j->groups && j->kp > seg; g++) /* each group's padding to kp */
+            memset(dst + (g * j->kp + seg) * es, es == 1 ? j->pad8 : 0, (size_t)((j->kp - seg) * es));
     }
 }
 
-void lb_im2col_u8(const lb_ctx *ctx, const lb_window *w, int64_t groups, int64_t cg,
+void lb_im2col_u8(const lb_ctx *ctx, const lb_window *w, int64_t groups, int64_t cg, int64_t kp,
                   const uint8_t *in, uint8_t pad, uint8_t *out) {
-    lb_im2col_job j = {w, groups, cg, in, out, 1, pad};
+    lb_im2col_job j = {w, groups, cg, kp, in, out, 1, pad};
     lb_parallel_for(ctx, w->oh, lb_im2col_task, &j);
 }
 
 void lb_im2col_f32(const lb_ctx *ctx, const lb_window *w, int64_t groups, int64_t cg,
                    const float *in, float *out) {
-    lb_im2col_job j = {w, groups, cg, in, out, 4, 0};
+    lb_im2col_job j = {w, groups, cg, w->kh * w->kw * cg, in, out, 4, 0};
     lb_parallel_for(ctx, w->oh, lb_im2col_task, &j);
 }
 

@@ -40,7 +40,7 @@ static lb_epilogue lb_epilogue_slice(const lb_epilogue *ep, int64_t off) {
 void lb_qconv_run(const lb_ctx *ctx, const lb_qconv *p, const uint8_t *in, void *out,
                   uint8_t *scratch, int32_t *row_sums) {
     const lb_window *w = &p->win;
-    int64_t taps = w->kh * w->kw, K = taps * p->cg, mout = p->groups * p->mg;
+    int64_t K = p->packed[0].k, mout = p->groups * p->mg;
     int64_t pix_in = w->ih * w->iw, pix_out = w->oh * w->ow;
     int64_t osize = lb_type_size(p->ep.out_type);
     int pointwise = w->kh == 1 && w->kw == 1 && w->sh == 1 && w->sw == 1 && w->pt == 0 &&
@@ -56,7 +56,7 @@ void lb_qconv_run(const lb_ctx *ctx, const lb_qconv *p, const uint8_t *in, void 
         if (!pointwise) {
             lb_window one = *w;
             one.n = 1;
-            lb_im2col_u8(ctx, &one, p->groups, p->cg, A, p->pad, scratch);
+            lb_im2col_u8(ctx, &one, p->groups, p->cg, K, A, p->pad, scratch);
             A = scratch;
             lda = p->groups * K;
             gstep = K;
@@ -73,30 +73,6 @@ void lb_qconv_run(const lb_ctx *ctx, const lb_qconv *p, const uint8_t *in, void 
 }
 
 /* ---- depthwise --------------------------------------------------------------------------- */
-
-/* The input rows each tap of output pixel (n, oy, ox) reads (the zero row where the tap falls
- * in the padding). `offsets[t]` are the taps' offsets from the window's corner when the whole
- * window is inside. */
-void lb_dw_taps(const lb_window *w, const uint8_t *in, const uint8_t *zero_row,
-                const int64_t *offsets, int64_t n, int64_t oy, int64_t ox,
-                const uint8_t **taps) {
-    int64_t iy0 = oy * w->sh - w->pt, ix0 = ox * w->sw - w->pl;
-    int64_t iy1 = iy0 + (w->kh - 1) * w->dh, ix1 = ix0 + (w->kw - 1) * w->dw;
-    const uint8_t *img = in + n * w->ih * w->iw * w->c;
-    if (iy0 >= 0 && ix0 >= 0 && iy1 < w->ih && ix1 < w->iw) {
-        const uint8_t *corner = img + (iy0 * w->iw + ix0) * w->c;
-        for (int64_t t = 0; t < w->kh * w->kw; t++) taps[t] = corner + offsets[t];
-        return;
-    }
-    for (int64_t ky = 0; ky < w->kh; ky++) {
-        int64_t iy = iy0 + ky * w->dh;
-        for (int64_t kx = 0; kx < w->kw; kx++) {
-            int64_t ix = ix0 + kx * w->dw;
-            int inside = iy >= 0 && iy < w->ih && ix >= 0 && ix < w->iw;
-            taps[ky * w->kw + kx] = inside ? img + (iy * w->iw + ix) * w->c : zero_row;
-        }
-    }
-}
 
 void lb_dw_offsets(const lb_window *w, int64_t *offsets) {
     for (int64_t ky = 0; ky < w->kh; ky++)

@@ -11,10 +11,87 @@
 #define LB_NV 4
 
 /* The epilogue of one tile, from the accumulators the K loop stored (a separate function so
- * that the K loop keeps all 24 accumulators in registers). */
+ * that the K loop keeps all 24 accumulators in registers). The common cases (q31 or prescale
+ * into 8- or 16-bit codes, with or without a row-sum term and a residual Add) are compiled
+ * apart with their parameters loaded once per 16 columns; others take the general path. */
+LB_V512 void lb_tile_epilogue_fast(const lb_gemm_tile *t, int64_t m, int64_t nb, int mr, int nv,
+                                   const __m512i *acc, const int METHOD, const int OUT,
+                                   const int RES, const int ZB) {
+    const lb_epilogue *ep = t->ep;
+    const lb_requant *rq = &ep->rq;
+    const __m512i qmin = _mm512_set1_epi32(rq->qmin), qmax = _mm512_set1_epi32(rq->qmax);
+    const __m512i one = _mm512_set1_epi32(1), zero = _mm512_setzero_si512();
+    lb_add512 addv;
+    memset(&addv, 0, sizeof(addv));
+    if (RES) addv = lb_add512_load(ep->add);
+    for (int v = 0; v < nv; v++) {
+        int64_t n0 = (nb + v) * 16;
+        if (n0 >= t->N) break;
+        __mmask16 k = lb_tail_mask(t->N - n0);
+        __m512i off = _mm512_loadu_si512(ep->col_offset + n0);
+        __m512i zp = _mm512_loadu_si512(rq->zero_point + n0);
+        __m512i p0 = _mm512_loadu_si512(rq->p0 + n0), p1 = _mm512_loadu_si512(rq->p1 + n0);
+        __m512i p2 = _mm512_loadu_si512(rq->p2 + n0), clip = zero, negclip = zero, rnd = zero;
+        if (METHOD == LB_RQ_PRESCALE) {
+            clip = _mm512_loadu_si512(rq->p3 + n0);
+            negclip = _mm512_sub_epi32(zero, clip);
+            rnd = _mm512_sllv_epi32(one, _mm512_sub_epi32(p2, one));
+        }
+        __m512i zb = ZB ? _mm512_loadu_si512(ep->col_zb + n0) : zero;
+        for (int r = 0; r < mr; r++) {
+            __m512i x = _mm512_add_epi32(_mm512_load_si512(acc + r * LB_NV + v), off);
+            if (ZB)
+                x = _mm512_sub_epi32(x, _mm512_mullo_epi32(zb, _mm512_set1_epi32(t->row_sums[m + r])));
+            __m512i y;
+            if (METHOD == LB_RQ_PRESCALE) {
+                __m512i q = _mm512_max_epi32(_mm512_min_epi32(_mm512_srav_epi32(x, p0), clip),
+                                             negclip);
+                y = _mm512_srav_epi32(_mm512_add_epi32(_mm512_mullo_epi32(q, p1), rnd), p2);
+            } else {
+                y = lb_q31_v512(x, p0, p1, p2);
+            }
+            y = _mm512_min_epi32(_mm512_max_epi32(_mm512_add_epi32(y, zp), qmin), qmax);
+            if (RES) {
+                __m512i res = _mm512_cvtepu8_epi32(
+                    _mm_maskz_loadu_epi8(k, ep->residual + (m + r) * ep->ld_residual + n0));
+                y = lb_add_v512(ep->add, &addv, y, res);
+            }
+            int64_t at = (m + r) * t->ldc + n0;
+            if (OUT == LB_U8)
+                _mm_mask_storeu_epi8((uint8_t *)t->C + at, k, _mm512_cvtepi32_epi8(y));
+            else
+                _mm256_mask_storeu_epi16((int16_t *)t->C + at, k, _mm512_cvtepi32_epi16(y));
+        }
+    }
+}
+
+#define LB_EPI_FN(METHOD, OUT, RES, ZB)                                                     \
+    LB_TARGET_AVX512 __attribute__((noinline)) static void lb_epi_##METHOD##_##OUT##_##RES##_##ZB( \
+        const lb_gemm_tile *t, int64_t m, int64_t nb, int mr, int nv, const __m512i *acc) {   \
+        lb_tile_epilogue_fast(t, m, nb, mr, nv, acc, METHOD, OUT, RES, ZB);                  \
+    }
+#define LB_EPI_ZB(M, O, R) LB_EPI_FN(M, O, R, 0) LB_EPI_FN(M, O, R, 1)
+#define LB_EPI_RES(M, O) LB_EPI_ZB(M, O, 0) LB_EPI_ZB(M, O, 1)
+LB_EPI_RES(0, 0) /* q31 -> uint8 */
+LB_EPI_RES(0, 1) /* q31 -> int16 */
+LB_EPI_RES(1, 0) /* prescale -> uint8 */
+LB_EPI_RES(1, 1) /* prescale -> int16 */
+typedef void (*lb_epi_fn)(const lb_gemm_tile *, int64_t, int64_t, int, int, const __m512i *);
+#define LB_EPI_NAMES(M, O) \
+    {{lb_epi_##M##_##O##_0_0, lb_epi_##M##_##O##_0_1}, {lb_epi_##M##_##O##_1_0, lb_epi_##M##_##O##_1_1}}
+static const lb_epi_fn lb_epis[2][2][2][2] = {{LB_EPI_NAMES(0, 0), LB_EPI_NAMES(0, 1)},
+                                               {LB_EPI_NAMES(1, 0), LB_EPI_NAMES(1, 1)}};
+
 LB_TARGET_AVX512 __attribute__((noinline)) static void lb_tile_epilogue(
     const lb_gemm_tile *t, int64_t m, int64_t nb, int mr, int nv, const __m512i *acc) {
     const lb_epilogue *ep = t->ep;
+    int method = ep->rq.method, out = ep->out_type;
+    if ((method == LB_RQ_Q31 || method == LB_RQ_PRESCALE) &&
+        (out == LB_U8 || out == LB_I16 || out == LB_U16)) {
+        lb_epis[method][out != LB_U8][ep->residual != NULL][ep->col_zb != NULL](t, m, nb, mr, nv,
+                                                                                 acc);
+        return;
+    }
     lb_add512 addv;
     memset(&addv, 0, sizeof(addv));
     if (ep->residual) addv = lb_add512_load(ep->add);
