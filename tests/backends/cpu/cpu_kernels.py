@@ -8,7 +8,7 @@ import numpy as np
 
 from lowbit.backends.cpu import library as L
 from lowbit.backends.cpu import packing
-from lowbit.quant import fixed_point
+from lowbit.numerics import fixed_point
 
 ISAS = [isa for isa in L.ISAS if L.ISAS.index(isa) <= L.ISAS.index(L.best_isa())]
 

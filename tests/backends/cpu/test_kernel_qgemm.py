@@ -10,7 +10,7 @@ from cpu_kernels import ISAS, qgemm, reference_product, reference_requant
 
 from lowbit.backends.cpu import library as L
 from lowbit.backends.cpu import packing
-from lowbit.quant import fixed_point
+from lowbit.numerics import fixed_point
 
 RNG = np.random.default_rng(0)
 

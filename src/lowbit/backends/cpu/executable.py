@@ -183,11 +183,11 @@ def _batch_symbol(graph: Graph) -> str | None:
 def compile(graph: Graph, *, threads: int | None = None, isa: str | None = None,
             name: str | None = None) -> CpuExecutable:
     """Compile `graph` for the cpu backend (see the module docstring)."""
-    from lowbit.passes.quant_cleanup import fold_quantized_constants
+    from lowbit.backends.lowering import fold_quantized_constants, has_quantized_constants
 
     if any(v.type is None or v.type.shape is None for v in graph.inputs):
         raise UnsupportedError("the cpu backend needs typed inputs with known ranks")
-    if any(n.op_type == "Quantize" and n.inputs[0].is_constant for n in graph.nodes):
+    if has_quantized_constants(graph):
         graph = fold_quantized_constants(graph.copy())
     return CpuExecutable(graph, threads=threads, isa=isa, name=name)
 

@@ -9,7 +9,7 @@ import numpy as np
 
 from lowbit.backends.cpu import library as L
 from lowbit.errors import KernelError
-from lowbit.quant.fixed_point import PrescaleParams, Q31Params, RequantParams
+from lowbit.numerics.fixed_point import PrescaleParams, Q31Params, RequantParams
 
 LANES = 16
 """Per-channel arrays are padded to a multiple of this many entries (one zmm of int32)."""

@@ -1,7 +1,7 @@
 """Integer kernel parameters of quantized nodes, for the C kernels.
 
 Each function derives what one reference kernel computes with (backends/reference/kernels/
-int_*.py), through the same lowbit.quant.arith and fixed_point functions and the reference's
+int_*.py), through the same lowbit.numerics.arith and fixed_point functions and the reference's
 own helpers (`accumulator_shift`, `alignment`), so both backends share one definition of every
 multiplier, shift, zero point and bound. (Issue 23 moves these derivations next to each op;
 this module then calls them.)
@@ -15,11 +15,11 @@ import numpy as np
 
 from lowbit.backends.reference.kernels import int_combine, int_linear
 from lowbit.errors import KernelError
+from lowbit.ir.attrs import FUSED_CLIP
 from lowbit.ir.graph import Node
 from lowbit.ir.types import TensorType
-from lowbit.ops.registry import FUSED_CLIP
-from lowbit.quant import arith, fixed_point
-from lowbit.quant.fixed_point import RequantParams
+from lowbit.numerics import arith, fixed_point
+from lowbit.numerics.fixed_point import RequantParams
 
 
 @dataclass

@@ -9,8 +9,8 @@ from lowbit.backends.cpu.codegen import cexpr
 from lowbit.backends.cpu.codegen.lower import Lowering, emitter
 from lowbit.backends.cpu.codegen.program import Size, numel
 from lowbit.errors import UnsupportedError
+from lowbit.ir.attrs import FUSED_CLIP
 from lowbit.ops.conv_geometry import window_from_attrs
-from lowbit.ops.registry import FUSED_CLIP
 
 
 def _clip(node) -> tuple[str, str]:

@@ -21,10 +21,10 @@ from lowbit.backends.reference.kernels import int_activation, is_quantized
 from lowbit.errors import KernelError, UnsupportedError
 from lowbit.ir.graph import Node
 from lowbit.ir.types import TensorType
+from lowbit.numerics import arith
 from lowbit.ops.conv_geometry import window_from_attrs
 from lowbit.ops.pool import pool_window
 from lowbit.ops.registry import QUANT_DOMAIN, TABLE, all_ops
-from lowbit.quant import arith
 
 INT32_LIMIT = 2**31
 

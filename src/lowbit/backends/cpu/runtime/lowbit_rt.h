@@ -7,7 +7,7 @@
  *
  * Exactness: every integer kernel computes what lowbit's reference interpreter computes, bit
  * for bit (lowbit/backends/reference is the specification). Requantization executes the integer
- * expressions of lowbit.quant.fixed_point; the parameters are derived in Python by the same
+ * expressions of lowbit.numerics.fixed_point; the parameters are derived in Python by the same
  * functions the reference calls and reach the kernels as arrays.
  *
  * Storage conventions of the generated code:
@@ -230,7 +230,7 @@ typedef struct lb_axis {
 } lb_axis;
 
 /* y = clamp(r + zp, qmin, qmax) with r = rint(float32(x) / scale), NaN giving r = 0 and
- * +-inf r = tmax / tmin (the type's range, before the zero point: lowbit.quant.arith.quantize),
+ * +-inf r = tmax / tmin (the type's range, before the zero point: lowbit.numerics.arith.quantize),
  * stored as out_type (zp, qmin, qmax in the stored domain: + 128 for int8 as uint8). */
 LB_API void lb_quantize_f32(const lb_ctx *ctx, int64_t n, const float *x, lb_axis ax,
                             const float *scale, const int32_t *zp, int32_t qmin, int32_t qmax,
@@ -241,7 +241,7 @@ LB_API void lb_quantize_f32_nhwc(const lb_ctx *ctx, int64_t n, int64_t c, int64_
                                  const float *x, int per_channel, const float *scale,
                                  const int32_t *zp, int32_t qmin, int32_t qmax, int32_t tmin,
                                  int32_t tmax, int32_t out_type, void *out);
-/* y = float32(q - zp) * scale (lowbit.quant.arith.dequantize) from in_type codes. */
+/* y = float32(q - zp) * scale (lowbit.numerics.arith.dequantize) from in_type codes. */
 LB_API void lb_dequantize(const lb_ctx *ctx, int64_t n, const void *q, int32_t in_type,
                           lb_axis ax, const float *scale, const int32_t *zp, float *out);
 /* y = requant(q - zin) with per-channel rq along ax (Requantize, Relu/Clip on new types,

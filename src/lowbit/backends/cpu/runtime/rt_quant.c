@@ -41,7 +41,7 @@ typedef struct lb_q_job {
     float pinf, ninf;
 } lb_q_job;
 
-/* quantize(x) of lowbit.quant.arith as a branch-free float expression the compiler vectorises:
+/* quantize(x) of lowbit.numerics.arith as a branch-free float expression the compiler vectorises:
  * r = rint(x / s) with NaN -> 0 and +-inf -> the type's qmax / qmin (before the zero point is
  * added, as numpy's nan_to_num there), then r + zp clamped. Adding zp in float is exact where
  * it matters: past 2**24 the clamp decides. */
