@@ -328,6 +328,20 @@ typedef struct lb_dwconv {
 
 LB_API void lb_dwconv_run(const lb_ctx *ctx, const lb_dwconv *p, const uint8_t *in, void *out);
 
+/* The exact convolution for operands the int8 kernels cannot take (16-bit activations or
+ * weights, accumulators that may leave int32): a direct loop with int64 accumulation, then
+ * as lb_qgemm_wide (narrow shift, saturation to int32, requantization; float results from
+ * the unshifted accumulator). Weights centred, [groups * mg][taps][cg] as int32; padded taps
+ * add nothing. */
+typedef struct lb_qconv_wide {
+    lb_window win;
+    int64_t groups, cg, mg;
+    lb_wide_params p;
+} lb_qconv_wide;
+
+LB_API void lb_qconv_wide_run(const lb_ctx *ctx, const lb_qconv_wide *p, const void *in,
+                              void *out);
+
 /* ---- float kernels ---------------------------------------------------------------------- */
 
 /* C[m, n] = clamp(sum_k A[m, k] * B[n, k] + bias[n], lo, hi), products and sums in double,
