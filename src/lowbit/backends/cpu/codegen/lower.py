@@ -68,8 +68,10 @@ def stored_dtype(t: TensorType) -> tuple[np.dtype, bool]:
 
 
 class Lowering:
-    def __init__(self, graph: Graph, name: str) -> None:
+    def __init__(self, graph: Graph, name: str, batch: str | None = None) -> None:
         self.graph = graph
+        self.batch = batch
+        """The symbol of the batch dimension (the run-time N); other symbols are refused."""
         self.prog = Program(name)
         self.tensors: dict[Value, Tensor] = {}
         self._views: dict[tuple[int, str, bool], Tensor] = {}
@@ -85,9 +87,11 @@ class Lowering:
     def shape(self, v: Value) -> tuple:
         """The value's static shape, the batch dimension as BATCH."""
         t = v.type
-        if t is None or t.shape is None or any(d is None for d in t.shape):
-            raise UnsupportedError(f"the cpu backend needs static shapes; value '{v.name}' has "
-                                   f"shape {None if t is None else t.shape}")
+        if t is None or t.shape is None or any(d is None for d in t.shape) or \
+                any(isinstance(d, str) and d != self.batch for d in t.shape):
+            raise UnsupportedError(f"the cpu backend needs static shapes (the batch size "
+                                   f"aside); value '{v.name}' has shape "
+                                   f"{None if t is None else t.shape}")
         return tuple(BATCH if isinstance(d, str) else int(d) for d in t.shape)
 
     @staticmethod
