@@ -21,12 +21,13 @@ import numpy as np
 
 from lowbit.backends.cpu import library, toolchain
 from lowbit.backends.cpu.codegen.lower import Lowering
-from lowbit.backends.cpu.codegen.program import BATCH, Plan
+from lowbit.backends.cpu.codegen.program import Plan, dim_size
 from lowbit.backends.reference.interpreter import check_inputs
 from lowbit.errors import InputError, LowbitError, UnsupportedError
 from lowbit.ir.graph import Graph
 from lowbit.ir.types import TensorType
 from lowbit.ops import infer_graph
+from lowbit.passes.fold_constants import fold_constants
 
 
 @dataclass
@@ -89,9 +90,8 @@ class CpuExecutable:
         if found is not None:
             return found
         start = time.perf_counter()
-        graph = self.graph
+        graph = self.graph.copy()
         if key:
-            graph = graph.copy()
             sizes = {(name, axis): n for name, axis, n in key}
             for v in graph.inputs:
                 if v.type.shape is not None:
@@ -100,6 +100,7 @@ class CpuExecutable:
                     v.type = TensorType(v.type.dtype, shape, v.type.quant)
             _forget_shapes(graph, self.batch)
             infer_graph(graph)
+        graph = fold_constants(graph)  # shape computations over now-static sizes
         program = Lowering(graph, self.name, self.batch).lower()
         plan = program.make_plan()
         source = program.render()
@@ -116,8 +117,9 @@ class CpuExecutable:
         data = program.blob.bytes()
         blob = _aligned(max(len(data), 64))
         blob[:len(data)] = np.frombuffer(data, np.uint8)
-        outputs = [(v.name, tuple(BATCH if isinstance(d, str) else d for d in v.type.shape),
-                    np.dtype(v.type.dtype.np_dtype)) for v in graph.outputs]
+        lowering_dims = Lowering(graph, self.name, self.batch)
+        outputs = [(v.name, lowering_dims.shape(v), np.dtype(v.type.dtype.np_dtype))
+                   for v in graph.outputs]
         compiled = Compiled(fn, str(path), blob, plan, outputs, source,
                             time.perf_counter() - start, [s.comment for s in program.steps])
         self._compiled[key] = compiled
@@ -150,7 +152,7 @@ class CpuExecutable:
                 break
         with self._lock:
             compiled = self._specialize(self._key(arrays))
-            outs = [np.empty(tuple(n if d == BATCH else d for d in shape), dtype)
+            outs = [np.empty(tuple(dim_size(d).at(n) for d in shape), dtype)
                     for _, shape, dtype in compiled.outputs]
             size = compiled.plan.size(n)
             if self._arena.size < size:

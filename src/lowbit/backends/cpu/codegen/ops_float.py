@@ -8,7 +8,7 @@ import numpy as np
 
 from lowbit.backends.cpu.codegen import cexpr
 from lowbit.backends.cpu.codegen.lower import Lowering, emitter
-from lowbit.backends.cpu.codegen.program import BATCH, Size, dim_c, numel
+from lowbit.backends.cpu.codegen.program import Size, dim_c, is_batch, numel
 from lowbit.errors import UnsupportedError
 from lowbit.ir.attrs import FUSED_CLIP
 from lowbit.ops.conv_geometry import window_from_attrs
@@ -96,10 +96,18 @@ def gemm(lw: Lowering, node) -> None:
 def matmul(lw: Lowering, node) -> None:
     _float_only(node, 2)
     av, bv = node.inputs
-    if not bv.is_constant or lw.const_array(bv).ndim != 2:
-        raise UnsupportedError("MatMul of two activations (a constant 2-D right operand is "
-                               "compiled so far)")
-    _fgemm(lw, node, av, lw.const_array(bv).T, None)
+    if bv.is_constant and lw.const_array(bv).ndim == 2:
+        return _fgemm(lw, node, av, lw.const_array(bv).T, None)
+    from lowbit.backends.cpu.codegen.ops_quant import batched
+
+    batch, m, n, k, sa, sb, sc = batched(lw, node)
+    a, b = lw.operand(av, "plain"), lw.operand(bv, "plain")
+    out = lw.result(node.outputs[0], "plain")
+    scratch = lw.prog.scratch(Size(n * k * 4), "b_transposed")
+    lw.prog.step(f"{node.name}: MatMul of activations, {batch.c()} x [{m}x{k}] [{k}x{n}]", [
+        f"lb_fmatmul_run(ctx, {batch.c()}, {m}, {n}, {k}, (const float *){a.ptr}, {sa}, "
+        f"(const float *){b.ptr}, {sb}, (float *){out.ptr}, {sc}, (float *){scratch.ptr});"],
+        [a, b], [out], [scratch])
 
 
 # -- elementwise ---------------------------------------------------------------------------------
@@ -205,7 +213,7 @@ def reduce_mean(lw: Lowering, node) -> None:
         axes = sorted(int(a) % len(shape) for a in node.attrs.get("axes") or range(len(shape)))
     if len(shape) == 4 and axes == [2, 3]:
         return _spatial_mean(lw, node)
-    if axes != list(range(axes[0], len(shape))) or BATCH in shape[axes[0]:]:
+    if axes != list(range(axes[0], len(shape))) or any(map(is_batch, shape[axes[0]:])):
         raise UnsupportedError(f"float ReduceMean over axes {axes} (trailing axes or the "
                                f"spatial axes of an image are compiled)")
     x = lw.operand(node.inputs[0], "plain")
@@ -238,7 +246,7 @@ def average_pool(lw: Lowering, node) -> None:
 def _rows(lw: Lowering, node, axis: int):
     shape = lw.shape(node.inputs[0])
     axis %= len(shape)
-    if BATCH in shape[axis:]:
+    if any(map(is_batch, shape[axis:])):
         raise UnsupportedError(f"{node.op_type} along the batch axis")
     return numel(shape[:axis]), numel(shape[axis:]).coef
 

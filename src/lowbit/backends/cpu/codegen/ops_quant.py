@@ -16,7 +16,7 @@ from lowbit.backends.cpu import packing, params
 from lowbit.backends.cpu.codegen import cexpr
 from lowbit.backends.cpu.codegen.lower import Lowering, emitter, stored_dtype
 from lowbit.backends.cpu.codegen.ops_shape import concat_into, logical_strides
-from lowbit.backends.cpu.codegen.program import BATCH, Size, Tensor, dim_c, numel
+from lowbit.backends.cpu.codegen.program import Size, Tensor, dim_c, dim_size, is_batch, numel
 from lowbit.backends.reference.kernels import int_activation, is_quantized
 from lowbit.errors import KernelError, UnsupportedError
 from lowbit.ir.graph import Node
@@ -266,7 +266,7 @@ def conv(lw: Lowering, node) -> None:
     offset, zb = folded(w2, p.w_zero, za, p.bias)
     scratch = None if pointwise else lw.prog.scratch(Size(oh * ow * w2.shape[1] * group),
                                                      "im2col")
-    rows = (Size(1, 1) if n == BATCH else Size(int(n))) * (ih * iw) \
+    rows = dim_size(n) * (ih * iw) \
         if pointwise and group == 1 else Size(oh * ow)
     sums = lw.prog.scratch(rows * 4, "row_sums") if zb is not None else None
     code = [pack_groups(lw, w2, p.w_zero, group),
@@ -389,12 +389,67 @@ def gemm(lw: Lowering, node) -> None:
     _gemm_like(lw, node, av, np.ascontiguousarray(w_rows), bv.type, 0 if trans_b else 1, cv)
 
 
+def batched(lw: Lowering, node) -> tuple[Size, int, int, int, int, int, int]:
+    """(batch count, M, N, K, and the per-batch element strides of A, B and C) of a MatMul of
+    two activations: equal leading dimensions, or one operand without them (reused)."""
+    a_shape, b_shape = lw.shape(node.inputs[0]), lw.shape(node.inputs[1])
+    if len(a_shape) < 2 or len(b_shape) < 2:
+        raise UnsupportedError("MatMul of 1-D operands")
+    (m, k), (_, n) = a_shape[-2:], b_shape[-2:]
+    if any(map(is_batch, (m, k, n))):
+        raise UnsupportedError("MatMul over the batch axis")
+    lead_a, lead_b = numel(a_shape[:-2]), numel(b_shape[:-2])
+    if lead_a != lead_b and Size(1) not in (lead_a, lead_b):
+        raise UnsupportedError("MatMul with partly broadcast leading dimensions")
+    batch = lead_a if lead_a != Size(1) else lead_b
+    return (batch, m, n, k, m * k if lead_a != Size(1) else 0, k * n if lead_b != Size(1)
+            else 0, m * n)
+
+
+def activation_matmul(lw: Lowering, node) -> None:
+    """A quantized MatMul of two activations (lb_qmatmul_run: B packed at run time)."""
+    av, bv = node.inputs
+    ta, tb, out_t = av.type, bv.type, node.outputs[0].type
+    for t in (ta, tb):
+        if t.quant is None or not t.quant.per_tensor:
+            raise KernelError("both operands of a quantized MatMul of activations must be "
+                              "quantized per tensor")
+    batch, m, n, k, sa, sb, sc = batched(lw, node)
+    p = params.product(node, ta, tb, None, n, -1, k, out_t)
+    a, b = lw.operand(av, "plain"), lw.operand(bv, "plain")
+    out = lw.result(node.outputs[0], "plain")
+    za = p.x_zero + shift_of(ta)
+    zb_raw = int(p.w_zero[0]) + shift_of(tb)
+    zb = zb_raw - 128  # packed: stored code ^ 0x80
+    wide = int(ta.dtype.bits > 8 or tb.dtype.bits > 8 or p.narrow_shift > 0 or
+               k * 255 * 255 >= INT32_LIMIT)
+    if p.requant is None:
+        arrays = packing.dequant_arrays(p.scale, n, *p.clip)
+    else:
+        arrays = cexpr.requant_arrays(p.requant, n, shift_of(out_t))
+    zb_c = cexpr.int_array(lw.prog, np.full(n, zb)) if zb and not wide else "NULL"
+    packed = lw.prog.scratch(Size(-(-n // 16) * -(-k // 4) * 64), "packed_b")
+    offsets = lw.prog.scratch(Size((-(-n // 16) * 16 + 16) * 4), "offsets")
+    sums = lw.prog.scratch(Size(m * 4), "row_sums")
+    code = [f"const lb_qmatmul mm = {{{batch.c()}, {m}, {n}, {k}, {sa}, {sb}, {sc}, "
+            f"{tname(lw, a)}, {tname(lw, b)}, 1, {za}, {zb}, {wide}, {p.narrow_shift}, {zb_raw}, "
+            f"{{NULL, {zb_c}, {cexpr.requant(lw.prog, arrays)}, {tname(lw, out)}, NULL, 0, "
+            f"NULL}}}};",
+            f"lb_qmatmul_run(ctx, &mm, {a.ptr}, {b.ptr}, {out.ptr}, (int8_t *){packed.ptr}, "
+            f"(int32_t *){offsets.ptr}, (int32_t *){sums.ptr});"]
+    lw.prog.step(f"{node.name}: MatMul of activations, {batch.c()} x [{m}x{k}] [{k}x{n}]"
+                 f"{' (int64 sums)' if wide else ''}", code, [a, b], [out],
+                 [packed, offsets, sums])
+
+
 @emitter("MatMul", quantized=True)
 def matmul(lw: Lowering, node) -> None:
     av, bv = node.inputs
-    if not bv.is_constant or lw.const_array(bv).ndim != 2:
-        raise UnsupportedError("quantized MatMul of two activations (a constant 2-D right "
-                               "operand is compiled so far)")
+    if not bv.is_constant:
+        return activation_matmul(lw, node)
+    if lw.const_array(bv).ndim != 2:
+        raise UnsupportedError("quantized MatMul with a constant right operand of more than "
+                               "2 dimensions")
     if av.type.quant is None or not av.type.quant.per_tensor:
         raise KernelError("the left operand of a quantized MatMul must be quantized per tensor")
     b = lw.const_array(bv)
@@ -414,8 +469,9 @@ def broadcast(lw: Lowering, a: Tensor, b: Tensor, out: Tensor) -> str:
         strides = logical_strides(t)
         pad = nd - len(t.shape)
         full_shape = (1,) * pad + tuple(t.shape)
-        full = [0] * pad + strides
-        dims.append([0 if full_shape[ax] == 1 and out.shape[ax] != 1 else full[ax] for ax in perm])
+        full = [Size(0)] * pad + strides
+        dims.append([Size(0) if full_shape[ax] == 1 and out.shape[ax] != 1 else full[ax]
+                     for ax in perm])
     shape = [out.shape[ax] for ax in perm]
     # merge axis i into i-1 when both operands step through them contiguously
     merged_shape, sa, sb = [shape[0]], [dims[0][0]], [dims[1][0]]
@@ -423,7 +479,7 @@ def broadcast(lw: Lowering, a: Tensor, b: Tensor, out: Tensor) -> str:
         d = shape[i]
         if d == 1:
             continue
-        if d != BATCH and merged_shape[-1] != BATCH and \
+        if not is_batch(d) and not is_batch(merged_shape[-1]) and \
                 sa[-1] == dims[0][i] * d and sb[-1] == dims[1][i] * d:
             merged_shape[-1] = merged_shape[-1] * d
             sa[-1], sb[-1] = dims[0][i], dims[1][i]
@@ -434,7 +490,7 @@ def broadcast(lw: Lowering, a: Tensor, b: Tensor, out: Tensor) -> str:
     if len(merged_shape) > 6:
         raise UnsupportedError("broadcasting over more than 6 axes")
     return (f"{{{len(merged_shape)}, {{{', '.join(dim_c(d) for d in merged_shape)}}}, "
-            f"{{{', '.join(map(str, sa))}}}, {{{', '.join(map(str, sb))}}}}}")
+            f"{{{', '.join(x.c() for x in sa)}}}, {{{', '.join(x.c() for x in sb)}}}}}")
 
 
 def binary_layout(lw: Lowering, node) -> str:

@@ -342,6 +342,26 @@ typedef struct lb_qconv_wide {
 LB_API void lb_qconv_wide_run(const lb_ctx *ctx, const lb_qconv_wide *p, const void *in,
                               void *out);
 
+/* A batch of products of two activations, C_b = A_b B_b (A_b [M, K], B_b [K, N], row-major,
+ * b-th matrices `*_bstride` elements apart, 0 to reuse one): attention's products. Each B_b is
+ * packed at run time (`packed`: ceil(N/16) * ceil(K/4) * 64 bytes), its column sums fold the
+ * zero points into `offsets` (N padded to 16, int32), then lb_qgemm with `ep` (whose
+ * col_offset is replaced). `flip`: B holds uint8 stored codes, packed as code ^ 0x80 with
+ * zero point zb (already moved by -128). With `wide` (16-bit operands, or sums that may leave
+ * int32) every element is summed in int64 instead, as lb_qgemm_wide: the codes minus za and
+ * zb_raw, then the narrow shift and the requantization of ep.rq. */
+typedef struct lb_qmatmul {
+    int64_t batch, M, N, K;
+    int64_t a_bstride, b_bstride, c_bstride;
+    int32_t a_type, b_type;
+    int32_t flip, za, zb;
+    int32_t wide, narrow_shift, zb_raw;
+    lb_epilogue ep;
+} lb_qmatmul;
+
+LB_API void lb_qmatmul_run(const lb_ctx *ctx, const lb_qmatmul *p, const void *A, const void *B,
+                           void *C, int8_t *packed, int32_t *offsets, int32_t *row_sums);
+
 /* ---- float kernels ---------------------------------------------------------------------- */
 
 /* C[m, n] = clamp(sum_k A[m, k] * B[n, k] + bias[n], lo, hi), products and sums in double,
@@ -361,6 +381,12 @@ typedef struct lb_fconv {
 
 LB_API void lb_fconv_run(const lb_ctx *ctx, const lb_fconv *p, const float *in, float *out,
                          float *scratch);
+
+/* A batch of float products C_b = A_b B_b of activations (strides as lb_qmatmul's); each B_b
+ * is transposed into `scratch` (N * K floats) for lb_fgemm. */
+LB_API void lb_fmatmul_run(const lb_ctx *ctx, int64_t batch, int64_t M, int64_t N, int64_t K,
+                           const float *A, int64_t a_bstride, const float *B, int64_t b_bstride,
+                           float *C, int64_t c_bstride, float *scratch);
 
 /* Elementwise float32 arithmetic with broadcasting (IEEE float32, as numpy computes it). */
 enum lb_fbinary_op { LB_FADD = 0, LB_FSUB, LB_FMUL, LB_FDIV, LB_FMAX, LB_FMIN, LB_FPOW };
