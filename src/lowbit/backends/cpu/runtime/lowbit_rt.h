@@ -421,6 +421,29 @@ LB_API void lb_flayernorm_rows(const lb_ctx *ctx, int64_t rows, int64_t cols, co
 LB_API void lb_favgpool(const lb_ctx *ctx, const lb_window *w, int count_pad, int64_t pb,
                         int64_t pr, const float *in, float *out);
 
+/* Nearest-neighbour resizing of NHWC images: out[n, y, x, :] = in[n, iy[y], ix[x], :] (index
+ * tables computed by the code generator with the reference's rounding). */
+LB_API void lb_resize_nearest(const lb_ctx *ctx, int64_t n, int64_t ih, int64_t iw, int64_t c,
+                              int64_t oh, int64_t ow, const int64_t *iy, const int64_t *ix,
+                              int esize, const void *in, void *out);
+
+/* BatchNormalization in double as the reference: y = (x - mean[c]) * k[c] + b[c], k = scale /
+ * sqrt(var + eps), on NHWC (or any tensor whose channel is innermost: channels c). */
+LB_API void lb_fbatchnorm(const lb_ctx *ctx, int64_t rows, int64_t c, const float *x,
+                          const double *mean, const double *k, const double *b, float *out);
+
+/* ConvTranspose (group 1) of NHWC floats: each input pixel times the kernel lands at
+ * (iy * sh + ky * dh, ix * sw + kx * dw) of a full output of fh x fw; the result is the window
+ * of it starting at (by, bx), oh x ow, plus bias: sums in double, rounded once. Weights
+ * [taps][m][c]. */
+typedef struct lb_fconvt {
+    int64_t n, ih, iw, c, m, kh, kw, sh, sw, dh, dw;
+    int64_t fh, fw, by, bx, oh, ow;
+    const float *w, *bias;
+} lb_fconvt;
+
+LB_API void lb_fconvt_run(const lb_ctx *ctx, const lb_fconvt *p, const float *in, float *out);
+
 #ifdef __cplusplus
 }
 #endif
