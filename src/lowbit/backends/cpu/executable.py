@@ -101,6 +101,7 @@ class CpuExecutable:
             _forget_shapes(graph, self.batch)
             infer_graph(graph)
         graph = fold_constants(graph)  # shape computations over now-static sizes
+        graph = _fold_dequantized_constants(graph)
         program = Lowering(graph, self.name, self.batch).lower()
         plan = program.make_plan()
         source = program.render()
@@ -181,6 +182,29 @@ def _forget_shapes(graph: Graph, batch: str | None) -> None:
                 continue
             shape = tuple(None if isinstance(d, str) and d != batch else d for d in t.shape)
             v.type = TensorType(t.dtype, shape, t.quant)
+
+
+def _fold_dequantized_constants(graph: Graph) -> Graph:
+    """QuantizeLinear and DequantizeLinear of constants (a QDQ file's weights and biases)
+    replaced by their results, computed by the reference kernels: the float weights the Conv
+    multiplies by."""
+    from lowbit.backends.reference.kernels import get_kernel
+    from lowbit.ir.dead_code import eliminate_dead_code
+    from lowbit.ir.graph import CONSTANT, Node
+
+    changed = False
+    for i, node in enumerate(graph.nodes):
+        if node.op_type not in ("QuantizeLinear", "DequantizeLinear") or \
+                node.domain not in ("", "ai.onnx") or len(node.outputs) != 1 or \
+                not all(v is None or v.is_constant for v in node.inputs):
+            continue
+        kernel = get_kernel(node.op_type)
+        value = kernel(node, [v.const_value if v is not None else None for v in node.inputs])[0]
+        value = np.array(value, copy=True)
+        value.setflags(write=False)
+        graph.nodes[i] = Node(CONSTANT, [], [node.output], {"value": value}, node.name)
+        changed = True
+    return eliminate_dead_code(graph) if changed else graph
 
 
 def _batch_symbol(graph: Graph) -> str | None:

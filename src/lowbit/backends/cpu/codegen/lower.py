@@ -40,7 +40,12 @@ def emitter(op_type: str, *, quantized: bool = False, domain: str = "") -> Calla
 
 
 def find_emitter(node: Node) -> Emitter | None:
-    from lowbit.backends.cpu.codegen import ops_float, ops_quant, ops_shape  # noqa: F401
+    from lowbit.backends.cpu.codegen import (  # noqa: F401
+        ops_float,
+        ops_onnxq,
+        ops_quant,
+        ops_shape,
+    )
 
     domain = "" if node.domain in ("", "ai.onnx") else node.domain
     if is_quantized(node):

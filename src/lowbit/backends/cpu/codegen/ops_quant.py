@@ -73,8 +73,9 @@ def quantize(lw: Lowering, node) -> None:
     channels = q.channels
     scale = cexpr.int_array(lw.prog, q.scale, np.float32, channels)
     zp = cexpr.int_array(lw.prog, q.zero_point.astype(np.int64) + sh, np.int32, channels)
-    bounds = (f"{out_t.dtype.qmin + sh}, {out_t.dtype.qmax + sh}, {out_t.dtype.qmin}, "
-              f"{out_t.dtype.qmax}")
+    # arith.quantize: NaN -> 0, infinities -> the type's range before the zero point
+    bounds = (f"{out_t.dtype.qmin + sh}, {out_t.dtype.qmax + sh}, 0.0f, "
+              f"{cexpr.flt(out_t.dtype.qmin)}, {cexpr.flt(out_t.dtype.qmax)}")
     four = len(x.shape) == 4
     if four and x.layout == "plain" and wants_nhwc(lw, node.outputs[0]) and \
             (q.axis is None or q.axis % 4 == 1):
@@ -307,15 +308,21 @@ def depthwise(lw: Lowering, node, x, w, p: params.Product, out, out_t, wdesc, za
     offset = -za * centred.sum(axis=0)
     if p.bias is not None:
         offset = offset + p.bias
-    plain = lw.prog.data(centred.astype(np.int16))
-    pairs = lw.prog.data(pair_weights(centred.astype(np.int16)))
-    zero_row = lw.prog.data(np.full(c, za, np.uint8))
     code = [*epilogue(lw, p, out_t, c, packing.wrap_int32(offset), None, out, residual),
-            f"const lb_dwconv conv = {{{wdesc}, {plain}, {pairs}, {zero_row}, ep}};",
-            f"lb_dwconv_run(ctx, &conv, {x.ptr}, {out.ptr});"]
+            *depthwise_code(lw, centred, c, za, wdesc, x, out)]
     kh, kw = w.shape[2:]
     lw.prog.step(f"{node.name}: depthwise Conv {kh}x{kw}, {c} channels"
                  f"{' + ' + residual.node.name if residual else ''}", code, reads, [out])
+
+
+def depthwise_code(lw: Lowering, centred: np.ndarray, c: int, za: int, wdesc: str, x: Tensor,
+                   out: Tensor) -> list[str]:
+    """C lines running lb_dwconv with centred weights [taps, c] and the epilogue `ep`."""
+    plain = lw.prog.data(centred.astype(np.int16))
+    pairs = lw.prog.data(pair_weights(centred.astype(np.int16)))
+    zero_row = lw.prog.data(np.full(c, za, np.uint8))
+    return [f"const lb_dwconv conv = {{{wdesc}, {plain}, {pairs}, {zero_row}, ep}};",
+            f"lb_dwconv_run(ctx, &conv, {x.ptr}, {out.ptr});"]
 
 
 def wide_params(lw: Lowering, p: params.Product, x: Tensor, out: Tensor, out_t: TensorType,
@@ -532,7 +539,7 @@ def qbinary(lw: Lowering, node) -> None:
     arrays = cexpr.requant_arrays(rq, 1, so)
     code = [f"const lb_bcast bc = {broadcast(lw, a, b, out)};",
             f"const lb_qbinary op = {{{op}, {tname(lw, a)}, {tname(lw, b)}, {tname(lw, out)}, "
-            f"{{{', '.join(map(str, add))}, {cexpr.requant(lw.prog, arrays)}}}, {narrow}}};",
+            f"{{{', '.join(map(str, add))}, {cexpr.requant(lw.prog, arrays)}}}, {narrow}, NULL}};",
             f"lb_qbinary_run(ctx, &bc, &op, {a.ptr}, {b.ptr}, {out.ptr});"]
     lw.prog.step(f"{node.name}: quantized {node.op_type}", code, [a, b], [out])
 

@@ -229,18 +229,19 @@ typedef struct lb_axis {
     int64_t channels, inner;
 } lb_axis;
 
-/* y = clamp(r + zp, qmin, qmax) with r = rint(float32(x) / scale), NaN giving r = 0 and
- * +-inf r = tmax / tmin (the type's range, before the zero point: lowbit.numerics.arith.quantize),
- * stored as out_type (zp, qmin, qmax in the stored domain: + 128 for int8 as uint8). */
+/* y = clamp(r + zp, qmin, qmax) with r = rint(float32(x) / scale), NaN giving r = nanv and
+ * -inf / +inf r = ninf / pinf, stored as out_type (zp, qmin, qmax in the stored domain: + 128
+ * for int8 as uint8). lowbit.numerics.arith.quantize: nanv 0, infinities the type's range
+ * (before the zero point); ONNX QuantizeLinear: NaN and -inf to qmin, +inf to qmax. */
 LB_API void lb_quantize_f32(const lb_ctx *ctx, int64_t n, const float *x, lb_axis ax,
                             const float *scale, const int32_t *zp, int32_t qmin, int32_t qmax,
-                            int32_t tmin, int32_t tmax, int32_t out_type, void *out);
+                            float nanv, float ninf, float pinf, int32_t out_type, void *out);
 /* The same from an NCHW float input [n, c, hw] into an NHWC output [n, hw, c] (the layout of
  * the convolution that reads it); parameters per tensor or per channel c. */
 LB_API void lb_quantize_f32_nhwc(const lb_ctx *ctx, int64_t n, int64_t c, int64_t hw,
                                  const float *x, int per_channel, const float *scale,
-                                 const int32_t *zp, int32_t qmin, int32_t qmax, int32_t tmin,
-                                 int32_t tmax, int32_t out_type, void *out);
+                                 const int32_t *zp, int32_t qmin, int32_t qmax, float nanv,
+                                 float ninf, float pinf, int32_t out_type, void *out);
 /* y = float32(q - zp) * scale (lowbit.numerics.arith.dequantize) from in_type codes. */
 LB_API void lb_dequantize(const lb_ctx *ctx, int64_t n, const void *q, int32_t in_type,
                           lb_axis ax, const float *scale, const int32_t *zp, float *out);
@@ -266,7 +267,7 @@ typedef struct lb_bcast {
     int64_t sa[6], sb[6];
 } lb_bcast;
 
-enum lb_qbinary_op { LB_QADD = 0, LB_QSUB = 1, LB_QMUL = 2 };
+enum lb_qbinary_op { LB_QADD = 0, LB_QSUB = 1, LB_QMUL = 2, LB_QTABLE2 = 3 };
 
 /* lowbit's quantized Add/Sub (int_combine.add: both operands aligned by q31 at 2**shift, then
  * requantized) and Mul (product of centred codes requantized), per tensor. */
@@ -275,6 +276,7 @@ typedef struct lb_qbinary {
     int32_t a_type, b_type, out_type; /* LB_U8, LB_I16, LB_U16 */
     lb_add_params p; /* Add/Sub: everything; Mul: z1, z2 and out */
     int32_t narrow;  /* Mul: |(a - z1)(b - z2)| < 2**31 for every code (vector path) */
+    const uint8_t *table; /* LB_QTABLE2: out = table[a * 256 + b] (8-bit operands) */
 } lb_qbinary;
 
 LB_API void lb_qbinary_run(const lb_ctx *ctx, const lb_bcast *bc, const lb_qbinary *op,

@@ -123,7 +123,7 @@ LB_TARGET_AVX512 __attribute__((noinline)) static void lb_tile_epilogue(
         if (n0 >= t->N) break;
         lb_rq512 rv;
         memset(&rv, 0, sizeof(rv));
-        if (ep->out_type != LB_I32 && ep->rq.method != LB_RQ_DEQUANT)
+        if (ep->out_type != LB_I32 && ep->out_type != LB_F32)
             rv = lb_rq512_load(&ep->rq, n0);
         for (int r = 0; r < mr; r++)
             lb_epilogue_v512(t, m + r, n0, _mm512_load_si512(acc + r * LB_NV + v), &rv, &addv);
