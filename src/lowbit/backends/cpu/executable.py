@@ -16,15 +16,18 @@ import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
 from lowbit.backends.cpu import library, toolchain
 from lowbit.backends.cpu.codegen.lower import Lowering
 from lowbit.backends.cpu.codegen.program import Plan, dim_size
+from lowbit.backends.lowering import fold_quantized_constants, has_quantized_constants
 from lowbit.backends.reference.interpreter import check_inputs
 from lowbit.errors import InputError, LowbitError, UnsupportedError
 from lowbit.ir.graph import Graph
+from lowbit.ir.hashing import graph_hash
 from lowbit.ir.types import TensorType
 from lowbit.ops import infer_graph
 from lowbit.passes.fold_constants import fold_constants
@@ -62,6 +65,7 @@ class CpuExecutable:
         self._compiled: dict[tuple, Compiled] = {}
         self._lock = threading.Lock()
         self._arena = np.empty(0, np.uint8)
+        self._graph_hash: str | None = None
         if all(isinstance(d, int) or d == self.batch for v in graph.inputs
                for d in (v.type.shape or ())):
             self._specialize(())
@@ -85,12 +89,33 @@ class CpuExecutable:
                     key.append((v.name, axis, int(n)))
         return tuple(key)
 
+    def _artifact_key(self, key: tuple) -> str:
+        """The cache key of one specialization's generated program: the graph's content, the
+        specialized sizes, and the code generator's and library's sources."""
+        if self._graph_hash is None:
+            self._graph_hash = graph_hash(self.graph)
+        return toolchain.artifact_key(self._graph_hash, repr((key, self.batch, self.name)))
+
     def _specialize(self, key: tuple) -> Compiled:
         found = self._compiled.get(key)
         if found is not None:
             return found
         start = time.perf_counter()
+        akey = self._artifact_key(key)
+        cached = toolchain.load_artifact(akey)
+        if cached is not None:
+            meta, data = cached
+            plan = Plan({}, meta["fixed"], meta["batch"])
+            outputs = [(name, tuple(shape), np.dtype(dtype))
+                       for name, shape, dtype in meta["outputs"]]
+            compiled = self._load(Path(meta["library"]), data, plan, outputs, "",
+                                  meta["steps"], start)
+            if compiled is not None:
+                self._compiled[key] = compiled
+                return compiled
         graph = self.graph.copy()
+        if has_quantized_constants(graph):
+            graph = fold_quantized_constants(graph)
         if key:
             sizes = {(name, axis): n for name, axis, n in key}
             for v in graph.inputs:
@@ -106,25 +131,40 @@ class CpuExecutable:
         plan = program.make_plan()
         source = program.render()
         path = toolchain.build_model(source, "model")
+        data = program.blob.bytes()
+        lowering_dims = Lowering(graph, self.name, self.batch)
+        outputs = [(v.name, lowering_dims.shape(v), np.dtype(v.type.dtype.np_dtype))
+                   for v in graph.outputs]
+        steps = [s.comment for s in program.steps]
+        compiled = self._load(path, data, plan, outputs, source, steps, start)
+        if compiled is None:  # a library that does not load: build it again
+            toolchain.invalidate(path)
+            path = toolchain.build_model(source, "model")
+            compiled = self._load(path, data, plan, outputs, source, steps, start)
+            if compiled is None:
+                raise LowbitError(f"the compiled model {path} does not load")
+        toolchain.store_artifact(akey, {
+            "library": str(path), "fixed": plan.fixed_size, "batch": plan.per_batch_size,
+            "outputs": [(n, list(s), d.str) for n, s, d in outputs], "steps": steps}, data)
+        self._compiled[key] = compiled
+        return compiled
+
+    def _load(self, path: Path, data: bytes, plan: Plan, outputs, source: str,
+              steps: list[str], start: float) -> Compiled | None:
+        if not path.exists():
+            return None
         try:
             lib = C.CDLL(str(path))
         except OSError:
-            toolchain.invalidate(path)
-            lib = C.CDLL(str(toolchain.build_model(source, "model")))
+            return None
         fn = lib.lb_model_run
         fn.restype = C.c_int
         fn.argtypes = [C.POINTER(library.Ctx), C.c_void_p, C.c_void_p, C.c_int64, C.c_void_p,
                        C.c_void_p, C.c_void_p]
-        data = program.blob.bytes()
         blob = _aligned(max(len(data), 64))
         blob[:len(data)] = np.frombuffer(data, np.uint8)
-        lowering_dims = Lowering(graph, self.name, self.batch)
-        outputs = [(v.name, lowering_dims.shape(v), np.dtype(v.type.dtype.np_dtype))
-                   for v in graph.outputs]
-        compiled = Compiled(fn, str(path), blob, plan, outputs, source,
-                            time.perf_counter() - start, [s.comment for s in program.steps])
-        self._compiled[key] = compiled
-        return compiled
+        return Compiled(fn, str(path), blob, plan, outputs, source,
+                        time.perf_counter() - start, steps)
 
     def arena_bytes(self, batch: int = 1) -> int:
         """Size of the arena for one inference at batch size `batch` (first specialization)."""
@@ -231,12 +271,8 @@ def _name_batch(graph: Graph) -> Graph:
 def compile(graph: Graph, *, threads: int | None = None, isa: str | None = None,
             name: str | None = None) -> CpuExecutable:
     """Compile `graph` for the cpu backend (see the module docstring)."""
-    from lowbit.backends.lowering import fold_quantized_constants, has_quantized_constants
-
     if any(v.type is None or v.type.shape is None for v in graph.inputs):
         raise UnsupportedError("the cpu backend needs typed inputs with known ranks")
-    if has_quantized_constants(graph):
-        graph = fold_quantized_constants(graph.copy())
     if any(v.type.shape and v.type.shape[0] is None for v in graph.inputs):
         graph = _name_batch(graph)
     return CpuExecutable(graph, threads=threads, isa=isa, name=name)
