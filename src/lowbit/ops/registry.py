@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
@@ -21,6 +21,9 @@ from lowbit.errors import ModelError, UnsupportedError
 from lowbit.ir.attrs import FUSED_CLIP, REQUANT
 from lowbit.ir.graph import Node
 from lowbit.ir.types import TensorType
+
+if TYPE_CHECKING:
+    from lowbit.ops.product import ProductGeometry
 
 REQUIRED = object()
 """Default marker for an attribute that must be present."""
@@ -113,6 +116,16 @@ class OpDef:
         """Output types from input types. Constant inputs are available as
         `node.inputs[i].const_value`. Unknown dimensions are None, unknown rank is shape None."""
         raise NotImplementedError(f"{self.op_type} has no type inference")
+
+    def product(self, node: Node) -> ProductGeometry | None:
+        """Where `node`'s weight, bias and channels are, if the op is a product
+        (`lowbit.ops.product`); None for every other op (the default)."""
+        return None
+
+    def integer_problem(self, node: Node) -> str | None:
+        """Why `node` cannot compute in integers although its settings ask for them (a Gemm
+        with alpha other than 1), or None (the default)."""
+        return None
 
 
 _REGISTRY: dict[tuple[str, str], OpDef] = {}
