@@ -56,12 +56,9 @@ def lower_dynamic(graph: Graph) -> Graph:
     floats: dict[Value, Value] = {}
     grouped: dict[Value, tuple[Value, Value]] = {}
     for node in list(g.nodes):
-        if node.domain != QUANT_DOMAIN:
-            continue
-        if node.op_type == "DynamicQuantize":
-            _Emit(g, node, floats, grouped).quantize()
-        elif node.op_type == "DynamicMatMul":
-            _Emit(g, node, floats, grouped).matmul()
+        lowering = _LOWERINGS.get(node.op_type) if node.domain == QUANT_DOMAIN else None
+        if lowering is not None:
+            lowering(_Emit(g, node, floats, grouped))
     g = eliminate_dead_code(g)
     infer_graph(g, keep_quant=False)
     return g
@@ -292,3 +289,7 @@ class _Emit:
                                      "weight_scale"))
         return self.one("Reshape", real_w, self.const(np.array([count * g, n], np.int64),
                                                       "weight_shape"))
+
+
+_LOWERINGS = {"DynamicQuantize": _Emit.quantize, "DynamicMatMul": _Emit.matmul}
+"""How each of lowbit's dynamic ops is written in standard ONNX ops."""
