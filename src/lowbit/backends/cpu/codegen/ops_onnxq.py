@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from lowbit.backends.cpu import packing
+from lowbit.backends.cpu import packing, params
 from lowbit.backends.cpu.codegen import cexpr
 from lowbit.backends.cpu.codegen.lower import Lowering, emitter
 from lowbit.backends.cpu.codegen.ops_quant import (
@@ -28,7 +28,7 @@ from lowbit.backends.cpu.codegen.ops_quant import (
 )
 from lowbit.backends.cpu.codegen.ops_shape import concat_into
 from lowbit.backends.cpu.codegen.program import Size, Tensor, dim_c, dim_size, numel
-from lowbit.backends.reference.kernels import ort_qlinear, quantized
+from lowbit.backends.reference.kernels import ort_qlinear
 from lowbit.errors import UnsupportedError
 from lowbit.ops.conv_geometry import window_from_attrs
 from lowbit.ops.quantized import param_layout
@@ -153,7 +153,7 @@ def _stored_weights(w: np.ndarray, zw) -> tuple[np.ndarray, np.ndarray]:
 
 @emitter("QLinearConv")
 def qlinear_conv(lw: Lowering, node) -> None:
-    xv, xs, xz, wv, ws, wz, ys, yz = node.inputs[:8]
+    xv, _xs, xz, wv, _ws, wz, _ys, yz = node.inputs[:8]
     bv = node.input_or_none(8)
     if not wv.is_constant or (bv is not None and not bv.is_constant):
         raise UnsupportedError("QLinearConv needs constant weights and bias")
@@ -171,9 +171,8 @@ def qlinear_conv(lw: Lowering, node) -> None:
     pads = win.resolved_pads((ih, iw))
     out = lw.result(node.outputs[0], "nhwc")
     oh, ow = out.shape[2], out.shape[3]
-    mult = quantized._multiplier(_scalar(lw, xs).reshape(()),
-                                 _scalar(lw, ws).astype(np.float32).reshape(-1), _scalar(lw, ys))
-    mult = np.broadcast_to(np.asarray(mult, np.float32).ravel(), (m,)).copy()
+    mult = np.broadcast_to(np.asarray(params.of(node).multiplier, np.float32).ravel(),
+                           (m,)).copy()
     za = int(_scalar(lw, xz).reshape(())) + _shift(x)
     zw = np.broadcast_to(_scalar(lw, wz).astype(np.int64).ravel(), (m,)).copy()
     bias = lw.const_array(bv).astype(np.int64) if bv is not None else None
@@ -228,14 +227,12 @@ def _qgemm_rows(lw: Lowering, node, av, w_rows: np.ndarray, zw, za_raw: int, bia
 
 @emitter("QLinearMatMul")
 def qlinear_matmul(lw: Lowering, node) -> None:
-    av, a_s, a_z, bv, b_s, b_z, y_s, y_z = node.inputs[:8]
+    av, a_s, a_z, bv, _b_s, b_z, _y_s, y_z = node.inputs[:8]
     if not bv.is_constant or lw.const_array(bv).ndim != 2:
         raise UnsupportedError("QLinearMatMul with other than a constant 2-D B")
     if _scalar(lw, a_s).size != 1:
         raise UnsupportedError("QLinearMatMul with per-row A parameters")
-    mult = quantized._multiplier(quantized._row_param(_scalar(lw, a_s)),
-                                 quantized._col_param(_scalar(lw, b_s).astype(np.float32)),
-                                 _scalar(lw, y_s))
+    mult = params.of(node).multiplier
     b = lw.const_array(bv)
     _qgemm_rows(lw, node, av, np.ascontiguousarray(b.T), _scalar(lw, b_z),
                 int(_scalar(lw, a_z).reshape(())), None, mult, int(_scalar(lw, y_z).reshape(())))
@@ -243,15 +240,11 @@ def qlinear_matmul(lw: Lowering, node) -> None:
 
 @emitter("QGemm", domain=MS)
 def qgemm(lw: Lowering, node) -> None:
-    av, a_s, a_z, bv, b_s, b_z = node.inputs[:6]
-    cv, y_s, y_z = (list(node.inputs[6:]) + [None] * 3)[:3]
+    av, _a_s, a_z, bv, _b_s, b_z = node.inputs[:6]
+    cv, _y_s, y_z = (list(node.inputs[6:]) + [None] * 3)[:3]
     if node.attrs["transA"] or not bv.is_constant or (cv is not None and not cv.is_constant):
         raise UnsupportedError("QGemm with transA or a non-constant B or C")
-    f = np.float32
-    m = f(f(node.attrs["alpha"]) * f(_scalar(lw, a_s).reshape(()))) * \
-        _scalar(lw, b_s).astype(f).reshape(-1)  # as ort_contrib.qgemm
-    if y_s is not None:
-        m = m / f(_scalar(lw, y_s).reshape(()))
+    m = params.of(node).multiplier
     b = lw.const_array(bv)
     w_rows = b if node.attrs["transB"] else b.T
     bias = lw.const_array(cv).astype(np.int64).ravel() if cv is not None else None
