@@ -11,6 +11,8 @@ import os
 import sys
 from collections.abc import Sequence
 
+import numpy as np
+
 from lowbit.errors import LowbitError
 
 VERBS = ("inspect", "run", "dump", "profile", "quantize", "compare", "demo")
@@ -45,7 +47,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.debug:
         os.environ["LOWBIT_VERIFY"] = "1"
     try:
-        return int(args.handler(args) or 0)
+        # Numbers that overflow or turn NaN are reported by lowbit's own checks (non-finite
+        # calibration values, weights, scales), naming the value; numpy's warnings would
+        # print source lines instead.
+        with np.errstate(all="ignore"):
+            return int(args.handler(args) or 0)
     except (LowbitError, OSError) as exc:
         if args.debug:
             raise

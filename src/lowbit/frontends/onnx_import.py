@@ -11,6 +11,7 @@ attributes). Each node is then rewritten into its op's canonical form, checked a
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +28,7 @@ from lowbit.ops import merge_types, registry
 CANONICAL_OPSET = 21
 """Models older than this are converted up to it, so each op has one canonical form."""
 MAX_OPSET = onnx.defs.onnx_opset_version()
-MAX_DIM = 1 << 31
+MAX_DIM = registry.MAX_DIM
 MAX_ELEMENTS = 1 << 36
 CONTROL_FLOW = {"If", "Loop", "Scan", "SequenceMap"}
 
@@ -94,6 +95,9 @@ def model_opset(model: onnx.ModelProto, source: str = "model") -> int:
     if not versions:
         raise UnsupportedError(f"{source}: the model imports no ai.onnx opset")
     opset = versions[0]
+    if opset < 1:
+        raise ModelError(f"{source}: opset {opset} is not an ONNX opset (they count from 1); "
+                         "is the file corrupted?")
     if opset > MAX_OPSET:
         raise UnsupportedError(
             f"{source}: opset {opset} is newer than lowbit supports (newest: {MAX_OPSET}); "
@@ -123,17 +127,49 @@ def check_ops_supported(model: onnx.ModelProto, opset: int, source: str = "model
             f"\nsupported ops: {', '.join(registry.supported_ops())}")
 
 
+def _schema(op_type: str, opset: int, domain: str = ""):
+    try:
+        return onnx.defs.get_schema(op_type, opset, domain)
+    except Exception:
+        return None
+
+
+def _needs_conversion(model: onnx.ModelProto, opset: int) -> bool:
+    """Whether any ai.onnx node follows another op version at `opset` than at
+    CANONICAL_OPSET (otherwise conversion would change nothing)."""
+    for node in model.graph.node:
+        if node.domain not in ("", "ai.onnx"):
+            continue
+        old, new = _schema(node.op_type, opset), _schema(node.op_type, CANONICAL_OPSET)
+        if old is None or new is None or old.since_version != new.since_version:
+            return True
+    return False
+
+
 def _convert_opset(model: onnx.ModelProto, opset: int, source: str) -> onnx.ModelProto:
-    if opset >= CANONICAL_OPSET:
+    if opset >= CANONICAL_OPSET or not _needs_conversion(model, opset):
         return model
+    if model.ir_version < 4:
+        # The converter refuses IR versions before ONNX 1.0's, which ONNX Runtime still runs,
+        # and before IR 4 it expects every initializer among the graph inputs.
+        model = _copy_model(model)
+        model.ir_version = 4
     try:
         from onnx import version_converter
 
         return version_converter.convert_version(model, CANONICAL_OPSET)
     except Exception as exc:
+        # The converter's messages start with a C++ source location and an assertion.
+        reason = re.sub(r"^.*failed: (Warning: )?", "", str(exc).strip(), flags=re.S)
         raise UnsupportedError(
-            f"{source}: cannot convert opset {opset} to {CANONICAL_OPSET}: {exc}; re-export the "
-            f"model with opset {CANONICAL_OPSET}") from exc
+            f"{source}: cannot convert opset {opset} to {CANONICAL_OPSET}: {reason}; re-export "
+            f"the model with opset {CANONICAL_OPSET}") from exc
+
+
+def _copy_model(model: onnx.ModelProto) -> onnx.ModelProto:
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    return copy
 
 
 def _dims(shape_proto, where: str) -> tuple[Dim, ...]:
@@ -244,12 +280,18 @@ def _constant_value(node: onnx.NodeProto, where: str) -> np.ndarray:
 
 def import_model(model: onnx.ModelProto, source: str = "model") -> Graph:
     """Build a typed Graph from an ONNX model (external data already loaded)."""
+    check_text(model, source)
     opset = model_opset(model, source)
+    model = _inline_functions(model, source)
+    model = _densify_sparse(model, source)
     check_ops_supported(model, opset, source)
-    # Structural problems (dangling inputs, cycles) are reported before opset conversion,
-    # whose own messages would be less clear.
-    known = {vi.name for vi in model.graph.input} | {t.name for t in model.graph.initializer}
+    # Structural problems (dangling inputs, cycles, repeated node names, no outputs) are
+    # reported before opset conversion, whose own messages would be less clear.
+    _check_structure(model.graph, opset, source)
+    known = {vi.name for vi in model.graph.input} | {t.name for t in model.graph.initializer} \
+        | {t.values.name for t in model.graph.sparse_initializer}
     _ordered_nodes(model.graph, source, dict.fromkeys(known))
+    own_value_info = {vi.name for vi in list(model.graph.value_info) + list(model.graph.output)}
     model = _convert_opset(model, opset, source)
     opset = max(opset, CANONICAL_OPSET)
     g = model.graph
@@ -266,7 +308,8 @@ def import_model(model: onnx.ModelProto, source: str = "model") -> Graph:
                              "value must have a single producer")
         env[value.name] = value
 
-    init_names = {t.name for t in g.initializer}
+    initializers = _initializers(g, source)
+    init_names = set(initializers)
     for vi in g.input:
         if vi.name in init_names:
             continue  # IR < 4 lists initializers among inputs too
@@ -277,15 +320,11 @@ def import_model(model: onnx.ModelProto, source: str = "model") -> Graph:
         graph.inputs.append(value)
         define(value, "graph input")
 
-    if len(g.sparse_initializer):
-        raise UnsupportedError(f"{source}: sparse initializers are not supported")
     constants: list[Node] = []
-    for tensor in g.initializer:
-        array = tensor_to_array(tensor, f"{source}: initializer '{tensor.name}'")
-        value = Value(tensor.name, TensorType(dtypes.from_numpy(array.dtype), array.shape))
-        node = Node(CONSTANT, [], [value], {"value": array},
-                    name=graph.unique_node_name(tensor.name))
-        graph.reserve_name(tensor.name)
+    for name, array in initializers.items():
+        value = Value(name, TensorType(dtypes.from_numpy(array.dtype), array.shape))
+        node = Node(CONSTANT, [], [value], {"value": array}, name=graph.unique_node_name(name))
+        graph.reserve_name(name)
         define(value, "initializer")
         constants.append(node)
 
@@ -322,9 +361,163 @@ def import_model(model: onnx.ModelProto, source: str = "model") -> Graph:
     if missing:
         raise ModelError(f"{source}: graph output(s) {', '.join(missing)} produced by nothing")
     graph.outputs = [env[o.name] for o in g.output]
-    declared = {vi.name: vi for vi in list(g.value_info) + list(g.output)}
+    # Types the model declares seed its values' types; the version converter's own shape
+    # inference (which adds value_info) is not a declaration, and lowbit's inference decides.
+    declared = {vi.name: vi for vi in list(g.value_info) + list(g.output)
+                if vi.name in own_value_info}
     _canonicalize_and_type(graph, opset, declared, source)
     return graph
+
+
+def check_text(model: onnx.ModelProto, source: str) -> None:
+    """Refuse names and strings that are not valid UTF-8 (protobuf hands them over as bytes): a
+    corrupted file, whose bytes would otherwise surface in odd places later."""
+
+    def bad(text, where: str) -> None:
+        if isinstance(text, bytes):
+            raise ModelError(f"{source}: {where} {text!r} is not valid UTF-8 text; the file is "
+                             "corrupted (re-export or re-download the model)")
+
+    def graph(g: onnx.GraphProto, label: str) -> None:
+        bad(g.name, f"{label}graph name")
+        for vi in list(g.input) + list(g.output) + list(g.value_info):
+            bad(vi.name, f"{label}value name")
+            shape = vi.type.tensor_type.shape if vi.type.HasField("tensor_type") else None
+            for d in shape.dim if shape is not None else ():
+                bad(d.dim_param, f"{label}dimension name of '{vi.name}'")
+        for t in g.initializer:
+            bad(t.name, f"{label}initializer name")
+        for t in g.sparse_initializer:
+            bad(t.values.name, f"{label}sparse initializer name")
+        for i, n in enumerate(g.node):
+            nodes(n, i, label)
+
+    def nodes(n: onnx.NodeProto, i: int, label: str) -> None:
+        bad(n.name, f"{label}name of node #{i}")
+        where = f"{label}node '{n.name or f'#{i}'}'"
+        bad(n.op_type, f"{where}: op type")
+        bad(n.domain, f"{where}: domain")
+        for name in list(n.input) + list(n.output):
+            bad(name, f"{where}: input or output name")
+        for a in n.attribute:
+            bad(a.name, f"{where}: attribute name")
+            bad(a.ref_attr_name, f"{where}: attribute reference")
+            for sub in ([a.g] if a.type == AttributeProto.GRAPH else []) + list(a.graphs):
+                graph(sub, f"{where} attribute '{a.name}': ")
+
+    graph(model.graph, "")
+    for o in model.opset_import:
+        bad(o.domain, "opset domain")
+    for p in model.metadata_props:
+        bad(p.key, "metadata key")
+        bad(p.value, "metadata value")
+    for f in model.functions:
+        bad(f.name, "function name")
+        bad(f.domain, "function domain")
+        for name in list(f.input) + list(f.output) + list(f.attribute):
+            bad(name, f"function '{f.name}': input, output or attribute name")
+        for i, n in enumerate(f.node):
+            nodes(n, i, f"function '{f.name}': ")
+
+
+def _inline_functions(model: onnx.ModelProto, source: str) -> onnx.ModelProto:
+    """Model-local functions replaced by their bodies, as ONNX Runtime runs them."""
+    if not len(model.functions):
+        return model
+    try:
+        from onnx import inliner
+
+        return inliner.inline_local_functions(model)
+    except Exception as exc:
+        raise ModelError(f"{source}: cannot expand the model-local functions "
+                         f"({', '.join(f.name for f in model.functions)}): {exc}") from exc
+
+
+def _check_count(label: str, what: str, n: int, lo: int, hi: int) -> None:
+    if not lo <= n <= hi:
+        expected = f"{lo}" if lo == hi else f"{lo} or more" if hi > 1 << 20 else f"{lo} to {hi}"
+        raise ModelError(f"{label} has {n} {what}; the op takes {expected}")
+
+
+def _check_structure(g: onnx.GraphProto, opset: int, source: str) -> None:
+    """Refuse what ONNX Runtime refuses at load: a graph without outputs, and two nodes
+    with the same (non-empty) name."""
+    if not len(g.output):
+        raise ModelError(f"{source}: the graph has no outputs, so there is nothing to compute; "
+                         "declare the results the model returns as graph outputs")
+    produced = {vi.name for vi in g.input} | {t.name for t in g.initializer} | {
+        t.values.name for t in g.sparse_initializer} | {o for n in g.node for o in n.output}
+    missing = [o.name for o in g.output if o.name not in produced]
+    if missing:
+        raise ModelError(f"{source}: graph output(s) {', '.join(missing)} produced by nothing")
+    seen: dict[str, int] = {}
+    for i, node in enumerate(g.node):
+        schema = _schema(node.op_type, opset, node.domain) if node.domain in (
+            "", "ai.onnx") else None
+        if schema is not None:
+            label = f"{source}: node '{node.name or f'#{i}'}' ({node.op_type}, opset {opset})"
+            _check_count(label, "inputs", len(node.input), schema.min_input, schema.max_input)
+            _check_count(label, "outputs", len(node.output), schema.min_output,
+                         schema.max_output)
+        if node.name and node.name in seen:
+            first = seen[node.name]
+            raise ModelError(f"{source}: nodes #{first} ({g.node[first].op_type}) and #{i} "
+                             f"({node.op_type}) are both named '{node.name}'; node names must "
+                             "be unique (ONNX Runtime refuses this model too)")
+        seen.setdefault(node.name, i)
+
+
+def _initializers(g: onnx.GraphProto, source: str) -> dict[str, np.ndarray]:
+    """Initializers by name as read-only arrays. A name given twice takes the last value, as
+    ONNX Runtime does."""
+    return {t.name: tensor_to_array(t, f"{source}: initializer '{t.name}'")
+            for t in g.initializer}
+
+
+def _densify_sparse(model: onnx.ModelProto, source: str) -> onnx.ModelProto:
+    """Sparse initializers turned into dense ones (before opset conversion, which does not
+    know them), as ONNX Runtime does."""
+    if not len(model.graph.sparse_initializer):
+        return model
+    dense = _copy_model(model)
+    for sparse in dense.graph.sparse_initializer:
+        name = sparse.values.name
+        array = sparse_to_array(sparse, f"{source}: sparse initializer '{name}'")
+        dense.graph.initializer.append(numpy_helper.from_array(array, name))
+    del dense.graph.sparse_initializer[:]
+    return dense
+
+
+def sparse_to_array(sparse: onnx.SparseTensorProto, where: str) -> np.ndarray:
+    """The dense array of a SparseTensorProto: `values` (NNZ) at `indices`, either NNZ linear
+    indices or an (NNZ, rank) array of coordinates, zeros elsewhere."""
+    dims = tuple(int(d) for d in sparse.dims)
+    if any(d < 0 for d in dims):
+        raise ModelError(f"{where}: negative dimension in shape {dims}")
+    if int(np.prod(np.array(dims, dtype=np.float64))) > MAX_ELEMENTS:
+        raise ModelError(f"{where}: declared shape {dims} is absurdly large")
+    values = tensor_to_array(sparse.values, f"{where} values")
+    indices = tensor_to_array(sparse.indices, f"{where} indices")
+    size = int(np.prod(dims, dtype=np.int64))
+    if values.ndim != 1 or indices.dtype != np.int64:
+        raise ModelError(f"{where}: values must be 1-D and indices int64, got values "
+                         f"{list(values.shape)} and indices {indices.dtype}{list(indices.shape)}")
+    if indices.ndim == 2 and indices.shape == (values.size, len(dims)):
+        if np.any(indices < 0) or np.any(indices >= np.array(dims, np.int64)):
+            raise ModelError(f"{where}: an index lies outside the shape {dims}")
+        linear = np.ravel_multi_index(indices.T, dims) if values.size else indices[:, 0]
+    elif indices.ndim == 1 and indices.size == values.size:
+        linear = indices
+        if np.any(linear < 0) or np.any(linear >= size):
+            raise ModelError(f"{where}: an index lies outside the {size} elements of {dims}")
+    else:
+        raise ModelError(f"{where}: indices of shape {list(indices.shape)} do not fit "
+                         f"{values.size} values in rank {len(dims)}")
+    dense = np.zeros(size, values.dtype)
+    dense[linear] = values
+    dense = dense.reshape(dims)
+    dense.setflags(write=False)
+    return dense
 
 
 def _ordered_nodes(g: onnx.GraphProto, source: str, known: dict):
@@ -445,19 +638,10 @@ def _plain_codes(graph: Graph, node: Node) -> None:
 
 def _apply_attr_defaults(op: registry.OpDef, node: Node, source: str) -> None:
     known = op.attrs if op.domain != registry.QUANT_DOMAIN else op.all_attrs()
-    unknown = sorted(set(node.attrs) - set(known))
-    if unknown:
-        raise ModelError(f"{source}: {node.describe()} has unknown attribute(s) "
-                         f"{', '.join(unknown)}; known: {', '.join(sorted(known)) or 'none'}")
-    for name, spec in known.items():
-        if name in node.attrs:
-            continue
-        if spec.default is registry.REQUIRED:
-            raise ModelError(f"{source}: {node.describe()} is missing required attribute "
-                             f"'{name}'")
-        if spec.default is not None:
-            default = spec.default
-            node.attrs[name] = list(default) if isinstance(default, (list, tuple)) else default
+    try:
+        registry.check_attributes(op, node, known)
+    except ModelError as exc:
+        raise ModelError(f"{source}: {exc}") from None
 
 
 def load(path: str | os.PathLike) -> Graph:

@@ -17,7 +17,7 @@ from lowbit.ops.conv_geometry import (
     window_from_attrs,
 )
 from lowbit.ops.elementwise_rules import FLOATS, check_dtype, known_types, same_dtype
-from lowbit.ops.registry import COMPUTE, Attr, OpDef, fail, register
+from lowbit.ops.registry import COMPUTE, Attr, OpDef, fail, register, sizes
 
 
 def _static(d: Dim) -> int | None:
@@ -106,7 +106,7 @@ class Conv(OpDef):
 
     op_type = "Conv"
     inputs = ("X", "W", "B?")
-    attrs = {**WINDOW_ATTRS, "group": Attr("int", 1)}
+    attrs = {**WINDOW_ATTRS, "group": Attr("int", 1, low=1)}
     fusable = True
     quant_rule = COMPUTE
 
@@ -137,8 +137,8 @@ class ConvTranspose(OpDef):
 
     op_type = "ConvTranspose"
     inputs = ("X", "W", "B?")
-    attrs = {**WINDOW_ATTRS, "group": Attr("int", 1), "output_padding": Attr("ints"),
-             "output_shape": Attr("ints")}
+    attrs = {**WINDOW_ATTRS, "group": Attr("int", 1, low=1),
+             "output_padding": sizes(0), "output_shape": sizes(1)}
     fusable = True
 
     def infer(self, node: Node, in_types: list[TensorType | None]) -> list[TensorType]:

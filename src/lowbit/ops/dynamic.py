@@ -28,7 +28,7 @@ from lowbit.ir import dtypes as dt
 from lowbit.ir.graph import Node
 from lowbit.ir.types import Dim, TensorType
 from lowbit.ops.linalg import matmul_shape
-from lowbit.ops.registry import QUANT_DOMAIN, REQUIRED, Attr, OpDef, fail, register
+from lowbit.ops.registry import QUANT_DOMAIN, REQUIRED, Attr, OpDef, fail, flag, register
 from lowbit.quant.dynamic_params import group_count, normalize_axes
 
 CODES = (dt.UINT8, dt.INT8)
@@ -60,8 +60,8 @@ class DynamicQuantize(OpDef):
     domain = QUANT_DOMAIN
     inputs = ("x", "channel_scale?")
     outputs = ("y", "y_scale", "y_zero_point")
-    attrs = {"axes": Attr("ints", REQUIRED), "symmetric": Attr("int", 0),
-             "reduce_range": Attr("int", 0), "group_size": Attr("int", 0)}
+    attrs = {"axes": Attr("ints", REQUIRED), "symmetric": flag(0),
+             "reduce_range": flag(0), "group_size": Attr("int", 0)}
 
     def infer(self, node: Node, in_types: list[TensorType | None]) -> list[TensorType]:
         x = in_types[0]

@@ -19,7 +19,7 @@ from lowbit.ops.elementwise_rules import (
     known_types,
     same_dtype,
 )
-from lowbit.ops.registry import COMPUTE, Attr, OpDef, fail, register
+from lowbit.ops.registry import COMPUTE, Attr, OpDef, fail, flag, register
 
 MATMUL_TYPES = FLOATS | {dt.INT32, dt.INT64, dt.UINT32, dt.UINT64}
 
@@ -45,7 +45,7 @@ class Gemm(OpDef):
     op_type = "Gemm"
     inputs = ("A", "B", "C?")
     attrs = {"alpha": Attr("float", 1.0), "beta": Attr("float", 1.0),
-             "transA": Attr("int", 0), "transB": Attr("int", 0)}
+             "transA": flag(0), "transB": flag(0)}
     fusable = True
     quant_rule = COMPUTE
 
@@ -73,9 +73,13 @@ class Gemm(OpDef):
         for label, t in (("A", a), ("B", b)):
             if len(t.shape) != 2:  # type: ignore[arg-type]
                 raise fail(node, f"{label} must be a matrix, got shape {t.shape}")
-        m, k1 = reversed(a.shape) if node.attrs.get("transA", 0) else a.shape
-        k2, n = reversed(b.shape) if node.attrs.get("transB", 0) else b.shape
-        _inner_dims_agree(node, k1, k2, a.shape, b.shape)
+        trans_a, trans_b = node.attrs.get("transA", 0), node.attrs.get("transB", 0)
+        m, k1 = reversed(a.shape) if trans_a else a.shape
+        k2, n = reversed(b.shape) if trans_b else b.shape
+        if isinstance(k1, int) and isinstance(k2, int) and k1 != k2:
+            raise fail(node, f"inner dimensions differ: A is {a.shape}, so with transA="
+                             f"{trans_a} K is {k1}; B is {b.shape}, so with transB={trans_b} "
+                             f"K is {k2}")
         shape: tuple[Dim, ...] | None = (m, n)
         c = types[2] if len(types) > 2 else None
         if c is not None:

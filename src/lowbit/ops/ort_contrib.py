@@ -19,7 +19,7 @@ from lowbit.ops.quantized import (
     _require_single,
     _same_dtype,
 )
-from lowbit.ops.registry import Attr, OpDef, fail, register
+from lowbit.ops.registry import Attr, OpDef, fail, flag, register
 
 ORT_DOMAIN = "com.microsoft"
 
@@ -51,7 +51,7 @@ class QGemm(OpDef):
     domain = ORT_DOMAIN
     inputs = ("A", "a_scale", "a_zero_point", "B", "b_scale", "b_zero_point", "C?",
               "y_scale?", "y_zero_point?")
-    attrs = {"alpha": Attr("float", 1.0), "transA": Attr("int", 0), "transB": Attr("int", 0)}
+    attrs = {"alpha": Attr("float", 1.0), "transA": flag(0), "transB": flag(0)}
 
     def infer(self, node: Node, in_types: list[TensorType | None]) -> list[TensorType]:
         types = (known_types(node, in_types) + [None] * 9)[:9]

@@ -34,7 +34,7 @@ from lowbit.ops.conv import check_channels, conv_window
 from lowbit.ops.conv_geometry import WINDOW_ATTRS
 from lowbit.ops.elementwise_rules import FLOAT8, dtype_names, known_types
 from lowbit.ops.linalg import matmul_shape
-from lowbit.ops.registry import Attr, OpDef, const_input, fail, register
+from lowbit.ops.registry import Attr, OpDef, const_input, fail, flag, register
 
 INTEGER_CODES = frozenset({dt.INT8, dt.UINT8, dt.INT16, dt.UINT16, dt.INT4, dt.UINT4, dt.INT2,
                            dt.UINT2})
@@ -232,12 +232,10 @@ class QuantizeLinear(OpDef):
     outputs = ("y",)
     # precision (version 23+) is checked when present but not filled in, so exports at
     # opset 21 stay valid.
-    attrs = {"axis": Attr("int", 1), "saturate": Attr("int", 1), "block_size": Attr("int", 0),
+    attrs = {"axis": Attr("int", 1), "saturate": flag(1), "block_size": Attr("int", 0),
              "output_dtype": Attr("int", 0), "precision": Attr("int")}
 
     def check(self, node: Node, in_types: list[TensorType | None]) -> None:
-        if node.attrs["saturate"] not in (0, 1):
-            raise fail(node, f"saturate must be 0 or 1, got {node.attrs['saturate']}")
         zero = in_types[2] if len(in_types) > 2 else None
         out = quantize_output_dtype(node, zero.dtype if zero is not None else None)
         _refuse_float_zero_point(node, 2, out)
@@ -372,7 +370,7 @@ class ConvInteger(OpDef):
 
     op_type = "ConvInteger"
     inputs = ("x", "w", "x_zero_point?", "w_zero_point?")
-    attrs = {**WINDOW_ATTRS, "group": Attr("int", 1)}
+    attrs = {**WINDOW_ATTRS, "group": Attr("int", 1, low=1)}
 
     def infer(self, node: Node, in_types: list[TensorType | None]) -> list[TensorType]:
         x, w = known_types(node, in_types)[:2]
@@ -396,7 +394,7 @@ class QLinearConv(OpDef):
     op_type = "QLinearConv"
     inputs = ("x", "x_scale", "x_zero_point", "w", "w_scale", "w_zero_point", "y_scale",
               "y_zero_point", "B?")
-    attrs = {**WINDOW_ATTRS, "group": Attr("int", 1)}
+    attrs = {**WINDOW_ATTRS, "group": Attr("int", 1, low=1)}
 
     def infer(self, node: Node, in_types: list[TensorType | None]) -> list[TensorType]:
         types = (known_types(node, in_types) + [None])[:9]

@@ -50,16 +50,41 @@ interpreter); integer kernels fold it into their output range. Export writes it 
 """
 
 
+MAX_DIM = 1 << 31
+"""The largest dimension, pad, stride or dilation a model may declare: 2**31 (a dimension
+beyond it is a corrupt or hostile file, not a model)."""
+
+
 @dataclass(frozen=True)
 class Attr:
-    """One attribute: its kind (int, float, string, ints, floats, strings, tensor) and default.
+    """One attribute: its kind (int, float, string, ints, floats, strings, tensor), default and
+    allowed values.
 
     `default=None` means optional with no value (the node's attrs omit it); `REQUIRED` means the
-    node is refused without it.
+    node is refused without it. `choices` lists the allowed values of an int or string (each
+    element of ints); `low` and `high` bound an int or each element of ints, both included.
     """
 
     kind: str
     default: Any = None
+    choices: tuple = ()
+    low: int | None = None
+    high: int | None = None
+
+
+def flag(default: int) -> Attr:
+    """An int attribute that is 0 or 1 (transA, keepdims, ceil_mode, ...)."""
+    return Attr("int", default, choices=(0, 1))
+
+
+def sizes(low: int, default: Any = None) -> Attr:
+    """An ints attribute of window sizes (kernel_shape, strides, dilations, pads), each element
+    in [low, MAX_DIM]."""
+    return Attr("ints", default, low=low, high=MAX_DIM)
+
+
+_KINDS = {"int": int, "float": float, "string": str, "tensor": np.ndarray}
+_LIST_KINDS = {"ints": int, "floats": float, "strings": str}
 
 
 class OpDef:
@@ -182,6 +207,73 @@ def _load_all() -> None:
     for info in pkgutil.iter_modules(pkg.__path__):
         if info.name not in ("registry", "common"):
             importlib.import_module(f"lowbit.ops.{info.name}")
+
+
+def _kind_of(value: Any) -> str:
+    """The attribute kind of a plain Python attribute value (as `onnx_import` makes them)."""
+    if isinstance(value, list | tuple):
+        kinds = {k for k, t in _LIST_KINDS.items() if all(type(v) is t for v in value)}
+        return next(iter(kinds)) if len(kinds) == 1 else "ints|floats|strings" if value \
+            else "list"
+    for kind, t in _KINDS.items():
+        if type(value) is t or (t is np.ndarray and isinstance(value, np.ndarray)):
+            return kind
+    return type(value).__name__
+
+
+def check_attributes(op: OpDef, node: Node, known: dict[str, Attr] | None = None) -> None:
+    """Refuse unknown and missing required attributes, values of the wrong kind and values out
+    of their declared range, naming the node and the attribute; then fill in the defaults.
+    `known` defaults to the op's ONNX attributes."""
+    known = op.attrs if known is None else known
+    unknown = sorted(set(node.attrs) - set(known))
+    if unknown:
+        raise fail(node, f"unknown attribute(s) {', '.join(unknown)}; known: "
+                         f"{', '.join(sorted(known)) or 'none'}")
+    for name, spec in known.items():
+        if name not in node.attrs:
+            if spec.default is REQUIRED:
+                raise fail(node, f"missing required attribute '{name}'")
+            if spec.default is not None:
+                default = spec.default
+                node.attrs[name] = list(default) if isinstance(default, list | tuple) \
+                    else default
+            continue
+        value = node.attrs[name]
+        kind = _kind_of(value)
+        if kind != spec.kind and not (kind == "list" and spec.kind in _LIST_KINDS):
+            raise fail(node, f"attribute '{name}' must be {_KIND_TEXT[spec.kind]}, got "
+                             f"{_KIND_TEXT.get(kind, kind)} {_short(value)}")
+        elements = value if spec.kind in _LIST_KINDS else [value]
+        for v in elements:
+            if spec.choices and v not in spec.choices:
+                texts = [repr(c) for c in spec.choices]
+                allowed = " or ".join(texts) if len(texts) <= 2 else \
+                    f"one of {', '.join(texts)}"
+                raise fail(node, f"attribute '{name}' is {_short(value)}; allowed: {allowed}")
+            if (spec.low is not None and v < spec.low) or (spec.high is not None
+                                                            and v > spec.high):
+                each = "each value " if spec.kind in _LIST_KINDS else ""
+                raise fail(node, f"attribute '{name}' is {_short(value)}; {each}must be "
+                                 f"{_range_text(spec.low, spec.high)}")
+
+
+def _range_text(low: int | None, high: int | None) -> str:
+    if high is None:
+        return f"at least {low}"
+    if low is None:
+        return f"at most {high}"
+    return f"in [{low}, {high}]"
+
+
+_KIND_TEXT = {"int": "an integer", "float": "a float", "string": "a string",
+              "tensor": "a tensor", "ints": "a list of integers", "floats": "a list of floats",
+              "strings": "a list of strings", "graph": "a graph", "graphs": "a list of graphs"}
+
+
+def _short(value: Any) -> str:
+    text = repr(value.tolist() if isinstance(value, np.ndarray) and value.size <= 8 else value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 # -- helpers for op modules -----------------------------------------------------------------------

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from lowbit.backends.reference.kernels import kernel_for
+from lowbit.errors import KernelError, LowbitError
 from lowbit.ir import dtypes
 from lowbit.ir.graph import CONSTANT, Graph, Node
 from lowbit.ir.types import TensorType
@@ -77,7 +78,14 @@ def _try_fold(node: Node) -> list[np.ndarray] | None:
         if v.type is not None and v.type.numel is not None and v.type.numel > MAX_FOLDED_ELEMENTS:
             return None
     args = [v.const_value if v is not None else None for v in node.inputs]
-    results = [np.asarray(r) for r in kernel(node, args)]
+    try:
+        with np.errstate(all="ignore"):
+            results = [np.asarray(r) for r in kernel(node, args)]
+    except LowbitError as exc:
+        raise type(exc)(f"{node.describe()}: {exc}") from exc
+    except Exception as exc:
+        raise KernelError(f"{node.describe()} fails on its constant inputs: "
+                          f"{type(exc).__name__}: {exc}") from exc
     if any(r.size > MAX_FOLDED_ELEMENTS for r in results):
         return None
     return results[: len(node.outputs)]

@@ -64,6 +64,7 @@ from lowbit.quant.static import (
     QuantizationError,
     QuantResult,
     QuantSummary,
+    check_finite_constants,
     gemm_problem,
 )
 
@@ -187,6 +188,7 @@ class _Builder:
         if reason is not None:
             self.rows.append(NodeReport(node.name, node.op_type, "float", reason))
             return
+        check_finite_constants(node)
         a = node.inputs[0]
         b = node.inputs[1]
         if node.op_type == "Gemm" and node.attrs.get("transB"):

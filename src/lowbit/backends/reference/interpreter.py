@@ -16,6 +16,7 @@ from typing import Protocol
 import numpy as np
 
 from lowbit.backends.reference.kernels import is_quantized, kernel_for
+from lowbit.backends.reference.preflight import preflight
 from lowbit.errors import InputError, KernelError, LowbitError, UnsupportedError
 from lowbit.ir import dtypes
 from lowbit.ir.graph import CONSTANT, Graph, Node, Value
@@ -52,6 +53,8 @@ class Interpreter:
                 f"the reference backend has no kernel for: {', '.join(missing)}"
             )
         self._release = self._plan_release()
+        self._checked: set[tuple] = set()
+        """Input signatures (dtypes and shapes) `preflight` has accepted."""
 
     def _plan_release(self) -> list[list[Value]]:
         """For each node index, the values whose last reader is that node."""
@@ -68,8 +71,18 @@ class Interpreter:
         return release
 
     def __call__(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        env: dict[Value, np.ndarray] = dict(zip(self.graph.inputs,
-                                                check_inputs(self.graph, inputs), strict=True))
+        # Float overflow and NaN follow IEEE semantics, as in every runtime; numpy's warnings
+        # about them (from kernels and observers) would only clutter the output.
+        with np.errstate(all="ignore"):
+            return self._run(inputs)
+
+    def _run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        arrays = check_inputs(self.graph, inputs)
+        signature = tuple((a.dtype.str, a.shape) for a in arrays)
+        if signature not in self._checked:
+            preflight(self.graph, arrays)
+            self._checked.add(signature)
+        env: dict[Value, np.ndarray] = dict(zip(self.graph.inputs, arrays, strict=True))
         for i, node in enumerate(self.graph.nodes):
             if node.op_type == CONSTANT:
                 env[node.output] = node.attrs["value"]
