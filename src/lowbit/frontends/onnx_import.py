@@ -608,12 +608,25 @@ def _canonicalize_and_type(graph: Graph, opset: int, declared: dict, source: str
         except ModelError as exc:
             raise type(exc)(f"{source}: {exc}") from exc
         for value, t in zip(node.outputs, out_types, strict=False):
+            _refuse_absurd(node, value.name, t, source)
             seed = declared.get(value.name)
             seed_type = _value_info_type(seed, f"{source}: value '{value.name}'") if seed else None
             if seed_type is not None and seed_type.dtype != t.dtype:
                 raise ModelError(f"{source}: {node.describe()} output '{value.name}' is declared "
                                  f"{seed_type.dtype} but computes {t.dtype}")
             value.type = merge_types(seed_type, t) if seed_type is not None else t
+
+
+def _refuse_absurd(node: Node, name: str, t: TensorType, source: str) -> None:
+    """A value with more than MAX_ELEMENTS elements even when every symbolic dimension is 1
+    (a batch of one) is absurd, as a declared one is."""
+    if t.shape is None:
+        return
+    static = [d for d in t.shape if isinstance(d, int)]
+    if static and int(np.prod(np.array(static, dtype=np.float64))) > MAX_ELEMENTS:
+        raise ModelError(f"{source}: {node.describe()} computes '{name}' of shape {t.shape}, "
+                         f"more than {MAX_ELEMENTS:,} elements, which is absurd; check its "
+                         "attributes and the shapes it reads")
 
 
 def _plain_codes(graph: Graph, node: Node) -> None:

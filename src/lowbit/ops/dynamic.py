@@ -27,8 +27,9 @@ from __future__ import annotations
 from lowbit.ir import dtypes as dt
 from lowbit.ir.graph import Node
 from lowbit.ir.types import Dim, TensorType
-from lowbit.ops.linalg import matmul_shape
-from lowbit.ops.registry import QUANT_DOMAIN, REQUIRED, Attr, OpDef, fail, flag, register
+from lowbit.ops.linalg import inner_dim, matmul_shape
+from lowbit.ops.registry import QUANT_DOMAIN, REQUIRED, Attr, OpDef, Work, fail, flag, register
+from lowbit.ops.work import product_work
 from lowbit.quant.dynamic_params import group_count, normalize_axes
 
 CODES = (dt.UINT8, dt.INT8)
@@ -125,6 +126,10 @@ class DynamicMatMul(OpDef):
         if c is not None and c.dtype != dt.FLOAT32:
             raise fail(node, "the bias C must be float32")
         return [TensorType(dt.FLOAT32, matmul_shape(node, a.shape, b.shape))]
+
+    def work(self, node: Node, in_types: list[TensorType | None],
+             out_types: list[TensorType | None]) -> Work:
+        return product_work(out_types[0], inner_dim(in_types[0]))
 
     @staticmethod
     def _check_param(node: Node, x: TensorType, scale: TensorType | None,

@@ -19,7 +19,8 @@ from lowbit.ops.elementwise_rules import (
     known_types,
     same_dtype,
 )
-from lowbit.ops.registry import COMPUTE, Attr, OpDef, fail, flag, register
+from lowbit.ops.registry import COMPUTE, Attr, OpDef, Work, fail, flag, register
+from lowbit.ops.work import product_work
 
 MATMUL_TYPES = FLOATS | {dt.INT32, dt.INT64, dt.UINT32, dt.UINT64}
 
@@ -86,6 +87,10 @@ class Gemm(OpDef):
             shape = broadcast_to(node, shape, c, "C")
         return [TensorType(a.dtype, shape)]
 
+    def work(self, node: Node, in_types: list[TensorType | None],
+             out_types: list[TensorType | None]) -> Work:
+        return product_work(out_types[0], inner_dim(in_types[0], node.attrs.get("transA", 0)))
+
 
 @register
 class MatMul(OpDef):
@@ -104,6 +109,18 @@ class MatMul(OpDef):
         check_dtype(node, 1, b, MATMUL_TYPES)
         _same_unless_quantized(node, [a, b])
         return [TensorType(a.dtype, matmul_shape(node, a.shape, b.shape))]
+
+    def work(self, node: Node, in_types: list[TensorType | None],
+             out_types: list[TensorType | None]) -> Work:
+        return product_work(out_types[0], inner_dim(in_types[0]))
+
+
+def inner_dim(a: TensorType | None, transposed: int = 0) -> Dim:
+    """K of a product whose left operand has type `a` (its last dim, or its first when
+    transposed), None when unknown."""
+    if a is None or not a.shape:
+        return None
+    return a.shape[0] if transposed else a.shape[-1]
 
 
 def matmul_shape(node: Node, a: tuple[Dim, ...] | None, b: tuple[Dim, ...] | None

@@ -12,6 +12,7 @@ from lowbit.ir import dtypes as dt
 from lowbit.ir.graph import Node
 from lowbit.ir.types import Dim, TensorType
 from lowbit.ops.elementwise_rules import known_types
+from lowbit.ops.linalg import inner_dim
 from lowbit.ops.quantized import (
     EIGHT_BIT,
     _output_quant,
@@ -19,7 +20,8 @@ from lowbit.ops.quantized import (
     _require_single,
     _same_dtype,
 )
-from lowbit.ops.registry import Attr, OpDef, fail, flag, register
+from lowbit.ops.registry import Attr, OpDef, Work, fail, flag, register
+from lowbit.ops.work import product_work
 
 ORT_DOMAIN = "com.microsoft"
 
@@ -90,4 +92,8 @@ class QGemm(OpDef):
         assert y_zero is not None
         _same_dtype(node, types, 0, 8)
         return [TensorType(y_zero.dtype, shape, _output_quant(node, y_zero.dtype, 7, 8))]
+
+    def work(self, node: Node, in_types: list[TensorType | None],
+             out_types: list[TensorType | None]) -> Work:
+        return product_work(out_types[0], inner_dim(in_types[0], node.attrs["transA"]))
 

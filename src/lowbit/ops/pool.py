@@ -14,7 +14,19 @@ from lowbit.ir.graph import Node
 from lowbit.ir.types import TensorType
 from lowbit.ops.conv_geometry import WINDOW_ATTRS, Window, window_from_attrs
 from lowbit.ops.elementwise_rules import FLOATS, check_dtype, known_types
-from lowbit.ops.registry import KEEP, REQUIRED, RESCALE, Attr, OpDef, fail, flag, register, sizes
+from lowbit.ops.registry import (
+    KEEP,
+    REQUIRED,
+    RESCALE,
+    Attr,
+    OpDef,
+    Work,
+    fail,
+    flag,
+    register,
+    sizes,
+)
+from lowbit.ops.work import window_work
 
 POOL_ATTRS = {**WINDOW_ATTRS, "kernel_shape": sizes(1, REQUIRED), "ceil_mode": flag(0)}
 
@@ -68,6 +80,11 @@ class WindowPool(OpDef):
                              f"size {spatial}")
         shape = (x.shape[0], x.shape[1], *spatial)
         return [TensorType(x.dtype, shape), TensorType(dt.INT64, shape)]
+
+    def work(self, node: Node, in_types: list[TensorType | None],
+             out_types: list[TensorType | None]) -> Work:
+        return window_work(in_types[0], out_types[0], node.attrs["kernel_shape"],
+                           node.attrs.get("pads") or [], 1, im2col=False)
 
 
 @register

@@ -30,11 +30,12 @@ from lowbit.ir.dtypes import DType
 from lowbit.ir.graph import Node
 from lowbit.ir.types import Dim, QuantParams, TensorType
 from lowbit.ops.common import broadcast_shapes
-from lowbit.ops.conv import check_channels, conv_window
+from lowbit.ops.conv import check_channels, conv_window, conv_work
 from lowbit.ops.conv_geometry import WINDOW_ATTRS
 from lowbit.ops.elementwise_rules import FLOAT8, dtype_names, known_types
-from lowbit.ops.linalg import matmul_shape
-from lowbit.ops.registry import Attr, OpDef, const_input, fail, flag, register
+from lowbit.ops.linalg import inner_dim, matmul_shape
+from lowbit.ops.registry import Attr, OpDef, Work, const_input, fail, flag, register
+from lowbit.ops.work import product_work
 
 INTEGER_CODES = frozenset({dt.INT8, dt.UINT8, dt.INT16, dt.UINT16, dt.INT4, dt.UINT4, dt.INT2,
                            dt.UINT2})
@@ -384,6 +385,10 @@ class ConvInteger(OpDef):
         _per_channel(node, in_types, 3, w.shape[0], "output channel")
         return [TensorType(dt.INT32, shape)]
 
+    def work(self, node: Node, in_types: list[TensorType | None],
+             out_types: list[TensorType | None]) -> Work:
+        return conv_work(node, in_types[0], in_types[1], out_types[0])
+
 
 @register
 class QLinearConv(OpDef):
@@ -417,6 +422,10 @@ class QLinearConv(OpDef):
             _per_channel(node, types, 8, w.shape[0], "output channel")
         return [TensorType(y_zero.dtype, shape, _output_quant(node, y_zero.dtype, 6, 7))]
 
+    def work(self, node: Node, in_types: list[TensorType | None],
+             out_types: list[TensorType | None]) -> Work:
+        return conv_work(node, in_types[0], in_types[3], out_types[0])
+
 
 @register
 class MatMulInteger(OpDef):
@@ -440,6 +449,10 @@ class MatMulInteger(OpDef):
         if a.shape is None or b.shape is None:
             return [TensorType(dt.INT32, None)]
         return [TensorType(dt.INT32, matmul_shape(node, a.shape, b.shape))]
+
+    def work(self, node: Node, in_types: list[TensorType | None],
+             out_types: list[TensorType | None]) -> Work:
+        return product_work(out_types[0], inner_dim(in_types[0]))
 
 
 @register
@@ -475,3 +488,7 @@ class QLinearMatMul(OpDef):
         shape = None if a.shape is None or b.shape is None else \
             matmul_shape(node, a.shape, b.shape)
         return [TensorType(y_zero.dtype, shape, _output_quant(node, y_zero.dtype, 6, 7))]
+
+    def work(self, node: Node, in_types: list[TensorType | None],
+             out_types: list[TensorType | None]) -> Work:
+        return product_work(out_types[0], inner_dim(in_types[0]))

@@ -87,6 +87,21 @@ _KINDS = {"int": int, "float": float, "string": str, "tensor": np.ndarray}
 _LIST_KINDS = {"ints": int, "floats": float, "strings": str}
 
 
+@dataclass(frozen=True)
+class Work:
+    """What running one node costs the reference interpreter: multiply-adds (or elementary
+    operations) and bytes of temporaries beyond its inputs and outputs (padded copies, im2col
+    columns, float64 accumulators). `lowbit.backends.reference.preflight` adds them up."""
+
+    ops: int
+    scratch: int = 0
+
+
+def numel(t: TensorType | None) -> int:
+    """Elements of a type with a static shape, else 0 (unknown sizes are not counted)."""
+    return 0 if t is None or t.numel is None else t.numel
+
+
 class OpDef:
     """Schema, validation and type inference of one op.
 
@@ -147,6 +162,14 @@ class OpDef:
         """Output types from input types. Constant inputs are available as
         `node.inputs[i].const_value`. Unknown dimensions are None, unknown rank is shape None."""
         raise NotImplementedError(f"{self.op_type} has no type inference")
+
+    def work(self, node: Node, in_types: list[TensorType | None],
+             out_types: list[TensorType | None]) -> Work:
+        """The node's cost for these (static) types; by default one operation per output
+        element and a float64 temporary of the outputs. Products and sliding windows say
+        more."""
+        n = sum(numel(t) for t in out_types)
+        return Work(n, 8 * n)
 
 
 _REGISTRY: dict[tuple[str, str], OpDef] = {}

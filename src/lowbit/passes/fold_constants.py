@@ -9,7 +9,7 @@ from lowbit.errors import KernelError, LowbitError
 from lowbit.ir import dtypes
 from lowbit.ir.graph import CONSTANT, Graph, Node
 from lowbit.ir.types import TensorType
-from lowbit.ops import infer_node, merge_types
+from lowbit.ops import infer_node, lookup, merge_types
 from lowbit.ops.shape_values import as_array, static_value
 from lowbit.passes.dead_code import eliminate_dead_code
 
@@ -23,6 +23,9 @@ NO_FOLD = frozenset({
 })
 MAX_FOLDED_ELEMENTS = 1 << 24
 """Results bigger than this stay computed at run time (an Expand must not bloat the model)."""
+MAX_FOLDED_OPS = 1 << 30
+"""Nodes costing more operations than this (`OpDef.work`) are not folded at import: loading
+a small file must not take minutes."""
 
 
 def _known_shape_value(node: Node) -> list[np.ndarray] | None:
@@ -77,6 +80,11 @@ def _try_fold(node: Node) -> list[np.ndarray] | None:
     for v in node.outputs:
         if v.type is not None and v.type.numel is not None and v.type.numel > MAX_FOLDED_ELEMENTS:
             return None
+    work = lookup(node.op_type, node.domain)
+    if work is not None and work.work(node, [v.type if v is not None else None
+                                              for v in node.inputs],
+                                      [v.type for v in node.outputs]).ops > MAX_FOLDED_OPS:
+        return None  # left to run time, whose preflight weighs it against the inputs
     args = [v.const_value if v is not None else None for v in node.inputs]
     try:
         with np.errstate(all="ignore"):

@@ -2,24 +2,30 @@
 
 A model imported with symbolic dimensions (a batch `N`) can still contradict itself once `N`
 is known: a Gemm with transA=1 whose K is the batch size, a Flatten on the wrong axis. And a
-small file can describe intermediate values larger than the machine's memory. `preflight`
-infers every value's type from the input arrays' shapes with the ops' own inference, so such a
-model is refused naming the node, and adds up the bytes of the values alive at each step (the
-interpreter frees a value after its last reader), refusing a run whose peak exceeds the
-memory available, with the figures, before anything is allocated.
+small file can describe intermediate values larger than the machine's memory, or windows so
+large that a run would take hours. `preflight` infers every value's type from the input
+arrays' shapes with the ops' own inference, so such a model is refused naming the node; then
+it adds up the bytes of the values alive at each step (the interpreter frees a value after its
+last reader) plus each node's temporaries, and the operations of every node (`OpDef.work`),
+refusing a run whose peak exceeds the memory available or whose operations exceed `max_ops()`,
+with the figures, before anything is allocated.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
 from lowbit.errors import InputError, LowbitError, ModelError
-from lowbit.ir.graph import CONSTANT, Graph, Value
+from lowbit.ir.graph import CONSTANT, Graph, Node, Value
 from lowbit.ir.types import TensorType
 
+MAX_OPS = 2e12
+"""The most multiply-adds one run of the reference interpreter may take (at the few GFLOP/s
+numpy reaches here, several minutes to hours); LOWBIT_MAX_OPS overrides it."""
 MEMORY_FRACTION = 0.8
 """A run may plan at most this share of the available memory for its values (kernels need
 scratch space on top: im2col columns, float64 accumulators)."""
@@ -78,10 +84,21 @@ def value_bytes(v: Value) -> int | None:
     return t.numel * t.dtype.np_dtype.itemsize
 
 
-def peak_bytes(graph: Graph) -> tuple[int, Value | None]:
-    """The largest total size of the values alive at once while running `graph` in order
-    (inputs, node outputs until their last reader; constants excluded, they exist already),
-    and the largest single value. Values of unknown size count as zero."""
+@dataclass
+class Cost:
+    """What a run of a specialized graph needs: the peak bytes of live values plus one node's
+    temporaries, the node at that peak, and the total operations (`OpDef.work`)."""
+
+    peak: int
+    peak_node: Node | None
+    ops: int
+
+
+def cost(graph: Graph) -> Cost:
+    """Walk `graph` in order as the interpreter does (inputs and node outputs live until their
+    last reader; constants exist already and are not counted; unknown sizes count as zero)."""
+    from lowbit.ops import get
+
     last: dict[Value, int] = {}
     for i, node in enumerate(graph.nodes):
         for v in node.inputs:
@@ -89,39 +106,57 @@ def peak_bytes(graph: Graph) -> tuple[int, Value | None]:
                 last[v] = i
     keep = set(graph.outputs)
     live = sum(value_bytes(v) or 0 for v in graph.inputs)
-    peak, largest, largest_size = live, None, -1
+    result = Cost(live, None, 0)
     for i, node in enumerate(graph.nodes):
         if node.op_type == CONSTANT:
             continue
-        for v in node.outputs:
-            size = value_bytes(v) or 0
-            live += size
-            if size > largest_size:
-                largest, largest_size = v, size
-        peak = max(peak, live)
+        work = get(node.op_type, node.domain).work(
+            node, [v.type if v is not None else None for v in node.inputs],
+            [v.type for v in node.outputs])
+        live += sum(value_bytes(v) or 0 for v in node.outputs)
+        result.ops += work.ops
+        if live + work.scratch > result.peak:
+            result.peak, result.peak_node = live + work.scratch, node
         for v in {v for v in node.inputs if v is not None}:
             if last.get(v) == i and v not in keep and not v.is_constant:
                 live -= value_bytes(v) or 0
         for v in node.outputs:
             if v not in last and v not in keep:
                 live -= value_bytes(v) or 0
-    return peak, largest
+    return result
+
+
+def max_ops() -> float:
+    """The most operations one run may take: MAX_OPS, or the LOWBIT_MAX_OPS environment
+    variable."""
+    text = os.environ.get("LOWBIT_MAX_OPS", "")
+    try:
+        return float(text) if text else MAX_OPS
+    except ValueError:
+        raise InputError(f"LOWBIT_MAX_OPS={text!r} is not a number") from None
 
 
 def preflight(graph: Graph, arrays: Sequence[np.ndarray], memory: int | None = None) -> Graph:
-    """`specialize` the graph to the inputs, then refuse a run whose values would need more
-    than MEMORY_FRACTION of `memory` (default: the memory available now). Returns the
-    specialized graph."""
+    """`specialize` the graph to the inputs, then refuse a run whose values and temporaries
+    would need more than MEMORY_FRACTION of `memory` (default: the memory available now), or
+    more than `max_ops()` operations. Returns the specialized graph."""
     g = specialize(graph, arrays)
-    peak, largest = peak_bytes(g)
+    need = cost(g)
     memory = available_memory() if memory is None else memory
-    if peak > MEMORY_FRACTION * memory:
-        shapes = ", ".join(f"{tuple(a.shape)}" for a in arrays)
-        what = f"; the largest, '{largest.name}' {largest.type}, alone takes " \
-               f"{format_bytes(value_bytes(largest) or 0)}" if largest is not None else ""
+    shapes = ", ".join(f"{tuple(a.shape)}" for a in arrays)
+    where = f", most while computing {need.peak_node.describe()}" \
+        if need.peak_node is not None else ""
+    if need.peak > MEMORY_FRACTION * memory:
         raise InputError(
-            f"running the model on inputs of shape {shapes} needs at least "
-            f"{format_bytes(peak)} for its intermediate values{what}; this machine has "
+            f"running the model on inputs of shape {shapes} needs about "
+            f"{format_bytes(need.peak)} of memory{where}; this machine has "
             f"{format_bytes(memory)} available. Use smaller batches or inputs, or check the "
             f"model's shapes (`lowbit inspect --nodes`)")
+    limit = max_ops()
+    if need.ops > limit:
+        raise InputError(
+            f"running the model on inputs of shape {shapes} takes about {need.ops:.3g} "
+            f"multiply-adds, more than the reference interpreter's limit of {limit:.3g} (hours "
+            f"of work); use smaller batches or inputs, check the model's shapes (`lowbit "
+            f"inspect --nodes`), or raise the limit with LOWBIT_MAX_OPS")
     return g
