@@ -2,7 +2,7 @@
 
 For M log-spaced over [1e-6, 1e2] (plus the powers of two in that range) and accumulators drawn
 over the whole int32 range (uniformly, around every output value, next to rounding ties, and the
-extremes), compare `lowbit.quant.fixed_point.requantize` with exact real rescaling and print
+extremes), compare `lowbit.numerics.fixed_point.requantize` with exact real rescaling and print
 markdown tables, one per output width. The tables in docs/requantization.md come from this script:
 
     PYTHONPATH=src python benchmarks/requant_error.py
@@ -14,7 +14,7 @@ import argparse
 
 import numpy as np
 
-from lowbit.quant import fixed_point as fp
+from lowbit.numerics import fixed_point as fp
 
 OUTPUTS = {"int8": (-128, 127, 8), "int16": (-32768, 32767, 16)}
 EDGES = np.array([fp.INT32_MIN, fp.INT32_MIN + 1, -2, -1, 0, 1, 2, fp.INT32_MAX - 1, fp.INT32_MAX])

@@ -7,8 +7,6 @@
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
-
 from lowbit.api import (
     compare,
     compile,
@@ -25,6 +23,7 @@ from lowbit.errors import LowbitError
 from lowbit.ir import Graph, Node, QuantParams, TensorType, Value
 from lowbit.quant.config import QuantConfig
 from lowbit.quant.profile import Profile
+from lowbit.version import __version__
 
 __all__ = [
     "Graph",

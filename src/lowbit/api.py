@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 
 import numpy as np
 
 from lowbit import backends
-from lowbit.frontends import onnx_export, onnx_import
+from lowbit.exporters import onnx_export
+from lowbit.frontends import onnx_import
 from lowbit.ir.graph import Graph
 from lowbit.passes import canonicalize
 from lowbit.passes import optimize as _optimize
@@ -117,9 +120,18 @@ def sensitivity(float_graph: Graph, batches: Iterable[Mapping[str, np.ndarray]],
                         dynamic=dynamic, progress=progress)
 
 
-def from_torch(module, example_inputs, **options) -> Graph:
-    """A PyTorch module as a Graph, through torch's ONNX export (see
-    `lowbit.frontends.torch_import.from_torch` for the options; torch stays optional)."""
-    from lowbit.frontends.torch_import import from_torch as _from_torch
+def from_torch(module, example_inputs, *, input_names=None, output_names=None,
+               dynamic_axes=None, optimize: bool = True) -> Graph:
+    """A PyTorch module as a Graph: exported (in eval mode) with `example_inputs` by
+    `torch.onnx.export` (TorchScript exporter, opset 17), then `load`ed. `input_names` default
+    to input_0, input_1, ...; `dynamic_axes` names symbolic dims as in torch.onnx.export
+    ({"input_0": {0: "batch"}}). Modules quantized by `torch.ao.quantization.quantize_dynamic`
+    keep their integers. torch stays optional: without it, UnsupportedError says how to install
+    it."""
+    from lowbit.frontends.torch_import import export_onnx
 
-    return _from_torch(module, example_inputs, **options)
+    with tempfile.TemporaryDirectory(prefix="lowbit-torch-") as tmp:
+        path = Path(tmp) / "model.onnx"
+        export_onnx(module, example_inputs, path, input_names=input_names,
+                    output_names=output_names, dynamic_axes=dynamic_axes)
+        return load(path, optimize=optimize)

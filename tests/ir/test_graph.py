@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from lowbit.errors import VerifyError
-from lowbit.ir import Graph, Node, TensorType, Value, dtypes, verify
-from lowbit.passes import eliminate_dead_code
+from lowbit.ir import Graph, Node, TensorType, Value, dtypes
+from lowbit.passes import eliminate_dead_code, verify
 
 F = TensorType(dtypes.FLOAT32, ("n", 4))
 

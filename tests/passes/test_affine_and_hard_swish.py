@@ -9,8 +9,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from lowbit.api import run
 from lowbit.frontends.onnx_import import import_model
-from lowbit.ir import verify
-from lowbit.passes import canonicalize, fold_channel_affine, fuse_hard_swish, optimize
+from lowbit.passes import canonicalize, fold_channel_affine, fuse_hard_swish, optimize, verify
 
 RNG = np.random.default_rng(0)
 

@@ -8,8 +8,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from lowbit.api import run
 from lowbit.frontends.onnx_import import import_model
-from lowbit.ir import verify
-from lowbit.passes import canonicalize, fold_batch_norm, fuse_activations, optimize
+from lowbit.passes import canonicalize, fold_batch_norm, fuse_activations, optimize, verify
 
 RNG = np.random.default_rng(0)
 

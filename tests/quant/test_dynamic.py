@@ -10,9 +10,9 @@ from onnx import TensorProto, helper, numpy_helper
 
 import lowbit
 from lowbit.errors import LowbitError
+from lowbit.numerics.dynamic_params import dynamic_params
 from lowbit.quant.config import QuantConfig, Rule
 from lowbit.quant.dynamic import quantize_dynamic
-from lowbit.quant.dynamic_params import dynamic_params
 
 
 def _reference_row(row: np.ndarray, symmetric: bool, top: int):

@@ -14,8 +14,8 @@ from onnx import TensorProto, helper, numpy_helper
 import lowbit
 from lowbit.errors import ConfigError, InputError
 from lowbit.frontends.onnx_import import import_model
-from lowbit.ir.verifier import verify
 from lowbit.passes import optimize
+from lowbit.passes.verifier import verify
 from lowbit.quant.config import QuantConfig
 from lowbit.quant.static import QuantizationError, quantize
 

@@ -16,7 +16,7 @@ import lowbit
 from lowbit.ir import dtypes
 from lowbit.ir.graph import Node
 from lowbit.ir.types import QuantParams, TensorType
-from lowbit.quant import arith
+from lowbit.numerics import arith
 from lowbit.quant.config import QuantConfig
 from lowbit.quant.input_moments import InputMoments
 from lowbit.quant.static import quantize

@@ -109,7 +109,7 @@ def test_the_one_int8_layer_among_int16_stands_out(mnist):
 def test_own_error_is_the_layer_run_on_the_float_models_values(mnist):
     """A layer's own error equals its node run on the float model's input value, quantized to
     the input's type."""
-    from lowbit.quant import arith
+    from lowbit.numerics import arith
 
     graph, prof, data = mnist
     q = lowbit.quantize(graph, prof)

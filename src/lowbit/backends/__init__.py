@@ -1,11 +1,13 @@
 """Backends: each compiles a Graph into an executable `(inputs) -> outputs`.
 
-`reference` is the numpy interpreter that defines what every op computes, exactly.
+`reference` is the numpy interpreter that defines what every op computes, exactly. Each backend
+package exposes `compile(graph, **options)`; `compile` here picks one by name.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from lowbit.errors import LowbitError
 from lowbit.ir.graph import Graph
@@ -15,13 +17,10 @@ Executable = Callable[[dict], dict]
 BACKENDS = ("reference",)
 
 
-def compile(graph: Graph, backend: str = "reference") -> Executable:
+def compile(graph: Graph, backend: str = "reference", **options: Any) -> Executable:
     """Compile `graph` for `backend`; the result maps {input name: array} to {output: array}."""
     if backend == "reference":
-        from lowbit.backends.reference import Interpreter
-        from lowbit.passes.quant_cleanup import fold_quantized_constants
+        from lowbit.backends import reference
 
-        if any(n.op_type == "Quantize" and n.inputs[0].is_constant for n in graph.nodes):
-            graph = fold_quantized_constants(graph.copy())
-        return Interpreter(graph)
+        return reference.compile(graph, **options)
     raise LowbitError(f"unknown backend '{backend}'; available: {', '.join(BACKENDS)}")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from lowbit.ir.graph import Graph
-from lowbit.ir.printer import format_node, format_type
+from lowbit.ir.graph import Graph, format_node
+from lowbit.ir.types import format_type
 
 EXAMPLE = """example:
   lowbit inspect model.onnx           # summary

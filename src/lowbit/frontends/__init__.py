@@ -1,1 +1,1 @@
-"""Model frontends: ONNX import and export, PyTorch entry point."""
+"""Model frontends: ONNX import, PyTorch entry point."""

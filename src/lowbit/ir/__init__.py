@@ -1,11 +1,9 @@
-"""The lowbit IR: Graph, Node, Value, TensorType, QuantParams, printer and verifier."""
+"""The lowbit IR: Graph, Node, Value, TensorType, QuantParams, each with its text form."""
 
 from lowbit.ir import dtypes
 from lowbit.ir.dtypes import DType
-from lowbit.ir.graph import CONSTANT, Graph, Node, Value
-from lowbit.ir.printer import format_graph, format_type
-from lowbit.ir.types import Dim, QuantParams, TensorType
-from lowbit.ir.verifier import verify
+from lowbit.ir.graph import CONSTANT, Graph, Node, Value, format_graph
+from lowbit.ir.types import Dim, QuantParams, TensorType, format_type
 
 __all__ = [
     "CONSTANT",
@@ -19,5 +17,4 @@ __all__ = [
     "dtypes",
     "format_graph",
     "format_type",
-    "verify",
 ]

@@ -4,6 +4,9 @@ A `Graph` is a list of `Node`s in topological order. Nodes read and write `Value
 has exactly one producer (a node, or nothing for a graph input). Weights are `Constant` nodes
 whose `value` attribute holds a read-only numpy array, so passes see constants as ordinary nodes.
 Omitted optional inputs are `None` in `Node.inputs`.
+
+A graph prints one line per node, `%y: <type> = Op(%x, %w) {attrs}  # name` (types as
+`lowbit.ir.types` prints them).
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from lowbit.ir import dtypes
-from lowbit.ir.types import TensorType
+from lowbit.ir.types import TensorType, format_shape, format_type
 
 CONSTANT = "Constant"
 
@@ -264,9 +267,43 @@ class Graph:
         return g
 
     def __str__(self) -> str:
-        from lowbit.ir.printer import format_graph
-
         return format_graph(self)
 
     def __repr__(self) -> str:
         return f"<Graph {self.name}: {len(self.nodes)} nodes, opset {self.opset}>"
+
+
+# -- text form ---------------------------------------------------------------------------------
+def _format_attr(value) -> str:
+    if isinstance(value, np.ndarray):
+        if value.size <= 8:
+            return np.array2string(value.reshape(-1), separator=",", threshold=8)
+        return f"tensor{format_shape(tuple(value.shape))}"
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(_format_attr(v) for v in value) + "]"
+    return repr(value) if isinstance(value, str) else str(value)
+
+
+def format_node(node: Node) -> str:
+    outs = ", ".join(f"%{v.name}: {format_type(v.type)}" for v in node.outputs)
+    ins = ", ".join("%" + v.name if v is not None else "_" for v in node.inputs)
+    attrs = ", ".join(f"{k}={_format_attr(v)}" for k, v in sorted(node.attrs.items()))
+    attrs = f" {{{attrs}}}" if attrs else ""
+    return f"{outs} = {node.op_type}({ins}){attrs}  # {node.name}"
+
+
+def format_graph(graph: Graph, constants: bool = False) -> str:
+    """The whole graph, one line per node; Constant nodes are listed only if `constants`."""
+    lines = [f"graph {graph.name} (opset {graph.opset}) {{"]
+    for v in graph.inputs:
+        lines.append(f"  input %{v.name}: {format_type(v.type)}")
+    for node in graph.nodes:
+        if node.op_type == "Constant" and not constants:
+            continue
+        lines.append("  " + format_node(node))
+    for v in graph.outputs:
+        lines.append(f"  output %{v.name}: {format_type(v.type)}")
+    lines.append("}")
+    return "\n".join(lines)

@@ -7,6 +7,13 @@ A quantized tensor holds integers q that stand for reals by the affine map
 `QuantParams` keeps scale and zero point as scalars (per tensor) or as 1-D vectors along `axis`
 (per channel). It is immutable and part of `TensorType` equality, so an op is "quantized" because
 its operand types are, never because a dedicated quantized op variant exists.
+
+Types print the way engineers debug them. A per-tensor quantized type prints as
+`i8[S:0.025500000 O:-128][0.000,6.503]<1 x 56 x 56 x 64>`: dtype, scale, zero point (offset),
+the real range the integers can represent, and the shape. A per-channel type shows its axis and
+the range of its scales and zero points:
+`i8[axis:0 S:0.000412000..0.008113000 O:0][-1.030,1.030]<64 x 3 x 3 x 3>`. Float types print as
+`f32<1 x 3 x 224 x 224>`; symbolic dimensions print by name and unknown ones as `?`.
 """
 
 from __future__ import annotations
@@ -174,6 +181,33 @@ class TensorType:
         return shape is not None and -len(shape) <= q.axis < len(shape)
 
     def __str__(self) -> str:
-        from lowbit.ir.printer import format_type
-
         return format_type(self)
+
+
+# -- text form ---------------------------------------------------------------------------------
+def format_dim(d: Dim) -> str:
+    return "?" if d is None else str(d)
+
+
+def format_shape(shape: tuple[Dim, ...] | None) -> str:
+    if shape is None:
+        return "<*>"
+    return "<" + " x ".join(format_dim(d) for d in shape) + ">"
+
+
+def format_quant(q: QuantParams, dtype) -> str:
+    lo, hi = q.real_range(dtype)
+    if q.per_tensor:
+        params = f"S:{float(q.scale):.9f} O:{int(q.zero_point)}"
+    else:
+        zmin, zmax = int(np.min(q.zero_point)), int(np.max(q.zero_point))
+        zp = f"O:{zmin}" if zmin == zmax else f"O:{zmin}..{zmax}"
+        params = f"axis:{q.axis} S:{float(q.scale.min()):.9f}..{float(q.scale.max()):.9f} {zp}"
+    return f"[{params}][{lo:.3f},{hi:.3f}]"
+
+
+def format_type(t: TensorType | None) -> str:
+    if t is None:
+        return "?"
+    quant = format_quant(t.quant, t.dtype) if t.quant is not None else ""
+    return f"{t.dtype.short}{quant}{format_shape(t.shape)}"

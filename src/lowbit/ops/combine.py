@@ -20,7 +20,7 @@ from lowbit.ops.elementwise_rules import known_types, same_dtype
 from lowbit.ops.registry import KEEP, REQUIRED, RESCALE, Attr, OpDef, fail, register
 from lowbit.ops.shape import shape_from_input
 from lowbit.ops.shape_values import static_value, symbolic_value
-from lowbit.ops.symbolic import dim_add, dim_div, dim_mul, dims_equal, merge_dim
+from lowbit.ops.symbolic import clamped_slice, dim_add, dim_div, dim_mul, dims_equal, merge_dim
 from lowbit.ops.tensor_rules import INDEX_DTYPES, check_index_dtype, moved_quant, refuse_axis
 
 INT64 = frozenset({dt.INT64})
@@ -172,22 +172,6 @@ def slice_bounds(node: Node, rank: int) -> dict[int, tuple[Dim, Dim, int]] | Non
             raise fail(node, "steps must not be 0")
         out[axis] = (s, e, st)
     return out
-
-
-def clamped_slice(start: int, end: int, step: int, dim: int) -> slice:
-    """ONNX's slice of a dimension of size `dim` as a Python slice: negative start/end count
-    from the end, then start is clamped to [0, dim] (step > 0) or [0, dim - 1] (step < 0) and
-    end to [0, dim] or [-1, dim - 1], -1 meaning "past the first element". (Python clamps a
-    too-negative start to -1 for negative steps, which would give nothing.)"""
-    if start < 0:
-        start += dim
-    if end < 0:
-        end += dim
-    if step > 0:
-        return slice(min(max(start, 0), dim), min(max(end, 0), dim), step)
-    start = min(max(start, 0), dim - 1)
-    end = min(max(end, -1), dim - 1)
-    return slice(start, None if end < 0 else end, step)
 
 
 def sliced_dim(dim: Dim, start: Dim, end: Dim, step: int) -> Dim:

@@ -5,7 +5,7 @@ quantized one cannot, since they depend on the input. Here they travel as tensor
 codes, shaped to broadcast against them (a reduced axis has length 1):
 
     DynamicQuantize(x, channel_scale?) -> (q, scale, zero_point)
-        the formula of `lowbit.quant.dynamic_params`, per slice over `axes`, applied to
+        the formula of `lowbit.numerics.dynamic_params`, per slice over `axes`, applied to
         float32(x / channel_scale) when a (constant, last-axis) channel_scale is given;
     DynamicMatMul(A, A_scale, A_zero, B, B_scale?, B_zero?, C?) -> Y (float32)
         acc = matmul(A - A_zero, B - B_zero)                      exact integers
@@ -27,10 +27,10 @@ from __future__ import annotations
 from lowbit.ir import dtypes as dt
 from lowbit.ir.graph import Node
 from lowbit.ir.types import Dim, TensorType
+from lowbit.numerics.dynamic_params import group_count, normalize_axes
 from lowbit.ops.linalg import inner_dim, matmul_shape
 from lowbit.ops.registry import QUANT_DOMAIN, REQUIRED, Attr, OpDef, Work, fail, flag, register
 from lowbit.ops.work import product_work
-from lowbit.quant.dynamic_params import group_count, normalize_axes
 
 CODES = (dt.UINT8, dt.INT8)
 
@@ -50,7 +50,7 @@ def _param_shape(x: tuple[Dim, ...], axes: tuple[int, ...], group_size: int) -> 
 @register
 class DynamicQuantize(OpDef):
     """Float32 x to 8-bit codes with parameters computed from x at run time, one set per slice
-    over `axes` (see `lowbit.quant.dynamic_params` for the exact formula and rounding):
+    over `axes` (see `lowbit.numerics.dynamic_params` for the exact formula and rounding):
     `symmetric` 0 gives uint8 codes with a zero point, 1 int8 codes with zero point 0;
     `reduce_range` 1 uses 7 bits. Outputs q, scale (float32) and zero_point (q's dtype), the
     parameters shaped like x with the reduced axes of length 1. With `group_size` g > 0 the one

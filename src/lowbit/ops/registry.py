@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from lowbit.errors import ModelError, UnsupportedError
+from lowbit.ir.attrs import FUSED_CLIP, REQUANT
 from lowbit.ir.graph import Node
 from lowbit.ir.types import TensorType
 
@@ -38,16 +39,6 @@ to output parameters from the profile."""
 TABLE = "table"
 """A float function of one input: a lookup table over every input code (256 entries for 8 bits,
 65536 for 16)."""
-
-REQUANT = "requant"
-"""lowbit's own attribute on quantized COMPUTE/RESCALE nodes: the requantization encoding,
-"q31" or "prescale" (see lowbit.quant.fixed_point)."""
-
-FUSED_CLIP = "fused_clip"
-"""lowbit's own attribute on fusable ops: `[lo, hi]`, an output clamp left by fusing a
-following Relu (lo=0, hi=inf) or Clip. Float kernels clamp after computing (done once, in the
-interpreter); integer kernels fold it into their output range. Export writes it back as a Clip.
-"""
 
 
 MAX_DIM = 1 << 31

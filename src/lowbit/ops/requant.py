@@ -8,7 +8,7 @@ result type), and Dequantize and Requantize read their input's type.
     Dequantize:  x = float32(q - zero_point) * scale
     Requantize:  q' = saturate(requantize(q - zero_point, M = scale / scale') + zero_point')
 
-Requantize is integer-only: M is applied by `lowbit.quant.fixed_point` in the encoding named by
+Requantize is integer-only: M is applied by `lowbit.numerics.fixed_point` in the encoding named by
 the node's `requant` attribute (the default for the output width when absent).
 """
 

@@ -15,7 +15,7 @@ import numpy as np
 from lowbit.ir import dtypes
 from lowbit.ir.graph import CONSTANT, Value
 from lowbit.ir.types import Dim
-from lowbit.ops.symbolic import dim_add, dim_div, dim_mul, dim_product, dims_equal
+from lowbit.ops.symbolic import clamped_slice, dim_add, dim_div, dim_mul, dim_product, dims_equal
 
 MAX_ELEMENTS = 256
 """Larger tensors are not shape values; they are not followed."""
@@ -138,8 +138,6 @@ def _slice(node, depth: int) -> ShapeValue | None:
     step = 1 if consts[3] is None else int(consts[3].reshape(-1)[0])
     if step == 0:
         return None
-    from lowbit.ops.combine import clamped_slice
-
     return tuple(data[clamped_slice(int(starts[0]), int(ends[0]), step, len(data))])
 
 

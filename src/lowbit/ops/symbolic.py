@@ -106,3 +106,19 @@ def merge_dim(a: Dim, b: Dim) -> Dim:
     if isinstance(b, int):
         return b
     return a if a is not None else b
+
+
+def clamped_slice(start: int, end: int, step: int, dim: int) -> slice:
+    """ONNX's slice of a dimension of size `dim` as a Python slice: negative start/end count
+    from the end, then start is clamped to [0, dim] (step > 0) or [0, dim - 1] (step < 0) and
+    end to [0, dim] or [-1, dim - 1], -1 meaning "past the first element". (Python clamps a
+    too-negative start to -1 for negative steps, which would give nothing.)"""
+    if start < 0:
+        start += dim
+    if end < 0:
+        end += dim
+    if step > 0:
+        return slice(min(max(start, 0), dim), min(max(end, 0), dim), step)
+    start = min(max(start, 0), dim - 1)
+    end = min(max(end, -1), dim - 1)
+    return slice(start, None if end < 0 else end, step)

@@ -6,8 +6,8 @@ read top to bottom.
 
 from __future__ import annotations
 
+from lowbit.ir.dead_code import eliminate_dead_code
 from lowbit.ir.graph import Graph
-from lowbit.passes.dead_code import eliminate_dead_code
 from lowbit.passes.fold_batchnorm import fold_batch_norm, fold_channel_affine
 from lowbit.passes.fold_constants import fold_constants
 from lowbit.passes.fuse_activation import fuse_activations
@@ -15,6 +15,7 @@ from lowbit.passes.fuse_hard_swish import fuse_hard_swish
 from lowbit.passes.fuse_layer_norm import fuse_layer_norms
 from lowbit.passes.pipeline import Pass, run_passes
 from lowbit.passes.static_reshape import constant_reshape_targets
+from lowbit.passes.verifier import verify
 
 IMPORT_PIPELINE: list[Pass] = [
     fold_constants,  # shape sub-graphs over static shapes and weight transforms become constants
@@ -59,4 +60,5 @@ __all__ = [
     "fuse_layer_norms",
     "optimize",
     "run_passes",
+    "verify",
 ]

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from lowbit.ir.dead_code import eliminate_dead_code
 from lowbit.ir.graph import Graph, Node, Value
-from lowbit.passes.dead_code import eliminate_dead_code
 
 
 def _single_user(graph_users: dict, value: Value, graph: Graph) -> bool:

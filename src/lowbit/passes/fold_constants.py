@@ -7,11 +7,11 @@ import numpy as np
 from lowbit.backends.reference.kernels import kernel_for
 from lowbit.errors import KernelError, LowbitError
 from lowbit.ir import dtypes
+from lowbit.ir.dead_code import eliminate_dead_code
 from lowbit.ir.graph import CONSTANT, Graph, Node
 from lowbit.ir.types import TensorType
 from lowbit.ops import infer_node, lookup, merge_types
 from lowbit.ops.shape_values import as_array, static_value
-from lowbit.passes.dead_code import eliminate_dead_code
 
 NO_FOLD = frozenset({
     # Quantize/Dequantize of constants stay until the late fold, so passes and backends can

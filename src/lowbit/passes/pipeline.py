@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 
 from lowbit.errors import VerifyError
 from lowbit.ir.graph import Graph
-from lowbit.ir.verifier import verify
+from lowbit.passes.verifier import verify
 
 Pass = Callable[[Graph], Graph]
 

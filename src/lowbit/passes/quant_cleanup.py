@@ -1,11 +1,10 @@
-"""Passes over quantized graphs: Quantize/Dequantize simplification and late constant folding."""
+"""Passes over quantized graphs: Quantize/Dequantize simplification."""
 
 from __future__ import annotations
 
-from lowbit.backends.reference.kernels.requant import quantize as _quantize_kernel
-from lowbit.ir.graph import CONSTANT, Graph, Node
+from lowbit.ir.dead_code import eliminate_dead_code
+from lowbit.ir.graph import Graph, Node
 from lowbit.ops.registry import QUANT_DOMAIN
-from lowbit.passes.dead_code import eliminate_dead_code
 
 
 def _is(node: Node | None, op_type: str) -> bool:
@@ -55,19 +54,3 @@ def _simplify_once(graph: Graph, integer_first: bool) -> bool:
             graph.replace_all_uses(out, replacement)
             return True
     return False
-
-
-def fold_quantized_constants(graph: Graph) -> Graph:
-    """Replace Quantize(Constant) by an integer Constant of the quantized type (the late fold of
-    delayed quantization: until here, passes and backends see the float weights).
-
-    Guarantees: the folded constant equals what the Quantize node would compute at run time.
-    """
-    for i, node in enumerate(graph.nodes):
-        if not _is(node, "Quantize") or not node.inputs[0].is_constant:
-            continue
-        (array,) = _quantize_kernel(node, [node.inputs[0].const_value])
-        array = array.copy()
-        array.setflags(write=False)
-        graph.nodes[i] = Node(CONSTANT, [], [node.output], {"value": array}, node.name)
-    return eliminate_dead_code(graph)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from lowbit.ir.dead_code import eliminate_dead_code
 from lowbit.ir.graph import Graph
 from lowbit.ops.shape_values import symbolic_value
-from lowbit.passes.dead_code import eliminate_dead_code
 
 
 def constant_reshape_targets(graph: Graph) -> Graph:

@@ -3,7 +3,7 @@ Through Weight Equalization and Bias Correction", 2019, the empirical-mean form)
 
 Rounding the weights to integers changes each output channel's expected value: with W_q the
 weights as the integer kernel sees them (`scale * (q - zero_point)`, q rounded exactly as
-`lowbit.quant.arith.quantize` does) and E[x] the calibration mean of each input channel,
+`lowbit.numerics.arith.quantize` does) and E[x] the calibration mean of each input channel,
 
     E[y_q - y] = (W_q - W) . E[x]          per output channel
 
@@ -24,7 +24,7 @@ import numpy as np
 
 from lowbit.ir.graph import Node
 from lowbit.ir.types import TensorType
-from lowbit.quant import arith
+from lowbit.numerics import arith
 
 
 def weight_error(node: Node, weight: np.ndarray, wt: TensorType, mean: np.ndarray,

@@ -144,7 +144,7 @@ errors cancel through the calibration inputs' second moments (exhaustively for r
 weights, by GPTQ for longer ones: lowbit.quant.weight_rounding); nearest rounds each weight on
 its own."""
 REQUANT_METHODS: tuple[str, ...] = ("auto", "q31", "prescale")
-"""auto: the more accurate encoding for the output width (lowbit.quant.fixed_point)."""
+"""auto: the more accurate encoding for the output width (lowbit.numerics.fixed_point)."""
 
 MATCHERS: tuple[str, ...] = ("name", "regex", "op_type")
 _CHOICES: dict[str, tuple[str, ...]] = {

@@ -53,12 +53,13 @@ from lowbit.errors import ModelError
 from lowbit.ir import dtypes
 from lowbit.ir.graph import Graph, Node, Value
 from lowbit.ir.types import TensorType
-from lowbit.ir.verifier import verify
+from lowbit.numerics import arith
+from lowbit.numerics.dynamic_params import split_groups
 from lowbit.ops import infer_node
 from lowbit.ops.registry import FUSED_CLIP, QUANT_DOMAIN
-from lowbit.quant import arith, calibration, smoothing
+from lowbit.passes.verifier import verify
+from lowbit.quant import calibration, smoothing
 from lowbit.quant.config import NodeSettings, QuantConfig
-from lowbit.quant.dynamic_params import split_groups
 from lowbit.quant.static import (
     NodeReport,
     QuantizationError,

@@ -34,7 +34,7 @@ import numpy as np
 from lowbit.ir import dtypes
 from lowbit.ir.graph import Graph, Node, Value
 from lowbit.ir.types import TensorType
-from lowbit.quant.arith import dequantize, quantize
+from lowbit.numerics.arith import dequantize, quantize
 from lowbit.quant.calibration import weight_params
 from lowbit.quant.observers import divided_stats
 from lowbit.quant.profile import Profile

@@ -54,10 +54,10 @@ from lowbit.ir import dtypes
 from lowbit.ir.dtypes import DType
 from lowbit.ir.graph import CONSTANT, Graph, Node, Value
 from lowbit.ir.types import QuantParams, TensorType
-from lowbit.ir.verifier import verify
 from lowbit.ops import infer_node, lookup
 from lowbit.ops.registry import COMPUTE, KEEP, QUANT_DOMAIN, REQUANT, RESCALE, TABLE
 from lowbit.passes.quant_cleanup import simplify_quantize
+from lowbit.passes.verifier import verify
 from lowbit.quant import (
     bias_correction,
     calibration,
@@ -592,7 +592,7 @@ class _Builder:
         data = node.inputs[0].type
         pad_value = node.input_or_none(2)
         real = 0.0 if pad_value is None else float(np.asarray(pad_value.const_value).reshape(()))
-        from lowbit.quant.arith import quantize as quantize_array
+        from lowbit.numerics.arith import quantize as quantize_array
 
         code = quantize_array(np.asarray(real, np.float32), TensorType(data.dtype, (), data.quant))
         const = self.g.add_constant(code, self.g.unique_name(f"{node.name}_pad_value"),

@@ -49,8 +49,8 @@ import numpy as np
 from lowbit.backends.reference.interpreter import Interpreter
 from lowbit.errors import InputError
 from lowbit.ir.graph import Graph, Node, Value
+from lowbit.numerics import arith
 from lowbit.ops.registry import QUANT_DOMAIN
-from lowbit.quant import arith
 
 
 @dataclass

@@ -8,7 +8,7 @@ saturation (share of codes at qmin and at qmax).
 
 The integer parameters follow the reference kernels' formulas (lowbit.backends.reference.
 kernels.int_linear, int_combine, int_pool, int_activation, requant), each real factor M encoded
-by `lowbit.quant.arith.encode` exactly as the kernel encodes it:
+by `lowbit.numerics.arith.encode` exactly as the kernel encodes it:
 
     Conv / Gemm / MatMul   acc = sum((x - z_x)(w - z_w)) + b;  M = s_x * s_w / s_y
                            (wide operands: acc >> r rounding half up, M * 2**r)
@@ -35,7 +35,7 @@ by `lowbit.quant.arith.encode` exactly as the kernel encodes it:
 
 Q31: `h = (acc * 2**left_shift * multiplier + 2**30) >> 31`, then `y = h` rounded right by
 `right_shift`, ties away from zero; prescale:
-`(clamp(acc >> pre, -clip, clip) * scale + 2**(post - 1)) >> post` (lowbit.quant.fixed_point;
+`(clamp(acc >> pre, -clip, clip) * scale + 2**(post - 1)) >> post` (lowbit.numerics.fixed_point;
 docs/requantization.md).
 """
 
@@ -50,10 +50,9 @@ import numpy as np
 from lowbit.backends.reference.interpreter import Interpreter
 from lowbit.errors import InputError
 from lowbit.ir.graph import Graph, Node, Value
-from lowbit.ir.printer import format_type
-from lowbit.ir.types import TensorType
+from lowbit.ir.types import TensorType, format_type
+from lowbit.numerics import arith, fixed_point
 from lowbit.ops.registry import FUSED_CLIP, QUANT_DOMAIN, TABLE, lookup
-from lowbit.quant import arith, fixed_point
 
 SHOWN = 16
 """Per-channel arrays longer than this print as a range; the .npz keeps them whole."""

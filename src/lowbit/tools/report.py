@@ -36,7 +36,7 @@ import numpy as np
 from lowbit.errors import LowbitError
 from lowbit.fileio import write_atomically
 from lowbit.ir.graph import Graph
-from lowbit.ir.printer import format_type
+from lowbit.ir.types import format_type
 from lowbit.tools.compare import Comparison, LayerStats
 from lowbit.tools.sensitivity import Sensitivity
 

@@ -9,7 +9,8 @@ import numpy as np
 
 from lowbit.backends.reference.kernels import kernel
 from lowbit.errors import KernelError
-from lowbit.ops.combine import clamped_slice, split_sizes
+from lowbit.ops.combine import split_sizes
+from lowbit.ops.symbolic import clamped_slice
 
 
 @kernel("Concat")

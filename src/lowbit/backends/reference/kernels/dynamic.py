@@ -1,6 +1,6 @@
 """Reference kernels of lowbit's dynamic-quantization ops (`lowbit.ops.dynamic`).
 
-DynamicQuantize computes `lowbit.quant.dynamic_params` exactly, on float32(x / channel_scale)
+DynamicQuantize computes `lowbit.numerics.dynamic_params` exactly, on float32(x / channel_scale)
 when a channel scale is given. DynamicMatMul centres both
 operands on their zero points in int64, multiplies them exactly (`int_linear.matmul_exact`),
 checks the int32 bound, and dequantizes once:
@@ -25,10 +25,10 @@ import numpy as np
 from lowbit.backends.reference.kernels import kernel
 from lowbit.backends.reference.kernels.int_linear import matmul_exact
 from lowbit.errors import KernelError
+from lowbit.numerics import arith
+from lowbit.numerics.dynamic_params import dynamic_params, split_groups
+from lowbit.numerics.fixed_point import INT32_MAX, INT32_MIN
 from lowbit.ops.registry import QUANT_DOMAIN
-from lowbit.quant import arith
-from lowbit.quant.dynamic_params import dynamic_params, split_groups
-from lowbit.quant.fixed_point import INT32_MAX, INT32_MIN
 
 
 @kernel("DynamicQuantize", QUANT_DOMAIN)

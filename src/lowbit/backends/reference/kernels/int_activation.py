@@ -6,7 +6,7 @@ differs, the input is first requantized, `requantize(q - z_x, s_x / s_y) + z_y`,
 the same real bounds.
 
 Every op whose quantization rule is TABLE (Sigmoid, Tanh, HardSwish, Gelu, Exp, ...) is a lookup
-table over all input codes, built by `lowbit.quant.arith.lookup_table` from the op's own float
+table over all input codes, built by `lowbit.numerics.arith.lookup_table` from the op's own float
 kernel: `y = table[q - qmin]` with
 `table[i] = saturate(round_half_even(f(s_x * (qmin + i - z_x)) / s_y) + z_y)` — 256 entries for
 8-bit inputs, 65536 for 16-bit ones.
@@ -19,8 +19,8 @@ import math
 import numpy as np
 
 from lowbit.backends.reference.kernels import get_kernel, kernel
+from lowbit.numerics import arith
 from lowbit.ops.registry import TABLE, all_ops
-from lowbit.quant import arith
 
 
 def _same_type(a, b) -> bool:

@@ -22,8 +22,8 @@ import numpy as np
 
 from lowbit.backends.reference.kernels import kernel
 from lowbit.errors import KernelError
-from lowbit.quant import arith, fixed_point
-from lowbit.quant.fixed_point import INT32_MAX, INT32_MIN
+from lowbit.numerics import arith, fixed_point
+from lowbit.numerics.fixed_point import INT32_MAX, INT32_MIN
 
 
 def _per_tensor(node, t) -> None:

@@ -12,7 +12,7 @@ output computed by this node) is dequantized straight from the accumulator inste
 Padding (Conv) adds x = z_x, i.e. 0 after centring. Wide operands (16-bit activations with
 16-bit weights) can exceed int32: the accumulator is then shifted right by the static
 r = max(0, ceil(log2(bound)) - 31), with bound = K * 2**bits_x * 2**(bits_w - 1) + max|b|,
-rounding half up, and M becomes M * 2**r. `requantize` is `lowbit.quant.fixed_point`'s integer
+rounding half up, and M becomes M * 2**r. `requantize` is `lowbit.numerics.fixed_point`'s integer
 expression in the node's encoding.
 """
 
@@ -23,8 +23,8 @@ import numpy as np
 from lowbit.backends.reference.kernels import kernel
 from lowbit.backends.reference.windows import conv_nd
 from lowbit.errors import KernelError
+from lowbit.numerics import arith
 from lowbit.ops.conv_geometry import window_from_attrs
-from lowbit.quant import arith
 
 
 def narrow_accumulator(acc: np.ndarray, k: int, tx, tw, bias: np.ndarray | None, M):

@@ -19,7 +19,7 @@ from lowbit.backends.reference.kernels import kernel
 from lowbit.backends.reference.kernels.pool import pool_geometry, window_counts
 from lowbit.backends.reference.windows import extract_windows, pad_spatial
 from lowbit.errors import KernelError
-from lowbit.quant import arith
+from lowbit.numerics import arith
 
 
 def _average(node, acc: np.ndarray, counts: np.ndarray) -> np.ndarray:

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from lowbit.backends.reference.kernels import kernel
+from lowbit.numerics import arith
 from lowbit.ops.registry import QUANT_DOMAIN
-from lowbit.quant import arith
 
 
 @kernel("Quantize", QUANT_DOMAIN)

@@ -2,7 +2,7 @@
 
 DynamicQuantize becomes (after a Div by its channel scale, if any) DynamicQuantizeLinear where
 it is that op (per tensor, uint8, 8 bits),
-else the formula of `lowbit.quant.dynamic_params` in float32 ONNX ops (ReduceMin/ReduceMax with
+else the formula of `lowbit.numerics.dynamic_params` in float32 ONNX ops (ReduceMin/ReduceMax with
 keepdims, Div, Round = round half to even, Clip, Cast). DynamicMatMul becomes:
 
 - with int8 weights (B a constant): MatMulInteger(A, B, -, B_zero) on the codes, minus the zero
@@ -33,14 +33,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from lowbit.backends.lowering import fold_quantized_constants
 from lowbit.errors import ModelError
 from lowbit.ir import dtypes
+from lowbit.ir.dead_code import eliminate_dead_code
 from lowbit.ir.graph import Graph, Node, Value
+from lowbit.numerics.dynamic_params import group_count, normalize_axes, qmax
 from lowbit.ops import infer_graph
 from lowbit.ops.registry import QUANT_DOMAIN, REQUIRED, lookup
-from lowbit.passes.dead_code import eliminate_dead_code
-from lowbit.passes.quant_cleanup import fold_quantized_constants
-from lowbit.quant.dynamic_params import group_count, normalize_axes, qmax
 
 DYNAMIC_OPS = ("DynamicQuantize", "DynamicMatMul")
 
@@ -192,7 +192,7 @@ class _Emit:
 
     def _formula(self, x: Value, axes: tuple[int, ...], symmetric: bool,
                  reduce_range: bool) -> list[Value]:
-        """[codes, scale, zero point] of x by lowbit.quant.dynamic_params, in float32 ops."""
+        """[codes, scale, zero point] of x by lowbit.numerics.dynamic_params, in float32 ops."""
         top = np.float32(qmax(symmetric, reduce_range))
         f0, f1 = self.const(np.float32(0), "zero"), self.const(np.float32(1), "one")
         ftop = self.const(top, "qmax")

@@ -28,16 +28,16 @@ import math
 
 import numpy as np
 
+from lowbit.backends.lowering import fold_quantized_constants
 from lowbit.errors import UnsupportedError
-from lowbit.frontends.uint8_activations import move_activations_to_uint8
+from lowbit.exporters.uint8_activations import move_activations_to_uint8
 from lowbit.ir import dtypes
+from lowbit.ir.dead_code import eliminate_dead_code
 from lowbit.ir.graph import CONSTANT, Graph, Node, Value
 from lowbit.ir.types import TensorType
+from lowbit.numerics import arith
 from lowbit.ops.quantized import ONNX_QUANTIZED_OPS
 from lowbit.ops.registry import FUSED_CLIP, KEEP, QUANT_DOMAIN, REQUANT, lookup
-from lowbit.passes.dead_code import eliminate_dead_code
-from lowbit.passes.quant_cleanup import fold_quantized_constants
-from lowbit.quant import arith
 
 MS_DOMAIN = "com.microsoft"
 FORMATS = ("qdq", "qoperator")

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lowbit.quant import fixed_point as fp
-from lowbit.quant.fixed_point import INT32_MAX, INT32_MIN
+from lowbit.numerics import fixed_point as fp
+from lowbit.numerics.fixed_point import INT32_MAX, INT32_MIN
 
 OUTPUTS = [(-128, 127, 8), (0, 255, 8), (-32768, 32767, 16)]
 EXTREMES = np.array([INT32_MIN, INT32_MIN + 1, -(2**30), -1, 0, 1, 2**30, INT32_MAX - 1, INT32_MAX])

@@ -14,6 +14,7 @@ import numpy as np
 from lowbit.errors import VerifyError
 from lowbit.ir.graph import CONSTANT, Graph, Value
 from lowbit.ir.types import TensorType
+from lowbit.ops import infer_node
 
 
 def _dims_agree(a: TensorType, b: TensorType) -> bool:
@@ -81,8 +82,6 @@ def _verify_constant(node) -> None:
 
 
 def _verify_types(graph: Graph) -> None:
-    from lowbit.ops import infer_node
-
     for node in graph.nodes:
         if node.op_type == CONSTANT:
             continue

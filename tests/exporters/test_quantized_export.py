@@ -12,13 +12,13 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import lowbit
+from lowbit.backends.lowering import fold_quantized_constants
+from lowbit.exporters.uint8_activations import move_activations_to_uint8
 from lowbit.frontends.onnx_import import import_model
-from lowbit.frontends.uint8_activations import move_activations_to_uint8
 from lowbit.ir import dtypes
 from lowbit.ir.graph import Graph
 from lowbit.ir.types import QuantParams, TensorType
 from lowbit.passes import optimize
-from lowbit.passes.quant_cleanup import fold_quantized_constants
 
 RNG = np.random.default_rng(3)
 

@@ -2,7 +2,7 @@
 
 A quantized tensor of type `t` holds integers q standing for `t.quant.scale * (q - zero_point)`.
 Kernels accumulate exactly in integers and leave only one real factor M per output channel,
-applied by `lowbit.quant.fixed_point.requantize` in the node's encoding (`requant` attribute,
+applied by `lowbit.numerics.fixed_point.requantize` in the node's encoding (`requant` attribute,
 default by output width). Everything here is deterministic, so `lowbit dump` can show the
 derived integers and a user can reproduce a kernel by hand.
 """
@@ -14,11 +14,11 @@ from collections.abc import Callable
 import numpy as np
 
 from lowbit.errors import KernelError
+from lowbit.ir.attrs import FUSED_CLIP, REQUANT
 from lowbit.ir.graph import Node
 from lowbit.ir.types import TensorType
-from lowbit.ops.registry import FUSED_CLIP, REQUANT
-from lowbit.quant import fixed_point
-from lowbit.quant.fixed_point import INT32_MAX, INT32_MIN, RequantParams
+from lowbit.numerics import fixed_point
+from lowbit.numerics.fixed_point import INT32_MAX, INT32_MIN, RequantParams
 
 ADD_SHIFT = {8: 20, 16: 12}
 """Left shift applied to input differences before rescaling them to a common scale in Add/Sub:

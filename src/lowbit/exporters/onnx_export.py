@@ -15,13 +15,13 @@ import numpy as np
 import onnx
 from onnx import AttributeProto, TensorProto, helper, numpy_helper
 
-from lowbit import __version__
 from lowbit.errors import LowbitError, UnsupportedError
 from lowbit.fileio import atomic_path
 from lowbit.ir.graph import CONSTANT, Graph, Node
 from lowbit.ir.types import TensorType
 from lowbit.ops import registry
 from lowbit.ops.registry import FUSED_CLIP
+from lowbit.version import __version__
 
 EXTERNAL_DATA_THRESHOLD = 1 << 30
 """Above this many bytes of weights, they go to a `<model>.data` file beside the model."""
@@ -171,13 +171,13 @@ def save(graph: Graph, path: str | os.PathLike, format: str | None = None) -> No
     """Export `graph` to an ONNX file.
 
     Formats: `onnx` (float graphs, graphs of plain ONNX ops, dynamically quantized graphs as
-    MatMulInteger and friends, see `lowbit.frontends.dynamic_export`), and for quantized graphs
+    MatMulInteger and friends, see `lowbit.exporters.dynamic_export`), and for quantized graphs
     `qdq` (QuantizeLinear/DequantizeLinear around float ops) or `qoperator` (QLinearConv,
-    QLinearMatMul, ... of ONNX and ONNX Runtime); see `lowbit.frontends.qdq_export`. Without a
+    QLinearMatMul, ... of ONNX and ONNX Runtime); see `lowbit.exporters.qdq_export`. Without a
     format: `qdq` for a graph that computes on quantized types, else `onnx`.
     """
-    from lowbit.frontends.dynamic_export import has_dynamic_ops, lower_dynamic
-    from lowbit.frontends.qdq_export import FORMATS, lower
+    from lowbit.exporters.dynamic_export import has_dynamic_ops, lower_dynamic
+    from lowbit.exporters.qdq_export import FORMATS, lower
 
     if format is not None and format not in ("onnx", *FORMATS):
         raise UnsupportedError(f"unknown export format '{format}'; available: onnx, "

@@ -1,0 +1,32 @@
+"""Backend transforms shared by every backend and exporter: the late steps that turn a quantized
+Graph into what kernels execute."""
+
+from __future__ import annotations
+
+from lowbit.ir.dead_code import eliminate_dead_code
+from lowbit.ir.graph import CONSTANT, Graph, Node
+from lowbit.numerics import arith
+from lowbit.ops.registry import QUANT_DOMAIN
+
+
+def fold_quantized_constants(graph: Graph) -> Graph:
+    """Replace Quantize(Constant) by an integer Constant of the quantized type (the late fold of
+    delayed quantization: until here, passes and backends see the float weights).
+
+    Guarantees: the folded constant equals what the Quantize node would compute at run time
+    (`arith.quantize`, the Quantize kernel's definition).
+    """
+    for i, node in enumerate(graph.nodes):
+        if node.domain != QUANT_DOMAIN or node.op_type != "Quantize" or \
+                not node.inputs[0].is_constant:
+            continue
+        array = arith.quantize(node.inputs[0].const_value, node.outputs[0].type).copy()
+        array.setflags(write=False)
+        graph.nodes[i] = Node(CONSTANT, [], [node.output], {"value": array}, node.name)
+    return eliminate_dead_code(graph)
+
+
+def has_quantized_constants(graph: Graph) -> bool:
+    """Whether some Quantize node still reads a constant (`fold_quantized_constants` has work)."""
+    return any(n.domain == QUANT_DOMAIN and n.op_type == "Quantize" and n.inputs[0].is_constant
+               for n in graph.nodes)
