@@ -32,6 +32,8 @@ class Outcome:
     crash: str = ""
     hung: bool = False
     output: Path | None = None
+    before: tuple | None = None
+    """(size, mtime) of the output before the run, None if it did not exist."""
 
     def problem(self) -> str | None:
         if self.hung:
@@ -50,13 +52,21 @@ class Outcome:
             if len(starts) != 1 or any(not line.startswith("  ")
                                        for line in lines[starts[0] + 1:]):
                 return f"not a one-line error:\n{self.stderr}"
-            if self.output is not None and self.output.exists():
+            if self.output is not None and _stamp(self.output) != self.before:
                 return f"refused but wrote {self.output}"
             leftovers = [p.name for p in self.output.parent.glob(f".{self.output.name}.*")] \
                 if self.output is not None else []
             if leftovers:
                 return f"refused but left temporary files {leftovers}"
         return None
+
+
+def _stamp(path: Path) -> tuple | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return st.st_size, st.st_mtime_ns
 
 
 def run_verb(argv: list[str], seconds: float = 20.0, output: Path | None = None) -> Outcome:
@@ -70,7 +80,8 @@ def run_verb(argv: list[str], seconds: float = 20.0, output: Path | None = None)
 
     previous = signal.signal(signal.SIGALRM, alarm)
     signal.setitimer(signal.ITIMER_REAL, seconds)
-    outcome = Outcome(list(argv), None, "", "", output=output)
+    outcome = Outcome(list(argv), None, "", "", output=output,
+                      before=_stamp(output) if output is not None else None)
     try:
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), \
                 warnings.catch_warnings():

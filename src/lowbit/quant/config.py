@@ -271,6 +271,14 @@ class Rule:
                 object.__setattr__(self, "_pattern", re.compile(value))
             except re.error as e:
                 raise ConfigError(f"regex {value!r} does not compile: {e}") from None
+        if key == "op_type":
+            from lowbit.ops import all_ops
+
+            known = sorted({op_type for _, op_type in all_ops()})
+            if value not in known:
+                raise ConfigError(f"op_type {value!r} is not an op lowbit knows"
+                                  f"{_suggest(value, known, listing=False)}; op types are "
+                                  f"spelled as in ONNX (Conv, MatMul, Gemm, Softmax, ...)")
         if not self.overrides():
             raise ConfigError(
                 f"rule {self.matcher()} sets nothing; "
