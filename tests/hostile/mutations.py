@@ -3,8 +3,8 @@
 `variants(model_bytes, seed, count)` yields (label, bytes) pairs: attributes of the wrong type
 or absurd value, missing, renamed or extra inputs, wrong initializer dims and data, NaN and
 Inf weights, cycles, huge or odd graph input dims, changed op types and opsets, duplicate
-names, no outputs, truncated files and overwritten bytes. Each label says what was done, so a
-failing case can be rebuilt from it and the seed.
+names, no outputs, truncated files, overwritten bytes and names that are not UTF-8. Each
+label says what was done, so a failing case can be rebuilt from it and the seed.
 """
 
 from __future__ import annotations
@@ -363,6 +363,20 @@ def overwritten(data: bytes, rng) -> tuple[str, bytes]:
     return f"{count} bytes overwritten at {start}", bytes(b)
 
 
+def text_corrupted(data: bytes, model: onnx.ModelProto, rng) -> tuple[str, bytes]:
+    """A name in the file (node, attribute, value or op type) with bytes that are not UTF-8."""
+    texts = sorted({t for n in model.graph.node for t in [n.name, n.op_type, *n.input,
+                                                           *n.output,
+                                                           *(a.name for a in n.attribute)]
+                    if len(t) >= 3})
+    text = _pick(rng, texts).encode()
+    start = data.index(text) + int(rng.integers(len(text) - 2))
+    b = bytearray(data)
+    for k in range(int(rng.integers(1, 3))):
+        b[start + k] = int(rng.integers(0x80, 0x100))
+    return f"name {text.decode()!r} overwritten with non-UTF-8 bytes", bytes(b)
+
+
 def variants(model_bytes: bytes, seed: int, count: int) -> Iterator[tuple[str, bytes]]:
     """`count` broken variants of the model, the same ones for the same seed."""
     rng = np.random.default_rng(seed)
@@ -370,10 +384,12 @@ def variants(model_bytes: bytes, seed: int, count: int) -> Iterator[tuple[str, b
     made = 0
     while made < count:
         kind = rng.random()
-        if kind < 0.1:
+        if kind < 0.08:
             label, data = truncated(model_bytes, rng)
-        elif kind < 0.25:
+        elif kind < 0.18:
             label, data = overwritten(model_bytes, rng)
+        elif kind < 0.25:
+            label, data = text_corrupted(model_bytes, base, rng)
         else:
             m = copy.deepcopy(base)
             steps = 1 + int(rng.random() < 0.2)
