@@ -42,6 +42,38 @@ def add_input_arg(p) -> None:
                    "`--input a=x.npy --input b=y.npy`)")
 
 
+def add_fix_input_arg(p) -> None:
+    """`--fix-input NAME=VALUE ...`: inputs made constants at load (`lowbit.load`'s
+    `fixed_inputs`)."""
+    p.add_argument("--fix-input", action="extend", nargs="+", default=[],
+                   metavar="NAME=VALUE",
+                   help="make an input a constant, so that what it decides folds away "
+                   "(`--fix-input sr=16000`); VALUE is a number, numbers separated by commas, "
+                   "or FILE.npy")
+
+
+def fixed_inputs(specs: Sequence[str]) -> dict[str, np.ndarray]:
+    """`NAME=VALUE` specs of --fix-input as {name: array}."""
+    fixed: dict[str, np.ndarray] = {}
+    for spec in specs:
+        name, sep, text = spec.partition("=")
+        if not sep or not name or not text:
+            raise InputError(f"--fix-input {spec!r}: write NAME=VALUE (a number, numbers "
+                             f"separated by commas, or FILE.npy)")
+        if text.endswith(".npy"):
+            fixed[name] = load_array(text)
+            continue
+        try:
+            numbers = [int(t) if t.strip().lstrip("+-").isdigit() else float(t)
+                       for t in text.split(",")]
+        except ValueError:
+            raise InputError(f"--fix-input {spec!r}: {text!r} is not a number, numbers "
+                             f"separated by commas, or an .npy file") from None
+        fixed[name] = np.array(numbers[0] if len(numbers) == 1 and "," not in text
+                               else numbers)
+    return fixed
+
+
 def parse_inputs(specs: Sequence[str], graph: Graph) -> dict[str, np.ndarray]:
     """`NAME=FILE.npy` specs as {name: array}; a single `FILE.npy` feeds a one-input model; a
     `FILE.npz` gives the arrays named like the model's inputs (other arrays are refused)."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 
 from lowbit.cli.calib_args import add_calibration_args, batches_from_args
+from lowbit.cli.data_files import add_fix_input_arg, fixed_inputs
 from lowbit.errors import InputError
 from lowbit.quant.config import CALIBRATION_METHODS, INTEGER_PRECISIONS, SCHEMES, QuantConfig
 from lowbit.quant.static import QuantizationError, QuantSummary
@@ -43,6 +44,7 @@ def add_parser(sub) -> None:
                    help="write the model even when no node could be quantized (a float "
                    "copy); without it that is an error")
     p.add_argument("--quiet", action="store_true", help="do not print the per-node summary")
+    add_fix_input_arg(p)
     p.set_defaults(handler=run)
 
 
@@ -63,7 +65,7 @@ def run(args) -> int:
     if (args.calib is None) == (args.profile is None):
         raise InputError("give calibration data with --calib DATA or a saved profile with "
                          "--profile PROFILE.yaml (one of them)")
-    graph = lowbit.load(args.model)
+    graph = lowbit.load(args.model, fixed_inputs=fixed_inputs(args.fix_input))
     config = config_from_args(args)
     if args.profile:
         profile = Profile.load(args.profile, graph)
@@ -106,7 +108,7 @@ def _run_dynamic(args) -> int:
     if args.calibration is not None or args.format != "qdq":
         raise InputError("--dynamic takes neither --calibration nor --format (it writes "
                          "DynamicQuantizeLinear/MatMulInteger ONNX)")
-    graph = lowbit.load(args.model)
+    graph = lowbit.load(args.model, fixed_inputs=fixed_inputs(args.fix_input))
     result = quantize_dynamic(graph, config_from_args(args),
                               assert_all_quantized=args.assert_all_quantized)
     _refuse_nothing_quantized(result.summary, args, "dynamic quantization (MatMul and Gemm "

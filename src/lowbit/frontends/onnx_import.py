@@ -30,7 +30,6 @@ CANONICAL_OPSET = 21
 MAX_OPSET = onnx.defs.onnx_opset_version()
 MAX_DIM = registry.MAX_DIM
 MAX_ELEMENTS = 1 << 36
-CONTROL_FLOW = {"If", "Loop", "Scan", "SequenceMap"}
 
 
 def read_model(path: str | os.PathLike) -> onnx.ModelProto:
@@ -105,14 +104,22 @@ def model_opset(model: onnx.ModelProto, source: str = "model") -> int:
     return opset
 
 
+def _all_nodes(g: onnx.GraphProto, scope: str = ""):
+    """(node, index, scope label) for every node, subgraphs' included."""
+    for i, node in enumerate(g.node):
+        yield node, i, scope
+        for a in node.attribute:
+            if a.type == AttributeProto.GRAPH:
+                yield from _all_nodes(a.g, f"{scope}{node.name or f'#{i}'}/{a.name}/")
+
+
 def check_ops_supported(model: onnx.ModelProto, opset: int, source: str = "model") -> None:
-    """Refuse, listing every unsupported node at once, before any work is done."""
+    """Refuse, listing every unsupported node (in subgraphs too) at once, before any work."""
     problems: list[str] = []
-    for i, node in enumerate(model.graph.node):
-        label = f"node '{node.name or f'#{i}'}' ({node.op_type}, opset {opset})"
-        if node.op_type in CONTROL_FLOW or any(
-                a.type in (AttributeProto.GRAPH, AttributeProto.GRAPHS) for a in node.attribute):
-            problems.append(f"{label}: control flow (subgraphs) is not supported yet")
+    for node, i, scope in _all_nodes(model.graph):
+        label = f"node '{scope}{node.name or f'#{i}'}' ({node.op_type}, opset {opset})"
+        if any(a.type == AttributeProto.GRAPHS for a in node.attribute):
+            problems.append(f"{label}: lists of subgraphs are not supported")
             continue
         if node.op_type == CONSTANT and node.domain in ("", "ai.onnx"):
             continue
@@ -137,7 +144,7 @@ def _schema(op_type: str, opset: int, domain: str = ""):
 def _needs_conversion(model: onnx.ModelProto, opset: int) -> bool:
     """Whether any ai.onnx node follows another op version at `opset` than at
     CANONICAL_OPSET (otherwise conversion would change nothing)."""
-    for node in model.graph.node:
+    for node, _, _ in _all_nodes(model.graph):
         if node.domain not in ("", "ai.onnx"):
             continue
         old, new = _schema(node.op_type, opset), _schema(node.op_type, CANONICAL_OPSET)
@@ -298,46 +305,122 @@ def import_model(model: onnx.ModelProto, source: str = "model") -> Graph:
     graph = Graph(g.name or Path(source).stem or "graph", opset)
     graph.metadata = {p.key: p.value for p in model.metadata_props}
     graph.metadata["source"] = str(source)
-    for v in list(g.input) + list(g.output) + list(g.value_info):
-        graph.reserve_name(v.name)
-    env: dict[str, Value] = {}
+    _Scope(graph, None, source).build(g)
+    # Types the model declares seed its values' types; the version converter's own shape
+    # inference (which adds value_info) is not a declaration, and lowbit's inference decides.
+    declared = {vi.name: vi for vi in _value_infos(g) if vi.name in own_value_info}
+    _canonicalize_and_type(graph, opset, declared, source)
+    return graph
 
-    def define(value: Value, where: str) -> None:
-        if value.name in env:
-            raise ModelError(f"{source}: '{value.name}' is produced twice ({where}); an ONNX "
-                             "value must have a single producer")
-        env[value.name] = value
 
-    initializers = _initializers(g, source)
-    init_names = set(initializers)
-    for vi in g.input:
-        if vi.name in init_names:
-            continue  # IR < 4 lists initializers among inputs too
-        t = _value_info_type(vi, f"{source}: input '{vi.name}'")
-        if t is None:
-            raise ModelError(f"{source}: input '{vi.name}' has no element type")
-        value = Value(vi.name, t)
-        graph.inputs.append(value)
-        define(value, "graph input")
+def _value_infos(g: onnx.GraphProto):
+    """value_info and outputs of a graph and its subgraphs (names are unique across them)."""
+    yield from g.value_info
+    yield from g.output
+    for node in g.node:
+        for a in node.attribute:
+            if a.type == AttributeProto.GRAPH:
+                yield from a.g.input
+                yield from _value_infos(a.g)
 
-    constants: list[Node] = []
-    for name, array in initializers.items():
-        value = Value(name, TensorType(dtypes.from_numpy(array.dtype), array.shape))
-        node = Node(CONSTANT, [], [value], {"value": array}, name=graph.unique_node_name(name))
-        graph.reserve_name(name)
-        define(value, "initializer")
-        constants.append(node)
 
-    pending = _ordered_nodes(g, source, env)
-    nodes: list[Node] = []
-    for i, proto in pending:
+def _outer_reads(node: onnx.NodeProto) -> list[str]:
+    """Names a node's subgraphs read from enclosing scopes (not defined inside them)."""
+    reads: list[str] = []
+    for a in node.attribute:
+        if a.type != AttributeProto.GRAPH:
+            continue
+        sub = a.g
+        local = {vi.name for vi in sub.input} | {t.name for t in sub.initializer} | {
+            o for n in sub.node for o in n.output}
+        for n in sub.node:
+            for name in [*n.input, *_outer_reads(n)]:
+                if name and name not in local and name not in reads:
+                    reads.append(name)
+        for o in sub.output:
+            if o.name not in local and o.name not in reads:
+                reads.append(o.name)
+    return reads
+
+
+class _Scope:
+    """The values of one graph being imported, the root or a subgraph. A subgraph reading a
+    value of an enclosing scope gets a copy of it if it is a constant, else an implicit value
+    bound to a trailing input of its node (`captured`, aligned with `graph.implicit`)."""
+
+    def __init__(self, graph: Graph, parent: _Scope | None, source: str) -> None:
+        self.graph, self.parent, self.source = graph, parent, source
+        self.env: dict[str, Value] = {}
+        self.captured: list[Value] = []
+        self.constants: list[Node] = []
+
+    def visible(self) -> set[str]:
+        names = set(self.env)
+        return names | self.parent.visible() if self.parent is not None else names
+
+    def lookup(self, name: str) -> Value | None:
+        if name in self.env:
+            return self.env[name]
+        outer = self.parent.lookup(name) if self.parent is not None else None
+        if outer is None:
+            return None
+        if outer.is_constant:
+            value = Value(name, outer.type)
+            self.constants.append(Node(CONSTANT, [], [value], {"value": outer.const_value},
+                                       self.graph.unique_node_name(name)))
+        else:
+            value = Value(name)
+            self.graph.implicit.append(value)
+            self.captured.append(outer)
+        self.env[name] = value
+        return value
+
+    def define(self, value: Value, where: str) -> None:
+        if value.name in self.env:
+            raise ModelError(f"{self.source}: '{value.name}' is produced twice ({where}); an "
+                             "ONNX value must have a single producer")
+        self.env[value.name] = value
+
+    def build(self, g: onnx.GraphProto) -> None:
+        graph, source = self.graph, self.source
+        for v in list(g.input) + list(g.output) + list(g.value_info):
+            graph.reserve_name(v.name)
+        initializers = _initializers(g, source)
+        for vi in g.input:
+            if vi.name in initializers:
+                continue  # IR < 4 lists initializers among inputs too
+            t = _value_info_type(vi, f"{source}: input '{vi.name}'")
+            if t is None and self.parent is None:
+                raise ModelError(f"{source}: input '{vi.name}' has no element type")
+            value = Value(vi.name, t)
+            graph.inputs.append(value)
+            self.define(value, "graph input")
+        for name, array in initializers.items():
+            value = Value(name, TensorType(dtypes.from_numpy(array.dtype), array.shape))
+            self.constants.append(Node(CONSTANT, [], [value], {"value": array},
+                                       name=graph.unique_node_name(name)))
+            graph.reserve_name(name)
+            self.define(value, "initializer")
+        nodes = [self._node(i, proto) for i, proto in _ordered_nodes(
+            g, source, dict.fromkeys(self.visible() if self.parent else self.env))]
+        outputs = []
+        for o in g.output:
+            value = self.lookup(o.name)
+            if value is None:
+                raise ModelError(f"{source}: graph output {o.name} produced by nothing")
+            outputs.append(value)
+        graph.nodes = self.constants + nodes
+        graph.outputs = outputs
+
+    def _node(self, i: int, proto: onnx.NodeProto) -> Node:
+        graph, source = self.graph, self.source
         name = graph.unique_node_name(proto.name or f"{proto.op_type}_{i}")
         where = f"{source}: node '{name}' ({proto.op_type})"
-        inputs: list[Value | None] = []
-        for input_name in proto.input:
-            inputs.append(env[input_name] if input_name else None)
-        while inputs and inputs[-1] is None:
-            inputs.pop()
+        inputs: list[Value | None] = [self.lookup(n) if n else None for n in proto.input]
+        bodies = [a for a in proto.attribute if a.type == AttributeProto.GRAPH]
+        if not bodies:
+            while inputs and inputs[-1] is None:
+                inputs.pop()
         outputs = []
         for out_name in proto.output:
             if not out_name:
@@ -349,24 +432,33 @@ def import_model(model: onnx.ModelProto, source: str = "model") -> Graph:
             outputs[0].type = TensorType(dtypes.from_numpy(array.dtype), array.shape)
             node = Node(CONSTANT, [], outputs[:1], {"value": array}, name)
         else:
-            attrs = {a.name: _attr_value(a, where) for a in proto.attribute}
+            attrs = {a.name: _attr_value(a, where) for a in proto.attribute
+                     if a.type != AttributeProto.GRAPH}
+            scopes = []
+            for a in bodies:
+                sub = _Scope(graph.subgraph(a.g.name or f"{name}_{a.name}"), self, source)
+                sub.build(a.g)
+                attrs[a.name] = sub.graph
+                scopes.append(sub)
+            inputs += _align_captures(scopes)
             domain = "" if proto.domain == "ai.onnx" else proto.domain
             node = Node(proto.op_type, inputs, outputs, attrs, name, domain)
         for out in node.outputs:
-            define(out, where)
-        nodes.append(node)
+            self.define(out, where)
+        return node
 
-    graph.nodes = constants + nodes
-    missing = [o.name for o in g.output if o.name not in env]
-    if missing:
-        raise ModelError(f"{source}: graph output(s) {', '.join(missing)} produced by nothing")
-    graph.outputs = [env[o.name] for o in g.output]
-    # Types the model declares seed its values' types; the version converter's own shape
-    # inference (which adds value_info) is not a declaration, and lowbit's inference decides.
-    declared = {vi.name: vi for vi in list(g.value_info) + list(g.output)
-                if vi.name in own_value_info}
-    _canonicalize_and_type(graph, opset, declared, source)
-    return graph
+
+def _align_captures(scopes: list[_Scope]) -> list[Value]:
+    """The outer values any of a node's subgraphs read, in first-read order; every subgraph's
+    implicit values are made to follow that order (one unread value where it reads none)."""
+    union: list[Value] = []
+    for scope in scopes:
+        union += [v for v in scope.captured if v not in union]
+    for scope in scopes:
+        own = dict(zip(scope.captured, scope.graph.implicit, strict=True))
+        scope.graph.implicit = [own.get(v) or Value(v.name) for v in union]
+        scope.captured = list(union)
+    return union
 
 
 def check_text(model: onnx.ModelProto, source: str) -> None:
@@ -439,23 +531,30 @@ def _check_count(label: str, what: str, n: int, lo: int, hi: int) -> None:
         raise ModelError(f"{label} has {n} {what}; the op takes {expected}")
 
 
-def _check_structure(g: onnx.GraphProto, opset: int, source: str) -> None:
-    """Refuse what ONNX Runtime refuses at load: a graph without outputs, and two nodes
-    with the same (non-empty) name."""
+def _check_structure(g: onnx.GraphProto, opset: int, source: str, scope: str = "") -> None:
+    """Refuse what ONNX Runtime refuses at load: a graph without outputs, two nodes with the
+    same (non-empty) name, input and output counts the op does not take; in subgraphs too."""
     if not len(g.output):
-        raise ModelError(f"{source}: the graph has no outputs, so there is nothing to compute; "
-                         "declare the results the model returns as graph outputs")
-    produced = {vi.name for vi in g.input} | {t.name for t in g.initializer} | {
-        t.values.name for t in g.sparse_initializer} | {o for n in g.node for o in n.output}
-    missing = [o.name for o in g.output if o.name not in produced]
-    if missing:
-        raise ModelError(f"{source}: graph output(s) {', '.join(missing)} produced by nothing")
+        raise ModelError(f"{source}: {'the graph' if not scope else f'subgraph {scope!r}'} has "
+                         "no outputs, so there is nothing to compute; declare the results the "
+                         "model returns as graph outputs")
+    if not scope:
+        produced = {vi.name for vi in g.input} | {t.name for t in g.initializer} | {
+            t.values.name for t in g.sparse_initializer} | {o for n in g.node for o in n.output}
+        missing = [o.name for o in g.output if o.name not in produced]
+        if missing:
+            raise ModelError(f"{source}: graph output(s) {', '.join(missing)} produced by "
+                             "nothing")
     seen: dict[str, int] = {}
     for i, node in enumerate(g.node):
+        for a in node.attribute:
+            if a.type == AttributeProto.GRAPH:
+                _check_structure(a.g, opset, source, f"{scope}{node.name or f'#{i}'}/{a.name}/")
         schema = _schema(node.op_type, opset, node.domain) if node.domain in (
             "", "ai.onnx") else None
         if schema is not None:
-            label = f"{source}: node '{node.name or f'#{i}'}' ({node.op_type}, opset {opset})"
+            label = f"{source}: node '{scope}{node.name or f'#{i}'}' ({node.op_type}, opset " \
+                    f"{opset})"
             _check_count(label, "inputs", len(node.input), schema.min_input, schema.max_input)
             _check_count(label, "outputs", len(node.output), schema.min_output,
                          schema.max_output)
@@ -528,17 +627,19 @@ def _ordered_nodes(g: onnx.GraphProto, source: str, known: dict):
         for out in node.output:
             if out:
                 produced_by[out] = i
+    reads = [[*node.input, *_outer_reads(node)] for node in g.node]
     for i, node in enumerate(g.node):
-        for name in node.input:
+        for name in reads[i]:
             if name and name not in available and name not in produced_by:
+                where = "" if name in node.input else " in a subgraph"
                 raise ModelError(
-                    f"{source}: node '{node.name or f'#{i}'}' ({node.op_type}) reads '{name}', "
-                    "which no node, graph input or initializer produces")
+                    f"{source}: node '{node.name or f'#{i}'}' ({node.op_type}) reads '{name}'"
+                    f"{where}, which no node, graph input or initializer produces")
     order: list[tuple[int, onnx.NodeProto]] = []
     state = [0] * len(g.node)  # 0 new, 1 visiting, 2 done
 
     def visit(start: int) -> None:
-        stack = [(start, iter(g.node[start].input))]
+        stack = [(start, iter(reads[start]))]
         state[start] = 1
         while stack:
             i, inputs = stack[-1]
@@ -553,7 +654,7 @@ def _ordered_nodes(g: onnx.GraphProto, source: str, known: dict):
                                      f"{' -> '.join(cycle)}")
                 if state[j] == 0:
                     state[j] = 1
-                    stack.append((j, iter(g.node[j].input)))
+                    stack.append((j, iter(reads[j])))
                     break
             else:
                 stack.pop()
@@ -601,6 +702,8 @@ def _canonicalize_and_type(graph: Graph, opset: int, declared: dict, source: str
                                  f"{i} ({name})")
         in_types = [v.type if v is not None else None for v in node.inputs]
         try:
+            if node.subgraphs():
+                _type_bodies(op, node, in_types, opset, declared, source)
             op.check(node, in_types)
             from lowbit.ops import infer_node
 
@@ -615,6 +718,28 @@ def _canonicalize_and_type(graph: Graph, opset: int, declared: dict, source: str
                 raise ModelError(f"{source}: {node.describe()} output '{value.name}' is declared "
                                  f"{seed_type.dtype} but computes {t.dtype}")
             value.type = merge_types(seed_type, t) if seed_type is not None else t
+
+
+def _type_bodies(op, node: Node, in_types: list[TensorType | None], opset: int,
+                 declared: dict, source: str) -> None:
+    """Type a control-flow node's bodies from its inputs, then canonicalize and type their
+    nodes, before the node itself is inferred from them."""
+    formals = op.body_formals(node, in_types)
+    captured = in_types[len(in_types) - node.captures:] if node.captures else []
+    live = op.live_bodies(node)
+    for attr, sub in node.subgraphs():
+        if attr not in live:
+            continue  # an If's branch not taken: constant folding drops it
+        if len(sub.inputs) != len(formals[attr]):
+            raise ModelError(f"{source}: {node.describe()}: body '{attr}' takes "
+                             f"{len(sub.inputs)} inputs; {node.op_type} gives it "
+                             f"{len(formals[attr])}")
+        for v, t in zip(sub.inputs, formals[attr], strict=True):
+            if v.type is None or t is None or v.type.dtype != t.dtype:
+                v.type = t if t is not None else v.type
+        for v, t in zip(sub.implicit, captured, strict=True):
+            v.type = t
+        _canonicalize_and_type(sub, opset, declared, source)
 
 
 def _refuse_absurd(node: Node, name: str, t: TensorType, source: str) -> None:

@@ -19,7 +19,7 @@ import numpy as np
 
 from lowbit.errors import ModelError, UnsupportedError
 from lowbit.ir.attrs import FUSED_CLIP, REQUANT
-from lowbit.ir.graph import Node
+from lowbit.ir.graph import Graph, Node
 from lowbit.ir.types import TensorType
 
 REQUIRED = object()
@@ -74,7 +74,7 @@ def sizes(low: int, default: Any = None) -> Attr:
     return Attr("ints", default, low=low, high=MAX_DIM)
 
 
-_KINDS = {"int": int, "float": float, "string": str, "tensor": np.ndarray}
+_KINDS = {"int": int, "float": float, "string": str, "tensor": np.ndarray, "graph": Graph}
 _LIST_KINDS = {"ints": int, "floats": float, "strings": str}
 
 
@@ -230,7 +230,7 @@ def _kind_of(value: Any) -> str:
         return next(iter(kinds)) if len(kinds) == 1 else "ints|floats|strings" if value \
             else "list"
     for kind, t in _KINDS.items():
-        if type(value) is t or (t is np.ndarray and isinstance(value, np.ndarray)):
+        if type(value) is t or (t in (np.ndarray, Graph) and isinstance(value, t)):
             return kind
     return type(value).__name__
 

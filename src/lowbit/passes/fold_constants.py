@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections import deque
+
 import numpy as np
 
 from lowbit.backends.reference.kernels import kernel_for
@@ -12,6 +14,7 @@ from lowbit.ir.graph import CONSTANT, Graph, Node
 from lowbit.ir.types import TensorType
 from lowbit.ops import infer_node, lookup, merge_types
 from lowbit.ops.shape_values import as_array, static_value
+from lowbit.passes.control_flow import inline_if, sink_constant_captures
 
 NO_FOLD = frozenset({
     # Quantize/Dequantize of constants stay until the late fold, so passes and backends can
@@ -44,11 +47,22 @@ def fold_constants(graph: Graph) -> Graph:
     see `lowbit.ops.shape_values`), by a Constant node holding its result; then drop what
     became dead.
 
+    An If whose condition became constant is replaced by its branch (whose nodes are folded
+    in turn), and constants that a control-flow body reads move into the body
+    (`lowbit.passes.control_flow`).
+
     Guarantees: graph outputs compute the same values; Quantize/Dequantize of constants and
     random ops are kept; no folded constant exceeds MAX_FOLDED_ELEMENTS elements.
     """
     new_nodes: list[Node] = []
-    for node in graph.nodes:
+    pending = deque(graph.nodes)
+    while pending:
+        node = pending.popleft()
+        branch = inline_if(graph, node)
+        if branch is not None:
+            pending.extendleft(reversed(branch))
+            continue
+        sink_constant_captures(graph, node)
         result = _try_fold(node)
         if result is None:
             new_nodes.append(node)
@@ -68,7 +82,7 @@ def fold_constants(graph: Graph) -> Graph:
 
 
 def _try_fold(node: Node) -> list[np.ndarray] | None:
-    if node.op_type == CONSTANT or node.op_type in NO_FOLD or node.domain:
+    if node.op_type == CONSTANT or node.op_type in NO_FOLD or node.domain or node.subgraphs():
         return None
     if not all(v is None or v.is_constant for v in node.inputs):
         return _known_shape_value(node)

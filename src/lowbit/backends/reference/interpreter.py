@@ -46,8 +46,8 @@ class Interpreter:
         self.substitute = substitute
         self._kernels = [None if n.op_type == CONSTANT else kernel_for(n) for n in graph.nodes]
         missing = sorted({("quantized " if is_quantized(n) else "") + n.op_type
-                          for n, k in zip(graph.nodes, self._kernels, strict=True)
-                          if n.op_type != CONSTANT and k is None})
+                          for n, _ in graph.walk()
+                          if n.op_type != CONSTANT and kernel_for(n) is None})
         if missing:
             raise UnsupportedError(
                 f"the reference backend has no kernel for: {', '.join(missing)}"
@@ -83,6 +83,19 @@ class Interpreter:
             preflight(self.graph, arrays)
             self._checked.add(signature)
         env: dict[Value, np.ndarray] = dict(zip(self.graph.inputs, arrays, strict=True))
+        self._execute(env)
+        return {v.name: env[v] for v in self.graph.outputs}
+
+    def run_body(self, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """Run a subgraph (If branch, Loop or Scan body): `arrays` bound to its inputs, then
+        its implicit values, in order; returns its outputs in order. The node running it has
+        checked the arrays."""
+        env = dict(zip(self.graph.inputs + self.graph.implicit, arrays, strict=True))
+        self._execute(env)
+        return [env[v] for v in self.graph.outputs]
+
+    def _execute(self, env: dict[Value, np.ndarray]) -> None:
+        """Run every node in order on `env` (which holds the inputs), leaving the outputs."""
         for i, node in enumerate(self.graph.nodes):
             if node.op_type == CONSTANT:
                 env[node.output] = node.attrs["value"]
@@ -119,7 +132,6 @@ class Interpreter:
                         env[value] = replaced
             for v in self._release[i]:
                 env.pop(v, None)
-        return {v.name: env[v] for v in self.graph.outputs}
 
 
 def _check_output(node: Node, value: Value, array: np.ndarray) -> None:

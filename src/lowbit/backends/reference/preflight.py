@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
 
 from lowbit.errors import InputError, LowbitError, ModelError
-from lowbit.ir.graph import CONSTANT, Graph, Node, Value
+from lowbit.ir.graph import CONSTANT, Graph
 from lowbit.ir.types import TensorType
+from lowbit.ops.work import graph_work
 
 MAX_OPS = 2e12
 """The most multiply-adds one run of the reference interpreter may take (at the few GFLOP/s
@@ -77,55 +77,6 @@ def specialize(graph: Graph, arrays: Sequence[np.ndarray]) -> Graph:
     return g
 
 
-def value_bytes(v: Value) -> int | None:
-    t = v.type
-    if t is None or t.numel is None:
-        return None
-    return t.numel * t.dtype.np_dtype.itemsize
-
-
-@dataclass
-class Cost:
-    """What a run of a specialized graph needs: the peak bytes of live values plus one node's
-    temporaries, the node at that peak, and the total operations (`OpDef.work`)."""
-
-    peak: int
-    peak_node: Node | None
-    ops: int
-
-
-def cost(graph: Graph) -> Cost:
-    """Walk `graph` in order as the interpreter does (inputs and node outputs live until their
-    last reader; constants exist already and are not counted; unknown sizes count as zero)."""
-    from lowbit.ops import get
-
-    last: dict[Value, int] = {}
-    for i, node in enumerate(graph.nodes):
-        for v in node.inputs:
-            if v is not None:
-                last[v] = i
-    keep = set(graph.outputs)
-    live = sum(value_bytes(v) or 0 for v in graph.inputs)
-    result = Cost(live, None, 0)
-    for i, node in enumerate(graph.nodes):
-        if node.op_type == CONSTANT:
-            continue
-        work = get(node.op_type, node.domain).work(
-            node, [v.type if v is not None else None for v in node.inputs],
-            [v.type for v in node.outputs])
-        live += sum(value_bytes(v) or 0 for v in node.outputs)
-        result.ops += work.ops
-        if live + work.scratch > result.peak:
-            result.peak, result.peak_node = live + work.scratch, node
-        for v in {v for v in node.inputs if v is not None}:
-            if last.get(v) == i and v not in keep and not v.is_constant:
-                live -= value_bytes(v) or 0
-        for v in node.outputs:
-            if v not in last and v not in keep:
-                live -= value_bytes(v) or 0
-    return result
-
-
 def max_ops() -> float:
     """The most operations one run may take: MAX_OPS, or the LOWBIT_MAX_OPS environment
     variable."""
@@ -141,7 +92,7 @@ def preflight(graph: Graph, arrays: Sequence[np.ndarray], memory: int | None = N
     would need more than MEMORY_FRACTION of `memory` (default: the memory available now), or
     more than `max_ops()` operations. Returns the specialized graph."""
     g = specialize(graph, arrays)
-    need = cost(g)
+    need = graph_work(g)
     memory = available_memory() if memory is None else memory
     shapes = ", ".join(f"{tuple(a.shape)}" for a in arrays)
     where = f", most while computing {need.peak_node.describe()}" \
