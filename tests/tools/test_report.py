@@ -1,11 +1,13 @@
 """lowbit compare --report: a self-contained HTML file whose numbers are the comparison's, whose
-graph colours follow the SQNR scale, which refuses to start without Graphviz, and which
-headless Chromium renders with no console errors (a screenshot is kept)."""
+graph colours follow the SQNR scale, which lists the layers and says how to get Graphviz when
+it is missing, and which headless Chromium renders with no console errors (a screenshot is
+kept)."""
 
 from __future__ import annotations
 
 import html
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -89,16 +91,33 @@ def test_histograms_draw_the_quantized_types_range(report):
     assert "precision: int8" in text[text.index('<pre id="config">'):]
 
 
-def test_cli_without_dot_fails_at_once_and_writes_nothing(tmp_path):
-    np.save(tmp_path / "x.npy", np.load(bundled("digits.npz"))["images"][:16])
-    bin_dir = tmp_path / "bin"
+def test_cli_without_dot_writes_every_table_and_plot_and_says_what_is_missing(tmp_path):
+    x = np.load(bundled("digits.npz"))["images"]
+    graph = lowbit.load(MODEL)
+    prof = lowbit.profile(graph, [{"input": x[:100]}], progress=False)
+    lowbit.save(lowbit.quantize(graph, prof), tmp_path / "q.onnx")
+    np.save(tmp_path / "x.npy", x[300:340])
+    bin_dir = tmp_path / "bin"  # a PATH without Graphviz
     bin_dir.mkdir()
     out = tmp_path / "r.html"
-    r = subprocess.run([sys.executable, "-m", "lowbit", "compare", str(MODEL), str(MODEL),
-                        "--data", str(tmp_path / "x.npy"), "--report", str(out)],
-                       capture_output=True, text=True, env={"PATH": str(bin_dir)})
-    assert r.returncode == 1 and "apt-get install graphviz" in r.stderr, r.stderr
-    assert not out.exists() and list(tmp_path.glob(".r.html*")) == []
+    r = subprocess.run([sys.executable, "-m", "lowbit", "compare", str(MODEL),
+                        str(tmp_path / "q.onnx"), "--data", str(tmp_path / "x.npy"),
+                        "--report", str(out)],
+                       capture_output=True, text=True,
+                       env={**os.environ, "PATH": str(bin_dir)})
+    assert r.returncode == 0, r.stderr
+    assert "apt-get install graphviz" in r.stderr and "Graphviz" in r.stderr
+    text = out.read_text(encoding="utf-8")
+    assert "<svg" not in text and "apt-get install graphviz" in text
+    for part in ('<table id="worst">', '<table id="worst-own">', 'id="sqnr-chart"',
+                 'class="histogram"', '<pre id="config">'):
+        assert part in text, part
+    rows = re.findall(r'<tr style="background:(#[0-9a-f]{6})"><td>([^<]+)</td><td>([^<]+)</td>',
+                      text[text.index('<table id="layers">'):])
+    layers = [n for n in graph.nodes if n.op_type != "Constant"]
+    assert [(op, name) for _, op, name in rows] == \
+        [(n.op_type, html.escape(n.outputs[0].name)) for n in layers]
+    assert {fill for fill, _, _ in rows} - {GREY}, "compared layers are coloured by SQNR"
 
 
 def test_cli_writes_the_report(tmp_path):

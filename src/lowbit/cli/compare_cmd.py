@@ -38,8 +38,8 @@ def add_parser(sub) -> None:
                    "SQNR (what each layer loses itself, its inputs the float model's values)")
     p.add_argument("--report", metavar="REPORT.html",
                    help="also write a self-contained HTML report: summary, SQNR chart, "
-                   "histograms with clipping ranges, the graph coloured by SQNR (needs Graphviz "
-                   "dot), the QuantConfig")
+                   "histograms with clipping ranges, the graph coloured by SQNR (drawn by Graphviz "
+                   "dot when installed, else listed), the QuantConfig")
     p.add_argument("--sensitivity", action="store_true",
                    help="also quantize one layer at a time, the rest float, with QUANT's config, "
                    "and rank layers by the error each puts on the outputs (in the report too, "
@@ -64,10 +64,6 @@ def run(args) -> int:
         raise InputError("--config-out and --profile go with --sensitivity")
     if args.keep < 0:
         raise InputError(f"--keep must be 0 or more, got {args.keep}")
-    if args.report:
-        from lowbit.tools.report import check_dot
-
-        check_dot()  # before any work: a missing tool is reported at once
     float_graph = lowbit.load(args.float_model)
     quant_graph = lowbit.load(args.quant_model)
     batches = batches_from_args(args, float_graph)
@@ -82,10 +78,12 @@ def run(args) -> int:
     if args.report:
         from lowbit.tools.report import write_report
 
-        write_report(result, float_graph, quant_graph, args.report,
-                     title=f"lowbit: {args.quant_model} against {args.float_model}",
-                     sensitivity=ranked, keep=args.keep)
+        notes = write_report(result, float_graph, quant_graph, args.report,
+                             title=f"lowbit: {args.quant_model} against {args.float_model}",
+                             sensitivity=ranked, keep=args.keep)
         console.print(f"wrote {args.report}")
+        for note in notes:
+            print(f"lowbit compare: {note}", file=sys.stderr)
     return 0
 
 

@@ -29,6 +29,7 @@ import math
 import numpy as np
 
 from lowbit.backends.lowering import fold_quantized_constants
+from lowbit.backends.reference.kernels import integer_params
 from lowbit.errors import UnsupportedError
 from lowbit.exporters.uint8_activations import move_activations_to_uint8
 from lowbit.ir import dtypes
@@ -273,23 +274,17 @@ class _Lowering:
         return True
 
     def _integer_clamp(self, node: Node) -> bool:
+        """Relu / Clip as an integer Clip at the bounds their integer kernel clamps to
+        (`int_activation.ClampParams`), when the output keeps the input's type."""
         x, out = node.inputs[0], node.outputs[0]
         if x.type.dtype != out.type.dtype or x.type.quant != out.type.quant or \
                 not out.type.quant.per_tensor:
             return False
-        s, z = float(arith.scale_of(out.type)), int(arith.zero_of(out.type))
-        lo, hi = 0.0, math.inf
-        if node.op_type == "Clip":
-            lo = -math.inf if len(node.inputs) < 2 or node.inputs[1] is None else \
-                float(node.inputs[1].const_value)
-            hi = math.inf if len(node.inputs) < 3 or node.inputs[2] is None else \
-                float(node.inputs[2].const_value)
+        p = integer_params(node, [None if v is None else v.const_value for v in node.inputs])
         dt = out.type.dtype
-        qlo = dt.qmin if math.isinf(lo) else max(dt.qmin, z + math.ceil(lo / s - 1e-9))
-        qhi = dt.qmax if math.isinf(hi) else min(dt.qmax, z + math.floor(hi / s + 1e-9))
         bounds = [self.g.add_constant(np.asarray(b, dt.np_dtype),
                                       f"{out.name}_{k}", before=node)
-                  for b, k in ((qlo, "qmin"), (max(qlo, qhi), "qmax"))]
+                  for b, k in ((p.qmin, "qmin"), (p.qmax, "qmax"))]
         node.op_type = "Clip"
         node.inputs = [x, *bounds]
         node.attrs = {}

@@ -29,6 +29,7 @@ from lowbit.ir.graph import Node
 from lowbit.ir.types import Dim, TensorType
 from lowbit.numerics.dynamic_params import group_count, normalize_axes
 from lowbit.ops.linalg import inner_dim, matmul_shape
+from lowbit.ops.product import ProductGeometry, matrix_product
 from lowbit.ops.registry import QUANT_DOMAIN, REQUIRED, Attr, OpDef, Work, fail, flag, register
 from lowbit.ops.work import product_work
 
@@ -130,6 +131,10 @@ class DynamicMatMul(OpDef):
     def work(self, node: Node, in_types: list[TensorType | None],
              out_types: list[TensorType | None]) -> Work:
         return product_work(out_types[0], inner_dim(in_types[0]))
+
+    def product(self, node: Node) -> ProductGeometry:
+        """B (input 3) is (..., K, N), C (input 6) the float32 bias."""
+        return matrix_product(node, 3, 6)
 
     @staticmethod
     def _check_param(node: Node, x: TensorType, scale: TensorType | None,

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
@@ -21,6 +21,9 @@ from lowbit.errors import ModelError, UnsupportedError
 from lowbit.ir.attrs import FUSED_CLIP, REQUANT
 from lowbit.ir.graph import Graph, Node
 from lowbit.ir.types import TensorType
+
+if TYPE_CHECKING:
+    from lowbit.ops.product import ProductGeometry
 
 REQUIRED = object()
 """Default marker for an attribute that must be present."""
@@ -161,6 +164,16 @@ class OpDef:
         more."""
         n = sum(numel(t) for t in out_types)
         return Work(n, 8 * n)
+
+    def product(self, node: Node) -> ProductGeometry | None:
+        """Where `node`'s weight, bias and channels are, if the op is a product
+        (`lowbit.ops.product`); None for every other op (the default)."""
+        return None
+
+    def integer_problem(self, node: Node) -> str | None:
+        """Why `node` cannot compute in integers although its settings ask for them (a Gemm
+        with alpha other than 1), or None (the default)."""
+        return None
 
 
 _REGISTRY: dict[tuple[str, str], OpDef] = {}

@@ -11,7 +11,8 @@ charts are inline base64 PNG, the graph inline SVG) with
   histograms alone);
 - the float graph drawn by Graphviz `dot` as SVG, each node filled by the SQNR of its output
   (colour scale below) and labelled with its op type, its value's name and the compared
-  value's printed type;
+  value's printed type; without Graphviz, the same nodes as a table in graph order, coloured
+  alike, and a note saying how to install Graphviz (`write_report` returns the note);
 - with a sensitivity ranking (`lowbit compare --report --sensitivity`), the ranking and the
   rules keeping the most sensitive layers in higher precision;
 - the QuantConfig YAML the quantized model records (`lowbit.quant_config` metadata).
@@ -44,8 +45,14 @@ GREY = "#d0d0d0"
 SQNR_RED, SQNR_GREEN = 10.0, 40.0
 
 
+MISSING_DOT = ("the graph drawing needs Graphviz `dot`, which is not on PATH; install it "
+               "(Debian/Ubuntu: apt-get install graphviz; macOS: brew install graphviz; conda: "
+               "conda install graphviz) and run again to get it. The report lists the layers in "
+               "graph order instead.")
+
+
 class ReportError(LowbitError):
-    """The report cannot be made (a missing tool such as Graphviz `dot`)."""
+    """The report cannot be made (Graphviz `dot` failed or timed out)."""
 
 
 def sqnr_colour(sqnr: float | None) -> str:
@@ -65,23 +72,21 @@ def _hsl_hex(hue: float, sat: float, light: float) -> str:
     return "#" + "".join(f"{round((v + m) * 255):02x}" for v in (r, g, b))
 
 
-def check_dot() -> str:
-    """The path of Graphviz `dot`, or ReportError saying how to install it."""
-    dot = shutil.which("dot")
-    if dot is None:
-        raise ReportError("the report draws the graph with Graphviz `dot`, which is not on PATH; "
-                          "install it (Debian/Ubuntu: apt-get install graphviz) and run again")
-    return dot
+def find_dot() -> str | None:
+    """The path of Graphviz `dot`, or None when it is not on PATH."""
+    return shutil.which("dot")
 
 
 def write_report(comparison: Comparison, float_graph: Graph, quant_graph: Graph,
                  path: str | os.PathLike, *, title: str = "lowbit quantization report",
                  histograms: int = 5, sensitivity: Sensitivity | None = None,
-                 keep: int = 3) -> None:
+                 keep: int = 3) -> list[str]:
     """Write the report (module docstring) to `path`, atomically: on any error no file is
     left. With `sensitivity`, also its ranking and the rules keeping the `keep` most sensitive
-    layers in higher precision. ReportError when Graphviz `dot` is missing."""
-    dot = check_dot()
+    layers in higher precision. Returns what the report had to leave out and why (the graph
+    drawing when Graphviz `dot` is missing), the same notes the page shows."""
+    dot = find_dot()
+    notes = [] if dot is not None else [MISSING_DOT]
     by_value = {s.name: s for s in comparison.layers}
     worst = comparison.worst_first()
     outputs = [by_value[v.name] for v in float_graph.outputs if v.name in by_value]
@@ -92,13 +97,15 @@ def write_report(comparison: Comparison, float_graph: Graph, quant_graph: Graph,
         *_worst_histograms(worst, histograms),
         "<h2>Graph, coloured by SQNR</h2>",
         _legend(),
-        f'<div id="graph">{_graph_svg(float_graph, quant_graph, by_value, dot)}</div>',
+        f'<div id="graph">{_graph_svg(float_graph, quant_graph, by_value, dot)}</div>'
+        if dot is not None else _layer_list(float_graph, quant_graph, by_value),
         *(_sensitivity_section(sensitivity, keep) if sensitivity is not None else ()),
         "<h2>QuantConfig</h2>",
         f'<pre id="config">{html.escape(_config_text(quant_graph))}</pre>',
     ]
     text = _page(title, "\n".join(parts))
     write_atomically(path, text.encode("utf-8"))
+    return notes
 
 
 # -- sections ---------------------------------------------------------------------------------
@@ -228,20 +235,46 @@ def _legend() -> str:
             f"</p>")
 
 
-def _graph_svg(float_graph: Graph, quant_graph: Graph, by_value: dict[str, LayerStats],
-               dot: str) -> str:
+def _layer_list(float_graph: Graph, quant_graph: Graph, by_value: dict[str, LayerStats]) -> str:
+    """The graph's nodes as a table in graph order (what the drawing shows, without Graphviz):
+    op, output value, its inputs, the compared type and SQNR, the row filled like the node."""
+    rows = []
+    for node, out, shown, stats in _graph_nodes(float_graph, quant_graph, by_value):
+        ins = ", ".join(html.escape(v.name) for v in node.inputs
+                        if v is not None and not v.is_constant)
+        rows.append(f'<tr style="background:{sqnr_colour(stats.sqnr if stats else None)}">'
+                    f"<td>{html.escape(node.op_type)}</td><td>{html.escape(out.name)}</td>"
+                    f"<td>{ins}</td><td><code>{html.escape(shown)}</code></td>"
+                    f"<td>{_db(stats.sqnr) if stats else '-'}</td></tr>")
+    return (f'<p class="note" id="graph-missing">{html.escape(MISSING_DOT)}</p>'
+            f'<table id="layers"><tr><th>op</th><th>value</th><th>inputs</th><th>type</th>'
+            f"<th>SQNR dB</th></tr>{''.join(rows)}</table>")
+
+
+def _graph_nodes(float_graph: Graph, quant_graph: Graph, by_value: dict[str, LayerStats]):
+    """(node, output value, printed compared type, stats or None) of each non-constant node of
+    the float graph, in graph order."""
     quant_types = {v.name: v.type for n in quant_graph.nodes for v in n.outputs}
-    lines = ["digraph G {", 'graph [rankdir=TB, fontname="Helvetica"];',
-             'node [shape=box, style="rounded,filled", fontname="Helvetica", fontsize=10];']
-    ids: dict[str, str] = {}
-    producer: dict[str, str] = {}
-    for i, node in enumerate(n for n in float_graph.nodes if n.op_type != "Constant"):
-        nid = f"n{i}"
-        ids[node.name] = nid
+    for node in float_graph.nodes:
+        if node.op_type == "Constant":
+            continue
         out = node.outputs[0]
         stats = by_value.get(out.name)
         shown = stats.type_text if stats is not None \
             else format_type(quant_types.get(out.name, out.type))
+        yield node, out, shown, stats
+
+
+def _graph_svg(float_graph: Graph, quant_graph: Graph, by_value: dict[str, LayerStats],
+               dot: str) -> str:
+    lines = ["digraph G {", 'graph [rankdir=TB, fontname="Helvetica"];',
+             'node [shape=box, style="rounded,filled", fontname="Helvetica", fontsize=10];']
+    ids: dict[str, str] = {}
+    producer: dict[str, str] = {}
+    for i, (node, out, shown, stats) in enumerate(_graph_nodes(float_graph, quant_graph,
+                                                                by_value)):
+        nid = f"n{i}"
+        ids[node.name] = nid
         sqnr = f"\\n{_db(stats.sqnr)} dB" if stats is not None else ""
         label = f"{_dot(node.op_type)} {_dot(out.name)}\\n{_dot(shown)}{sqnr}"
         tooltip = _dot(f"{node.name}: {out.name}")
