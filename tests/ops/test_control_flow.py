@@ -237,3 +237,69 @@ def test_fix_input_on_the_command_line(tmp_path):
     assert outcome.code == 0 and "flag" not in outcome.stdout.split("outputs:")[0]
     outcome = run_verb(["inspect", str(path), "--fix-input", "flag"])
     assert outcome.code == 1 and "--fix-input 'flag': write NAME=VALUE" in outcome.stderr
+
+
+def _export_agrees(graph, tmp_path, feeds, rtol=1e-5, atol=1e-6):
+    out = tmp_path / "exported.onnx"
+    lowbit.save(graph, out)
+    want = lowbit.run(graph, {k: v for k, v in feeds.items()
+                              if k in {i.name for i in graph.inputs}})
+    got = ort.InferenceSession(str(out)).run(None, {k: v for k, v in feeds.items()
+                                                     if k in {i.name for i in graph.inputs}})
+    for w, g in zip(want.values(), got, strict=True):
+        np.testing.assert_allclose(g, w, rtol=rtol, atol=atol)
+
+
+def test_export_keeps_if_loop_and_scan_bodies(tmp_path):
+    x = np.abs(RNG.normal(size=(2, 4))).astype(np.float32)
+    feeds = {"x": x, "s": np.array([1.5], np.float32), "flag": np.array(False)}
+    for sign in (1, -1):
+        feeds["x"] = sign * x
+        _export_agrees(lowbit.load(_save(_if_model(), tmp_path)), tmp_path, feeds)
+    feeds = {"x": RNG.normal(size=3).astype(np.float32),
+             "acc0": RNG.normal(size=3).astype(np.float32)}
+    _export_agrees(lowbit.load(_save(_loop_model(), tmp_path)), tmp_path, feeds)
+
+
+def _matmul_branches_model():
+    """y = If(c): x @ w1 (a branch reading the outer x), else relu(x) @ w2."""
+    w1 = numpy_helper.from_array(RNG.normal(size=(64, 48)).astype(np.float32), "w1")
+    w2 = numpy_helper.from_array(RNG.normal(size=(64, 48)).astype(np.float32), "w2")
+    then = helper.make_graph([helper.make_node("MatMul", ["x", "w1"], ["a"], name="mm1")],
+                             "then", [], [_vi("a", F, None)])
+    els = helper.make_graph([helper.make_node("Relu", ["x"], ["r"], name="relu"),
+                             helper.make_node("MatMul", ["r", "w2"], ["b"], name="mm2")],
+                            "else", [], [_vi("b", F, None)])
+    node = helper.make_node("If", ["c"], ["y"], name="choose", then_branch=then,
+                            else_branch=els)
+    return _model([node], [_vi("x", F, ["n", 64]), _vi("c", B, [])], [_vi("y", F, None)],
+                  [w1, w2])
+
+
+def test_dynamic_quantization_reaches_into_branches(tmp_path):
+    from lowbit.quant.dynamic import quantize_dynamic
+
+    graph = lowbit.load(_save(_matmul_branches_model(), tmp_path))
+    result = quantize_dynamic(graph)
+    assert sorted((r.name, r.mode) for r in result.summary.rows) == [
+        ("choose/else_branch/mm2", "int8"), ("choose/then_branch/mm1", "int8")]
+    assert "choose/then_branch/mm1" in result.summary.text()
+    x = RNG.normal(size=(5, 64)).astype(np.float32)
+    for c in (True, False):
+        feeds = {"x": x, "c": np.array(c)}
+        float_y = lowbit.run(graph, feeds)["y"]
+        quant_y = lowbit.run(result.graph, feeds)["y"]
+        assert np.abs(quant_y - float_y).max() < 0.05 * np.abs(float_y).max()
+        _export_agrees(result.graph, tmp_path, feeds, rtol=1e-4, atol=1e-4)
+
+
+def test_static_quantization_says_it_does_not_reach_into_bodies(tmp_path):
+    from lowbit.quant.static import quantize
+
+    graph = lowbit.load(_save(_matmul_branches_model(), tmp_path))
+    x = RNG.normal(size=(8, 64)).astype(np.float32)
+    profile = lowbit.profile(graph, [{"x": x, "c": np.array(True)}], progress=False)
+    rows = quantize(graph, profile).summary.rows
+    assert [r.name for r in rows] == ["choose"]
+    assert rows[0].detail.startswith("static quantization does not reach into If bodies (2 "
+                                     "products inside): fix the inputs that decide it")

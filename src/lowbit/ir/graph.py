@@ -260,6 +260,14 @@ class Graph:
         return (sum(int(a.size) for a in arrays.values()),
                 sum(int(a.nbytes) for a in arrays.values()))
 
+    def scopes(self, scope: str = "") -> Iterator[tuple[Graph, str]]:
+        """This graph (scope "") and every subgraph below it, with its scope (`walk`)."""
+        yield self, scope
+        for node in self.nodes:
+            for attr, sub in node.subgraphs():
+                yield from sub.scopes(f"{scope}/{node.name}/{attr}" if scope
+                                      else f"{node.name}/{attr}")
+
     def walk(self, scope: str = "") -> Iterator[tuple[Node, str]]:
         """Every node, subgraphs' included (after their node), with its scope: "" at the top,
         `"node/attr"` inside a subgraph (nested scopes joined by "/")."""

@@ -353,7 +353,8 @@ class QuantConfig:
     def check(self, graph: Graph) -> list[str]:
         """Check the rules against `graph`: ConfigError for a rule naming a node that does not
         exist (with close matches); one warning per rule that matches no node."""
-        names = [node.name for node in graph.nodes]
+        nodes = [node for node, _ in graph.walk()]  # the bodies of If, Loop and Scan too
+        names = [node.name for node in nodes]
         known = set(names)
         warnings = []
         for i, rule in enumerate(self.rules):
@@ -363,7 +364,7 @@ class QuantConfig:
                     f"{where}: graph '{graph.name}' has no node named {rule.name!r}"
                     f"{_suggest(rule.name, names)}"
                 )
-            if not any(rule.matches(node) for node in graph.nodes):
+            if not any(rule.matches(node) for node in nodes):
                 warnings.append(f"{where}: {rule.matcher()} matches no node{_hint(rule, graph)}")
         return warnings
 

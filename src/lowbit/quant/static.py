@@ -269,6 +269,12 @@ class _Builder:
 
     def _float_reason(self, node: Node, settings: NodeSettings) -> str | None:
         """Why `node` stays in float, or None if it computes in integers."""
+        if node.subgraphs():
+            inside = sum(_rule(n) == COMPUTE for sub in node.subgraphs()
+                         for n, _ in sub[1].walk())
+            return (f"static quantization does not reach into {node.op_type} bodies ({inside} "
+                    f"products inside): fix the inputs that decide it (--fix-input, "
+                    f"lowbit.load(fixed_inputs=...)) so that it folds, or quantize --dynamic")
         data = [v for v in node.inputs if v is not None and _is_data(node, v)]
         if not any(_is_float(v) or _is_int(v) for v in data):
             return "-"
