@@ -1,7 +1,9 @@
 """Silero VAD (issue 22): a real model with an If choosing its 16 or 8 kHz network. lowbit
 inspects it, runs it equal to ONNX Runtime on chunks of speech with the state carried, folds
 the If once `sr` is fixed, and quantizes it dynamically with speech probabilities within 0.02
-of float, on sentences espeak-ng speaks (../shared/EVAL.md)."""
+of float, on sentences espeak-ng speaks (../shared/EVAL.md). The opset-18 file unrolls its LSTM
+cell into Gemms (which dynamic quantization computes in integers); the default file keeps
+LSTM layers inside nested Ifs, and runs as well."""
 
 from __future__ import annotations
 
@@ -101,6 +103,19 @@ def test_run_equals_onnx_runtime_with_the_state_carried(rate):
     assert "If" not in fixed.op_histogram()
     folded, _ = _probabilities(_lowbit(fixed), chunks, None)
     assert np.abs(folded - want).max() < 1e-4
+
+
+@pytest.mark.parametrize("rate", [16000, 8000])
+def test_the_default_file_with_lstm_and_nested_ifs_equals_onnx_runtime(rate):
+    """silero_vad.onnx, the file silero_vad loads by default: its networks sit in an If on
+    the rate, with LSTM layers inside nested Ifs on ranks (torch's export of an RNN)."""
+    chunks, _ = _chunks(rate)
+    chunks = chunks[:80]
+    model = silero_vad_model("silero_vad.onnx")
+    want, want_state = _probabilities(_ort(model), chunks, rate)
+    got, got_state = _probabilities(_lowbit(lowbit.load(model)), chunks, rate)
+    assert np.abs(got - want).max() < 1e-4
+    assert (np.abs(got_state - want_state) / np.maximum(1.0, np.abs(want_state))).max() < 1e-4
 
 
 def test_quantize_dynamic_keeps_speech_probabilities(tmp_path):

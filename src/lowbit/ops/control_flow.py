@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from lowbit.errors import ModelError
 from lowbit.ir import dtypes as dt
 from lowbit.ir.graph import Graph, Node
 from lowbit.ir.types import Dim, TensorType
@@ -78,6 +79,11 @@ def condition(node: Node) -> bool | None:
         return bool(cond.const_value.reshape(-1)[0]) if cond.const_value.size == 1 else None
     known = static_value(cond)
     return bool(known[0]) if known is not None and len(known) == 1 else None
+
+
+def _was_typed(sub: Graph) -> bool:
+    """Whether every value of a body has a type (it was typed before)."""
+    return all(v.type is not None for n in sub.nodes for v in n.outputs)
 
 
 def _check_captures(node: Node) -> int:
@@ -145,10 +151,23 @@ class If(ControlFlow):
             raise fail(node, f"cond must hold one value, got shape {cond.shape}")
         branches = [node.attrs[attr] for attr in self.live_bodies(node)]
         for sub in branches:
-            body_inputs(node, sub, [], in_types)
             if len(sub.outputs) != len(node.outputs):
                 raise fail(node, f"branch '{sub.name}' gives {len(sub.outputs)} values for "
                                  f"{len(node.outputs)} outputs")
+        typed, errors = [], []
+        for sub in branches:
+            try:
+                body_inputs(node, sub, [], in_types)
+                typed.append(sub)
+            except ModelError as exc:
+                errors.append((sub, exc))
+        # Re-typed for new input shapes (once the inputs are known), a branch that does not
+        # fit them is one this run cannot take (Silero VAD's 8 kHz network given a 16 kHz
+        # chunk): were it taken, its nodes would fail naming themselves. The If then has the
+        # types of the branch that fits; a branch never typed before must type.
+        if not typed or any(not _was_typed(sub) for sub, _ in errors):
+            raise errors[0][1]
+        branches = typed
         out: list[TensorType] = []
         for i, values in enumerate(zip(*(b.outputs for b in branches), strict=True)):
             types = [v.type for v in values]
