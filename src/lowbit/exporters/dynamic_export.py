@@ -65,12 +65,9 @@ def _lower(g: Graph) -> Graph:
     floats: dict[Value, Value] = {}
     grouped: dict[Value, tuple[Value, Value]] = {}
     for node in list(g.nodes):
-        if node.domain != QUANT_DOMAIN:
-            continue
-        if node.op_type == "DynamicQuantize":
-            _Emit(g, node, floats, grouped).quantize()
-        elif node.op_type == "DynamicMatMul":
-            _Emit(g, node, floats, grouped).matmul()
+        lowering = _LOWERINGS.get(node.op_type) if node.domain == QUANT_DOMAIN else None
+        if lowering is not None:
+            lowering(_Emit(g, node, floats, grouped))
     return eliminate_dead_code(g)
 
 
@@ -299,3 +296,7 @@ class _Emit:
                                      "weight_scale"))
         return self.one("Reshape", real_w, self.const(np.array([count * g, n], np.int64),
                                                       "weight_shape"))
+
+
+_LOWERINGS = {"DynamicQuantize": _Emit.quantize, "DynamicMatMul": _Emit.matmul}
+"""How each of lowbit's dynamic ops is written in standard ONNX ops."""

@@ -18,6 +18,7 @@ from lowbit.ops.registry import (
     KEEP,
     REQUIRED,
     RESCALE,
+    SELECTS,
     Attr,
     OpDef,
     Work,
@@ -99,6 +100,7 @@ class MaxPool(WindowPool):
     attrs = {**POOL_ATTRS, "storage_order": flag(0)}
     allowed = FLOATS | {dt.INT8, dt.UINT8}
     quant_rule = KEEP
+    moves_data = SELECTS
 
 
 
@@ -147,6 +149,7 @@ class GlobalMaxPool(GlobalPool):
 
     op_type = "GlobalMaxPool"
     quant_rule = KEEP
+    moves_data = SELECTS
 
 
 @register

@@ -43,6 +43,13 @@ TABLE = "table"
 """A float function of one input: a lookup table over every input code (256 entries for 8 bits,
 65536 for 16)."""
 
+# Data movement (`OpDef.moves_data`): the op's outputs are elements of its data input, unchanged.
+REARRANGES = "rearranges"
+"""Every input element reaches the output, reshaped, transposed, repeated or concatenated, and
+padding adds only a constant (a range that holds the input's holds the output's)."""
+SELECTS = "selects"
+"""The output holds some of the input elements (slices, gathers, splits, maxima, minima)."""
+
 
 MAX_DIM = 1 << 31
 """The largest dimension, pad, stride or dilation a model may declare: 2**31 (a dimension
@@ -115,6 +122,10 @@ class OpDef:
     quant_rule: ClassVar[str | None] = None
     """How the op computes on quantized inputs (COMPUTE, KEEP, RESCALE, TABLE), or None if it
     only computes in float."""
+    moves_data: ClassVar[str | None] = None
+    """REARRANGES or SELECTS when the op only moves its data input's elements (on quantized
+    codes it is exact and adds no error of its own), None when it computes. The one list of
+    data-movement ops: quantization, sensitivity ranking and the exporters ask it."""
 
     @classmethod
     def all_attrs(cls) -> dict[str, Attr]:

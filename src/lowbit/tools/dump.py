@@ -6,19 +6,20 @@ QuantParams also the real range they represent (`scale * (code - zero_point)` ov
 present), the codes used (min and max code, and `(max - min) / (qmax - qmin)` of the range) and
 saturation (share of codes at qmin and at qmax).
 
-The integer parameters follow the reference kernels' formulas (lowbit.backends.reference.
-kernels.int_linear, int_combine, int_pool, int_activation, requant), each real factor M encoded
-by `lowbit.numerics.arith.encode` exactly as the kernel encodes it:
+The integer parameters are the ones the reference kernel computes with, from the same function
+(`lowbit.backends.reference.kernels.integer_params`) on the same input arrays; each encoded
+real factor M is also shown in the other encoding:
 
     Conv / Gemm / MatMul   acc = sum((x - z_x)(w - z_w)) + b;  M = s_x * s_w / s_y
-                           (wide operands: acc >> r rounding half up, M * 2**r)
+                           (wide operands: acc >> r rounding half up, M * 2**r); K and the
+                           weight sums sum_k(w - z_w) of the zero-point correction
                            float output: y = float32(acc) * (s_x * s_w)
     Add / Sub              a_i = q31((q_i - z_i) << L, s_i / s), s = 2 max(s_1, s_2);
                            M = s / (2**L s_y)
     Mul                    M = s_1 s_2 / s_y
-    Concat, Requantize,    M = s_x / s_y (per input whose parameters differ from the output's)
-    Relu, Clip
-    AveragePool, Global-   M = s_x / (s_y n), n the number of values averaged
+    Concat, Requantize     M = s_x / s_y (per input whose parameters differ from the output's)
+    Relu, Clip             the clamp bounds in codes (and M = s_x / s_y if the types differ)
+    AveragePool, Global-   M = s_x / (s_y n), n the number of values averaged, encoded per n
     AveragePool, ReduceMean
     Sigmoid, Tanh, ...     a lookup table indexed by q - qmin (kept whole in the .npz)
     QDQ form: Conv / Gemm  DequantizeLinear operands, a QuantizeLinear reader: the integer
@@ -439,9 +440,11 @@ def _qdq_product(node: Node, readers: list[Node], lines: list[str],
     Runtime fuses the pattern into QLinearConv / QLinearMatMul (or an integer product with a
     float output) and requantizes in float32; the lines give its parameters and M in lowbit's
     integer encodings."""
-    if integer_product(node) is None:
+    geometry = integer_product(node)
+    if geometry is None:
         return
-    operands = [_dequantize_linear(node.input_or_none(i)) for i in (0, 1)]
+    operands = [_dequantize_linear(node.input_or_none(i))
+                for i in (geometry.data_input, geometry.weight_input)]
     if None in operands:
         return
     (s_x, z_x, _), (s_w, z_w, w_codes) = operands
@@ -457,7 +460,8 @@ def _qdq_product(node: Node, readers: list[Node], lines: list[str],
                  f"{' -> QuantizeLinear' if quantize else ''}, one integer kernel in ONNX "
                  f"Runtime: acc = sum((x - z_x)(w - z_w)) (+ bias) in int32; z_x {_p(z_x)}, "
                  f"z_w {_p(z_w)}, s_x {_p(s_x)}, s_w {_p(s_w)}")
-    bias = _dequantize_linear(node.input_or_none(2))
+    bias = _dequantize_linear(node.input_or_none(geometry.bias_input)) \
+        if geometry.bias_input is not None else None
     if bias is not None:
         if bias[2] is not None:
             arrays["bias_codes"] = bias[2]
