@@ -24,11 +24,12 @@ import numpy as np
 
 sys.path[:0] = [str(Path(__file__).parent), str(Path(__file__).parent.parent / "tests")]
 
+from quantize_time import efficientnet_case, mnistnet_case  # noqa: E402
+
 import lowbit  # noqa: E402
 from lowbit.ir.hashing import graph_hash  # noqa: E402
 from lowbit.quant.config import QuantConfig  # noqa: E402
 from lowbit.quant.profile import Profile  # noqa: E402
-from quantize_time import efficientnet_case, mnistnet_case  # noqa: E402
 
 CONFIGS = {
     "defaults": {},
