@@ -82,6 +82,8 @@ def _cached(name: str, export) -> Path:
         os.replace(tmp, folder)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
+        if model.exists():  # another test process (pytest -n) exported it first
+            return model
         raise
     return model
 
@@ -249,13 +251,20 @@ def gensim_data() -> Path:
     if all((folder / f).exists() for f in GENSIM_FILES):
         return folder
     GENSIM.mkdir(parents=True, exist_ok=True)
-    subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "gensim",
-                    "-d", str(GENSIM)], check=True)
-    wheel = sorted(GENSIM.glob("gensim-*.whl"))[-1]
-    folder.mkdir(exist_ok=True)
-    with zipfile.ZipFile(wheel) as z:
-        for f in GENSIM_FILES:
-            (folder / f).write_bytes(z.read(f"gensim/test/test_data/{f}"))
+    # each file lands by rename: test processes running side by side (pytest -n) never read
+    # a half-written one
+    tmp = Path(tempfile.mkdtemp(prefix=".gensim.", dir=GENSIM))
+    try:
+        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--quiet",
+                        "gensim", "-d", str(tmp)], check=True)
+        wheel = sorted(tmp.glob("gensim-*.whl"))[-1]
+        folder.mkdir(exist_ok=True)
+        with zipfile.ZipFile(wheel) as z:
+            for f in GENSIM_FILES:
+                (tmp / f).write_bytes(z.read(f"gensim/test/test_data/{f}"))
+                os.replace(tmp / f, folder / f)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     return folder
 
 
