@@ -67,9 +67,17 @@ def stored_dtype(t: TensorType) -> tuple[np.dtype, bool]:
     return np.dtype(dt), False
 
 
+ALL_ISAS = frozenset(L.ISAS)
+
+
 class Lowering:
-    def __init__(self, graph: Graph, name: str) -> None:
+    """`isas`: the instruction sets the generated code may run with (the cpu backend: every one
+    the library has; a bundle: its target's). Emitters leave out constants in layouts that
+    only other ISAs' kernels read."""
+
+    def __init__(self, graph: Graph, name: str, isas: frozenset[str] = ALL_ISAS) -> None:
         self.graph = graph
+        self.isas = frozenset(isas)
         self.prog = Program(name)
         self.tensors: dict[Value, Tensor] = {}
         self._views: dict[tuple[int, str, bool], Tensor] = {}

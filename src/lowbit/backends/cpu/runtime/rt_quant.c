@@ -284,7 +284,7 @@ static void lb_qbinary_task(void *arg, int64_t t, int worker) {
             ob += i * bc->sb[d];
         }
         int64_t sa = bc->sa[nd - 1], sb = bc->sb[nd - 1], base = r * j->last;
-#if LB_HAVE_X86
+#if LB_HAVE_AVX512
         if (j->isa == LB_ISA_AVX512VNNI && j->op->narrow && sa <= 1 && sb <= 1 &&
             j->op->out_type != LB_I32) {
             int64_t ea = j->op->a_type == LB_U8 ? 1 : 2, eb = j->op->b_type == LB_U8 ? 1 : 2;
