@@ -23,6 +23,7 @@ from lowbit.quant.static import quantize
 
 X86_TARGETS = [name for name, t in TARGETS.items()
                if t.arch == "x86_64" and t.isa in library.supported_isas()]
+ARM_TARGETS = [name for name, t in TARGETS.items() if t.arch == "aarch64"]
 
 
 @pytest.fixture(scope="module")
@@ -36,8 +37,9 @@ def mnist():
     return graph, quantize(graph, prof).graph, images[200:]
 
 
-@pytest.mark.parametrize("target", X86_TARGETS)
+@pytest.mark.parametrize("target", X86_TARGETS + ARM_TARGETS)
 def test_mnistnet_int8_bundle_equals_the_cpu_backend(mnist, tmp_path, target):
+    """x86-64 natively; 64-bit ARM cross-compiled and run under qemu-user."""
     _, q, images = mnist
     bundle = export_bundle(q, tmp_path / "b", target=target, name="mnist")
     program = build(bundle)
@@ -48,6 +50,22 @@ def test_mnistnet_int8_bundle_equals_the_cpu_backend(mnist, tmp_path, target):
         ref = exe({"input": x})["logits"]
         assert got.dtype == ref.dtype and got.shape == ref.shape == (batch, 10)
         np.testing.assert_array_equal(got, ref)
+
+
+def test_arm_bundles_on_a_cpu_without_dotprod(mnist, tmp_path):
+    """qemu's Cortex-A53 (ARMv8.0) runs the aarch64 bundle; the aarch64-dotprod program refuses
+    to start there, naming what the CPU lacks, instead of dying on an illegal instruction."""
+    _, q, images = mnist
+    x = images[:2]
+    ref = cpu.compile(q)({"input": x})["logits"]
+    plain = export_bundle(q, tmp_path / "plain", target="aarch64", name="mnist")
+    (got,) = run(plain, build(plain), [x], cpu="cortex-a53")
+    np.testing.assert_array_equal(got, ref)
+    dot = export_bundle(q, tmp_path / "dot", target="aarch64-dotprod", name="mnist")
+    done = run(dot, build(dot), [x], cpu="cortex-a53", check=False)
+    assert done.returncode == 1, done.stderr
+    assert "built for target aarch64-dotprod, which needs a 64-bit ARM CPU with the " \
+           "dot-product instructions" in done.stderr
 
 
 def test_float_model_with_embedded_weights_built_by_cmake(mnist, tmp_path):

@@ -1,5 +1,6 @@
 """Real models on the cpu backend, bit for bit against the reference interpreter on every ISA
-path: EfficientNet-Lite0 quantized with lowbit's defaults (tests/realmodels.py)."""
+path: EfficientNet-Lite0 quantized with lowbit's defaults (the efficientnet_int8 fixture of
+conftest.py)."""
 
 from __future__ import annotations
 
@@ -9,18 +10,8 @@ from cpu_kernels import ISAS
 
 import lowbit
 from lowbit.backends import cpu
-from lowbit.quant.static import quantize
-from realmodels import efficientnet, load_photos
 
 pytestmark = pytest.mark.realmodel
-
-
-@pytest.fixture(scope="module")
-def efficientnet_int8():
-    photos = load_photos()
-    graph = lowbit.load(efficientnet(True))
-    calib = [{"input": photos[i:i + 1]} for i in range(0, len(photos), 3)]
-    return quantize(graph, lowbit.profile(graph, calib, progress=False)).graph, photos
 
 
 @pytest.fixture(scope="module")
