@@ -136,10 +136,10 @@ def test_program_refuses_bad_inputs_naming_them(mnist, tmp_path):
     assert done.returncode == 1 and "usage: mnist" in done.stderr
 
 
-def _erf_graph() -> Graph:
+def _hardmax_graph() -> Graph:
     g = Graph("g")
     x = g.add_input("x", TensorType(dtypes.FLOAT32, ("N", 3)))
-    node = g.make_node("Erf", [x], name="the_erf")
+    node = g.make_node("Hardmax", [x], name="the_hardmax")
     node.output.type = TensorType(dtypes.FLOAT32, ("N", 3))
     g.outputs = [node.output]
     return g
@@ -148,8 +148,9 @@ def _erf_graph() -> Graph:
 def test_refusals_come_before_any_file(mnist, tmp_path):
     _, q, _ = mnist
     out = tmp_path / "never"
-    with pytest.raises(BundleError, match=r"no bundle kernel implements Erf \(node 'the_erf'\)"):
-        export_bundle(_erf_graph(), out, target="x86-64")
+    with pytest.raises(BundleError,
+                       match=r"no bundle kernel implements Hardmax \(node 'the_hardmax'\)"):
+        export_bundle(_hardmax_graph(), out, target="x86-64")
     with pytest.raises(BundleError, match="unknown bundle target 'riscv64'; choose one of "
                                           "x86-64, x86-64-avx2"):
         export_bundle(q, out, target="riscv64")
@@ -167,14 +168,14 @@ def test_cli_refusals_exit_1_before_writing(tmp_path):
     import onnx
     from onnx import TensorProto, helper
 
-    model = tmp_path / "erf.onnx"
-    node = helper.make_node("Erf", ["x"], ["y"], name="the_erf")
+    model = tmp_path / "hardmax.onnx"
+    node = helper.make_node("Hardmax", ["x"], ["y"], name="the_hardmax")
     g = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
                                                                       [1, 3])],
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3])])
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), model)
     out = tmp_path / "out"
-    for extra, message in ((["--target", "x86-64"], "no bundle kernel implements Erf"),
+    for extra, message in ((["--target", "x86-64"], "no bundle kernel implements Hardmax"),
                            (["--target", "arm7"], "unknown bundle target 'arm7'"),
                            (["--name", "int"], "bundle name 'int'")):
         done = subprocess.run([sys.executable, "-m", "lowbit", "compile", str(model), "-o",

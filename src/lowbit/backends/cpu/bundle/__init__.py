@@ -31,6 +31,7 @@ from lowbit.backends.cpu import toolchain
 from lowbit.backends.cpu.bundle import sources
 from lowbit.backends.cpu.bundle.targets import TARGETS, Target, host_target, library_files, target
 from lowbit.backends.cpu.codegen.lower import Lowering, find_emitter
+from lowbit.backends.cpu.executable import _batch_symbol, _forget_shapes, _name_batch
 from lowbit.backends.reference.kernels import is_quantized
 from lowbit.errors import LowbitError, UnsupportedError
 from lowbit.ir.graph import CONSTANT, Graph
@@ -165,18 +166,12 @@ def default_name(text: str) -> str:
         return "model_" + name
 
 
-def batch_symbol(graph: Graph) -> str | None:
-    """The symbolic first dimension of the inputs, if any: the run-time batch size."""
-    for v in graph.inputs:
-        shape = v.type.shape if v.type is not None else None
-        if shape and isinstance(shape[0], str):
-            return shape[0]
-    return None
-
-
 def fix_dims(graph: Graph, dims: Mapping[str, int]) -> tuple[Graph, str | None]:
     """The graph with the symbolic dimensions `dims` names set to sizes, and the batch symbol
     left; BundleError when another symbolic or unknown dimension remains."""
+    if any(v.type is not None and v.type.shape and v.type.shape[0] is None
+           for v in graph.inputs):
+        graph = _name_batch(graph)  # an unknown leading dimension is the batch, as in cpu.compile
     symbols: list[str] = []
     for v in graph.inputs:
         if v.type is None or v.type.shape is None or any(d is None for d in v.type.shape):
@@ -190,7 +185,7 @@ def fix_dims(graph: Graph, dims: Mapping[str, int]) -> tuple[Graph, str | None]:
                               f"dimensions: {', '.join(symbols) or 'none'})")
         if int(n) < 1:
             raise BundleError(f"dimension {d!r} must be at least 1, got {n}")
-    batch = batch_symbol(graph)
+    batch = _batch_symbol(graph)
     if batch in dims:
         batch = None
     left = [d for d in symbols if d not in dims and d != batch]
@@ -204,6 +199,7 @@ def fix_dims(graph: Graph, dims: Mapping[str, int]) -> tuple[Graph, str | None]:
         for v in graph.inputs:
             v.type = TensorType(v.type.dtype, tuple(int(dims[d]) if d in dims else d
                                                     for d in v.type.shape), v.type.quant)
+        _forget_shapes(graph, batch)
         infer_graph(graph)
     return graph, batch
 
@@ -244,7 +240,7 @@ def export_bundle(graph: Graph, directory: str | os.PathLike, *, target: str | N
         raise BundleError(f"no bundle kernel implements {'; '.join(missing)}. Keep these ops in "
                           f"float or run the model with backend='reference'")
     try:
-        program = Lowering(graph, name, isas=frozenset({t.isa})).lower()
+        program = Lowering(graph, name, batch, isas=frozenset({t.isa})).lower()
     except UnsupportedError as exc:
         raise BundleError(f"a bundle cannot hold this model: {exc}") from exc
     plan = program.make_plan()

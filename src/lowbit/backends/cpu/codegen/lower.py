@@ -71,12 +71,15 @@ ALL_ISAS = frozenset(L.ISAS)
 
 
 class Lowering:
-    """`isas`: the instruction sets the generated code may run with (the cpu backend: every one
-    the library has; a bundle: its target's). Emitters leave out constants in layouts that
-    only other ISAs' kernels read."""
+    """`batch`: the symbol of the batch dimension (the run-time N). `isas`: the instruction sets
+    the generated code may run with (the cpu backend: every one the library has; a bundle: its
+    target's); emitters leave out constants in layouts only other ISAs' kernels read."""
 
-    def __init__(self, graph: Graph, name: str, isas: frozenset[str] = ALL_ISAS) -> None:
+    def __init__(self, graph: Graph, name: str, batch: str | None = None,
+                 isas: frozenset[str] = ALL_ISAS) -> None:
         self.graph = graph
+        self.batch = batch
+        """The symbol of the batch dimension (the run-time N); other symbols are refused."""
         self.isas = frozenset(isas)
         self.prog = Program(name)
         self.tensors: dict[Value, Tensor] = {}
@@ -93,9 +96,11 @@ class Lowering:
     def shape(self, v: Value) -> tuple:
         """The value's static shape, the batch dimension as BATCH."""
         t = v.type
-        if t is None or t.shape is None or any(d is None for d in t.shape):
-            raise UnsupportedError(f"the cpu backend needs static shapes; value '{v.name}' has "
-                                   f"shape {None if t is None else t.shape}")
+        if t is None or t.shape is None or any(d is None for d in t.shape) or \
+                any(isinstance(d, str) and d != self.batch for d in t.shape):
+            raise UnsupportedError(f"the cpu backend needs static shapes (the batch size "
+                                   f"aside); value '{v.name}' has shape "
+                                   f"{None if t is None else t.shape}")
         return tuple(BATCH if isinstance(d, str) else int(d) for d in t.shape)
 
     @staticmethod
