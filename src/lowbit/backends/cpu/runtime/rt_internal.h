@@ -174,6 +174,14 @@ void lb_gemm_block_avx2(const lb_gemm_tile *t, int64_t m0, int64_t m1, int64_t n
 void lb_gemm_block_avx512(const lb_gemm_tile *t, int64_t m0, int64_t m1, int64_t nb0,
                           int64_t nb1);
 #endif
+#if LB_HAVE_NEON
+void lb_gemm_block_neon(const lb_gemm_tile *t, int64_t m0, int64_t m1, int64_t nb0,
+                        int64_t nb1);
+#endif
+#if LB_HAVE_DOTPROD
+void lb_gemm_block_dotprod(const lb_gemm_tile *t, int64_t m0, int64_t m1, int64_t nb0,
+                           int64_t nb1);
+#endif
 
 /* Apply the epilogue to one row of raw accumulators acc[0..n) for columns [n0, n0+n) of row m
  * (shared by the scalar and AVX2 paths). */
@@ -215,6 +223,10 @@ static inline void lb_dw_taps(const lb_window *w, const uint8_t *in, const uint8
     }
 }
 
+#if LB_HAVE_NEON
+void lb_dwconv_neon(const lb_ctx *ctx, const lb_dwconv *p, const uint8_t *in, void *out,
+                    const int64_t *offsets);
+#endif
 #if LB_HAVE_AVX512
 void lb_dwconv_avx512(const lb_ctx *ctx, const lb_dwconv *p, const uint8_t *in, void *out,
                       const int64_t *offsets);

@@ -129,6 +129,16 @@ static void lb_gemm_task(void *arg, int64_t task, int worker) {
         lb_gemm_block_avx2(&j->tile, m0, m1, nb0, nb1);
         break;
 #endif
+#if LB_HAVE_NEON
+    case LB_ISA_NEON:
+        lb_gemm_block_neon(&j->tile, m0, m1, nb0, nb1);
+        break;
+#endif
+#if LB_HAVE_DOTPROD
+    case LB_ISA_DOTPROD:
+        lb_gemm_block_dotprod(&j->tile, m0, m1, nb0, nb1);
+        break;
+#endif
     default:
         lb_gemm_block_scalar(&j->tile, m0, m1, nb0, nb1);
         break;
