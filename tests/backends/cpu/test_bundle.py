@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
-from bundle_tools import build, run
+from bundle_tools import build, compiler, run, runner
 
 import lowbit
 from lowbit.backends import cpu
@@ -106,10 +107,11 @@ def test_lowbit_compile_cli(mnist, tmp_path):
     out = tmp_path / "cli"
     done = subprocess.run([sys.executable, "-m", "lowbit", "compile", bundled("mnistnet.onnx"),
                            "-o", str(out), "--calib", str(tmp_path / "calib.npy"),
-                           "--batch-size", "50", "--target", "x86-64", "--name", "digits"],
-                          capture_output=True, text=True, check=False)
+                           "--batch-size", "50", "--target", "x86-64", "--name", "digits",
+                           "--build"], capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr
     assert "weights" in done.stdout and "int8 parameters" in done.stdout
+    assert "code      model function" in done.stdout and (out / "digits").is_file()
     for f in ("digits.h", "digits.c", "digits.weights", "Makefile", "CMakeLists.txt",
               "example_main.c", "lowbit_rt.h", "rt_qgemm.c"):
         assert (out / f).is_file(), f
@@ -206,3 +208,98 @@ def test_summary_reports_weights_and_arena(mnist, tmp_path):
     assert bundle.weights_bytes == (bundle.directory / "mnist.weights").stat().st_size
     assert bundle.int8_parameter_bytes == 421408  # MNISTNet's int8 weights
     assert bundle.weight_data_bytes <= 1.1 * bundle.int8_parameter_bytes
+
+
+TWO_INSTANCES = Path(__file__).resolve().parent / "bundle_two_instances.c"
+
+
+@pytest.mark.parametrize("target", [X86_TARGETS[-1], "aarch64-dotprod"])
+def test_two_instances_run_concurrently_without_allocating(mnist, tmp_path, target):
+    """Two instances of one bundle in one process, from two threads (one with a pool of two,
+    one alone), on different inputs: every run gives the cpu backend's output, and malloc,
+    calloc and realloc are not called while they run."""
+    _, q, images = mnist
+    bundle = export_bundle(q, tmp_path / "b", target=target, name="model")
+    build(bundle)
+    cc = compiler(bundle)
+    make = subprocess.run(["make", "-s", "libmodel.a", f"CC={cc}"], cwd=bundle.directory,
+                          capture_output=True, text=True, check=False)
+    assert make.returncode == 0, make.stderr
+    program = tmp_path / "two"
+    done = subprocess.run([cc, "-std=c11", "-O2", "-Wall", "-Wextra", "-Werror", "-pthread",
+                           "-I", str(bundle.directory), str(TWO_INSTANCES),
+                           str(bundle.directory / "libmodel.a"), "-lm", "-o", str(program)],
+                          capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    exe = cpu.compile(q)
+    args = [str(bundle.directory / "model.weights"), "4",
+            "30" if bundle.target.arch == "aarch64" else "300"]
+    for i, x in enumerate((images[:4], images[50:54])):
+        (tmp_path / f"in{i}").write_bytes(x.tobytes())
+        (tmp_path / f"out{i}").write_bytes(exe({"input": x})["logits"].tobytes())
+        args += [str(tmp_path / f"in{i}"), str(tmp_path / f"out{i}")]
+    assert (tmp_path / "out0").read_bytes() != (tmp_path / "out1").read_bytes()
+    done = subprocess.run([*runner(bundle), str(program), *args], capture_output=True,
+                          text=True, timeout=1800, check=False)
+    runs = 60 if bundle.target.arch == "aarch64" else 600
+    assert done.stdout.strip() == f"runs={runs} mismatches=0 allocations=0", done.stderr
+    assert done.returncode == 0
+
+
+def test_two_models_in_one_program(mnist, tmp_path):
+    """Two bundles (MNISTNet int8 and float) linked into one program with one copy of the
+    kernel library: their names do not clash and each gives its own model's results."""
+    graph, q, images = mnist
+    target = X86_TARGETS[-1]
+    a = export_bundle(q, tmp_path / "a", target=target, name="digits_int8")
+    b = export_bundle(graph, tmp_path / "b", target=target, name="digits_float")
+    main = tmp_path / "main.c"
+    main.write_text("""#include <stdio.h>
+#include <stdlib.h>
+#include "digits_int8.h"
+#include "digits_float.h"
+static void *load(const char *path, size_t n) {
+    void *p = aligned_alloc(64, (n + 64) / 64 * 64);
+    FILE *f = fopen(path, "rb");
+    if (!p || !f || fread(p, 1, n, f) != n) exit(2);
+    fclose(f);
+    return p;
+}
+int main(int argc, char **argv) {
+    (void)argc;
+    float x[2 * 784], ya[20], yb[20];
+    FILE *f = fopen(argv[3], "rb");
+    if (!f || fread(x, sizeof(float), 2 * 784, f) != 2 * 784) return 2;
+    fclose(f);
+    lb_ctx ctx_a = {DIGITS_INT8_ISA, 1, NULL}, ctx_b = {DIGITS_FLOAT_ISA, 1, NULL};
+    void *wa = load(argv[1], DIGITS_INT8_WEIGHTS_BYTES);
+    void *wb = load(argv[2], DIGITS_FLOAT_WEIGHTS_BYTES);
+    void *ra = aligned_alloc(64, DIGITS_INT8_ARENA_BYTES(2) + 64);
+    void *rb = aligned_alloc(64, DIGITS_FLOAT_ARENA_BYTES(2) + 64);
+    const void *in[1] = {x};
+    void *oa[1] = {ya}, *ob[1] = {yb};
+    if (digits_int8_run(&ctx_a, wa, ra, 2, in, oa) || digits_float_run(&ctx_b, wb, rb, 2, in, ob))
+        return 3;
+    fwrite(ya, sizeof(float), 20, stdout);
+    fwrite(yb, sizeof(float), 20, stdout);
+    return 0;
+}
+""")
+    library = [str(a.directory / f) for f in a.files if f.startswith("rt_") and f.endswith(".c")]
+    program = tmp_path / "both"
+    done = subprocess.run(["cc", "-std=c11", "-O2", "-ffp-contract=off", "-Wall", "-Wextra",
+                           "-Werror", "-pthread", "-I", str(a.directory), "-I",
+                           str(b.directory), str(main), str(a.directory / "digits_int8.c"),
+                           str(b.directory / "digits_float.c"), *library, "-lm", "-o",
+                           str(program)], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    x = images[:2]
+    (tmp_path / "x").write_bytes(x.tobytes())
+    done = subprocess.run([str(program), str(a.directory / "digits_int8.weights"),
+                           str(b.directory / "digits_float.weights"), str(tmp_path / "x")],
+                          capture_output=True, check=False)
+    assert done.returncode == 0
+    out = np.frombuffer(done.stdout, np.float32).reshape(2, 2, 10)
+    np.testing.assert_array_equal(out[0], cpu.compile(q)({"input": x})["logits"])
+    np.testing.assert_allclose(out[1], cpu.compile(graph)({"input": x})["logits"], rtol=1e-5,
+                               atol=1e-6)

@@ -101,6 +101,8 @@ class Bundle:
         if self.code_bytes:
             lines.append("  code      " + ", ".join(f"{k} {v} bytes"
                                                   for k, v in self.code_bytes.items()))
+        else:
+            lines.append("  code      not built yet (lowbit compile --build measures it)")
         return "\n".join(lines)
 
     def build(self, cc: str | None = None, jobs: int = 2, threads: bool = True,
