@@ -29,7 +29,8 @@ def add_parser(sub) -> None:
                        "needed to build or run it)", epilog=EXAMPLE,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("model", help="ONNX model file")
-    p.add_argument("-o", "--output", required=True, metavar="DIR", help="the bundle's folder")
+    p.add_argument("-o", "--output", dest="folder", required=True, metavar="DIR",
+                   help="the bundle's folder (made if missing; other files in it are kept)")
     p.add_argument("--target", metavar="TARGET",
                    help=f"{', '.join(TARGETS)} (default: this machine's)")
     p.add_argument("--weights", choices=WEIGHT_MODES, default="file",
@@ -79,10 +80,10 @@ def run(args) -> int:
         graph = quantize(graph, profile, config).graph
     elif args.dynamic:
         graph = lowbit.quantize_dynamic(graph, config)
-    bundle = export_bundle(graph, args.output, target=target.name, weights=args.weights,
+    bundle = export_bundle(graph, args.folder, target=target.name, weights=args.weights,
                            name=name, dims=dims)
     if args.build:
         bundle.build()
     print(bundle.summary())
-    print(f"build: cd {args.output} && make    (cross-compile: CC=... make; or cmake)")
+    print(f"build: cd {args.folder} && make    (cross-compile: CC=... make; or cmake)")
     return 0

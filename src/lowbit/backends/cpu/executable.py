@@ -16,17 +16,21 @@ import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
 from lowbit.backends.cpu import library, toolchain
 from lowbit.backends.cpu.codegen.lower import Lowering
-from lowbit.backends.cpu.codegen.program import BATCH, Plan
+from lowbit.backends.cpu.codegen.program import Plan, dim_size
+from lowbit.backends.lowering import fold_quantized_constants, has_quantized_constants
 from lowbit.backends.reference.interpreter import check_inputs
 from lowbit.errors import InputError, LowbitError, UnsupportedError
 from lowbit.ir.graph import Graph
+from lowbit.ir.hashing import graph_hash
 from lowbit.ir.types import TensorType
 from lowbit.ops import infer_graph
+from lowbit.passes.fold_constants import fold_constants
 
 
 @dataclass
@@ -61,6 +65,7 @@ class CpuExecutable:
         self._compiled: dict[tuple, Compiled] = {}
         self._lock = threading.Lock()
         self._arena = np.empty(0, np.uint8)
+        self._graph_hash: str | None = None
         if all(isinstance(d, int) or d == self.batch for v in graph.inputs
                for d in (v.type.shape or ())):
             self._specialize(())
@@ -84,14 +89,34 @@ class CpuExecutable:
                     key.append((v.name, axis, int(n)))
         return tuple(key)
 
+    def _artifact_key(self, key: tuple) -> str:
+        """The cache key of one specialization's generated program: the graph's content, the
+        specialized sizes, and the code generator's and library's sources."""
+        if self._graph_hash is None:
+            self._graph_hash = graph_hash(self.graph)
+        return toolchain.artifact_key(self._graph_hash, repr((key, self.batch, self.name)))
+
     def _specialize(self, key: tuple) -> Compiled:
         found = self._compiled.get(key)
         if found is not None:
             return found
         start = time.perf_counter()
-        graph = self.graph
+        akey = self._artifact_key(key)
+        cached = toolchain.load_artifact(akey)
+        if cached is not None:
+            meta, data = cached
+            plan = Plan({}, meta["fixed"], meta["batch"])
+            outputs = [(name, tuple(shape), np.dtype(dtype))
+                       for name, shape, dtype in meta["outputs"]]
+            compiled = self._load(Path(meta["library"]), data, plan, outputs, "",
+                                  meta["steps"], start)
+            if compiled is not None:
+                self._compiled[key] = compiled
+                return compiled
+        graph = self.graph.copy()
+        if has_quantized_constants(graph):
+            graph = fold_quantized_constants(graph)
         if key:
-            graph = graph.copy()
             sizes = {(name, axis): n for name, axis, n in key}
             for v in graph.inputs:
                 if v.type.shape is not None:
@@ -100,28 +125,46 @@ class CpuExecutable:
                     v.type = TensorType(v.type.dtype, shape, v.type.quant)
             _forget_shapes(graph, self.batch)
             infer_graph(graph)
+        graph = fold_constants(graph)  # shape computations over now-static sizes
+        graph = _fold_dequantized_constants(graph)
         program = Lowering(graph, self.name, self.batch).lower()
         plan = program.make_plan()
         source = program.render()
         path = toolchain.build_model(source, "model")
+        data = program.blob.bytes()
+        lowering_dims = Lowering(graph, self.name, self.batch)
+        outputs = [(v.name, lowering_dims.shape(v), np.dtype(v.type.dtype.np_dtype))
+                   for v in graph.outputs]
+        steps = [s.comment for s in program.steps]
+        compiled = self._load(path, data, plan, outputs, source, steps, start)
+        if compiled is None:  # a library that does not load: build it again
+            toolchain.invalidate(path)
+            path = toolchain.build_model(source, "model")
+            compiled = self._load(path, data, plan, outputs, source, steps, start)
+            if compiled is None:
+                raise LowbitError(f"the compiled model {path} does not load")
+        toolchain.store_artifact(akey, {
+            "library": str(path), "fixed": plan.fixed_size, "batch": plan.per_batch_size,
+            "outputs": [(n, list(s), d.str) for n, s, d in outputs], "steps": steps}, data)
+        self._compiled[key] = compiled
+        return compiled
+
+    def _load(self, path: Path, data: bytes, plan: Plan, outputs, source: str,
+              steps: list[str], start: float) -> Compiled | None:
+        if not path.exists():
+            return None
         try:
             lib = C.CDLL(str(path))
         except OSError:
-            toolchain.invalidate(path)
-            lib = C.CDLL(str(toolchain.build_model(source, "model")))
+            return None
         fn = lib.lb_model_run
         fn.restype = C.c_int
         fn.argtypes = [C.POINTER(library.Ctx), C.c_void_p, C.c_void_p, C.c_int64, C.c_void_p,
                        C.c_void_p, C.c_void_p]
-        data = program.blob.bytes()
         blob = _aligned(max(len(data), 64))
         blob[:len(data)] = np.frombuffer(data, np.uint8)
-        outputs = [(v.name, tuple(BATCH if isinstance(d, str) else d for d in v.type.shape),
-                    np.dtype(v.type.dtype.np_dtype)) for v in graph.outputs]
-        compiled = Compiled(fn, str(path), blob, plan, outputs, source,
-                            time.perf_counter() - start, [s.comment for s in program.steps])
-        self._compiled[key] = compiled
-        return compiled
+        return Compiled(fn, str(path), blob, plan, outputs, source,
+                        time.perf_counter() - start, steps)
 
     def arena_bytes(self, batch: int = 1) -> int:
         """Size of the arena for one inference at batch size `batch` (first specialization)."""
@@ -150,7 +193,7 @@ class CpuExecutable:
                 break
         with self._lock:
             compiled = self._specialize(self._key(arrays))
-            outs = [np.empty(tuple(n if d == BATCH else d for d in shape), dtype)
+            outs = [np.empty(tuple(dim_size(d).at(n) for d in shape), dtype)
                     for _, shape, dtype in compiled.outputs]
             size = compiled.plan.size(n)
             if self._arena.size < size:
@@ -181,6 +224,29 @@ def _forget_shapes(graph: Graph, batch: str | None) -> None:
             v.type = TensorType(t.dtype, shape, t.quant)
 
 
+def _fold_dequantized_constants(graph: Graph) -> Graph:
+    """QuantizeLinear and DequantizeLinear of constants (a QDQ file's weights and biases)
+    replaced by their results, computed by the reference kernels: the float weights the Conv
+    multiplies by."""
+    from lowbit.backends.reference.kernels import get_kernel
+    from lowbit.ir.dead_code import eliminate_dead_code
+    from lowbit.ir.graph import CONSTANT, Node
+
+    changed = False
+    for i, node in enumerate(graph.nodes):
+        if node.op_type not in ("QuantizeLinear", "DequantizeLinear") or \
+                node.domain not in ("", "ai.onnx") or len(node.outputs) != 1 or \
+                not all(v is None or v.is_constant for v in node.inputs):
+            continue
+        kernel = get_kernel(node.op_type)
+        value = kernel(node, [v.const_value if v is not None else None for v in node.inputs])[0]
+        value = np.array(value, copy=True)
+        value.setflags(write=False)
+        graph.nodes[i] = Node(CONSTANT, [], [node.output], {"value": value}, node.name)
+        changed = True
+    return eliminate_dead_code(graph) if changed else graph
+
+
 def _batch_symbol(graph: Graph) -> str | None:
     """The symbolic first dimension of the inputs, if any: the batch size, a run-time argument."""
     for v in graph.inputs:
@@ -205,12 +271,8 @@ def _name_batch(graph: Graph) -> Graph:
 def compile(graph: Graph, *, threads: int | None = None, isa: str | None = None,
             name: str | None = None) -> CpuExecutable:
     """Compile `graph` for the cpu backend (see the module docstring)."""
-    from lowbit.backends.lowering import fold_quantized_constants, has_quantized_constants
-
     if any(v.type is None or v.type.shape is None for v in graph.inputs):
         raise UnsupportedError("the cpu backend needs typed inputs with known ranks")
-    if has_quantized_constants(graph):
-        graph = fold_quantized_constants(graph.copy())
     if any(v.type.shape and v.type.shape[0] is None for v in graph.inputs):
         graph = _name_batch(graph)
     return CpuExecutable(graph, threads=threads, isa=isa, name=name)

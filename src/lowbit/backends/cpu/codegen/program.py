@@ -39,9 +39,18 @@ class Size:
 
     __rmul__ = __mul__
 
+    def __add__(self, other: Size) -> Size:
+        if self.coef == 0:
+            return other
+        if other.coef == 0:
+            return self
+        if self.power != other.power:
+            raise UnsupportedError("a size that is not a multiple of the batch size")
+        return Size(self.coef + other.coef, self.power)
+
     def c(self) -> str:
         """The C expression (int64)."""
-        if self.power == 0:
+        if self.power == 0 or self.coef == 0:
             return f"{self.coef}"
         return f"{self.coef} * N" if self.coef != 1 else "N"
 
@@ -49,8 +58,15 @@ class Size:
         return self.coef * (n if self.power else 1)
 
 
+def is_batch(d) -> bool:
+    """Whether dimension d is the batch size or a multiple of it ("N", "320*N")."""
+    return isinstance(d, str)
+
+
 def dim_size(d) -> Size:
-    return Size(1, 1) if d == BATCH else Size(int(d))
+    if isinstance(d, str):
+        return Size(1, 1) if d == BATCH else Size(int(d.split("*")[0]), 1)
+    return Size(int(d))
 
 
 def numel(shape) -> Size:
@@ -61,7 +77,7 @@ def numel(shape) -> Size:
 
 
 def dim_c(d) -> str:
-    return BATCH if d == BATCH else str(int(d))
+    return dim_size(d).c()
 
 
 @dataclass(eq=False)
