@@ -118,6 +118,12 @@ def test_lowbit_compile_cli(mnist, tmp_path):
     assert not list(out.glob("*avx*")), "the x86-64 target holds the portable kernels alone"
     same = export_bundle(q, tmp_path / "api", target="x86-64", name="digits")
     assert (out / "digits.weights").read_bytes() == (same.directory / "digits.weights").read_bytes()
+    # -o names a folder: an existing one takes a second bundle beside the first
+    done = subprocess.run([sys.executable, "-m", "lowbit", "compile", bundled("mnistnet.onnx"),
+                           "-o", str(out), "--target", "x86-64", "--name", "digits_float"],
+                          capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    assert (out / "digits_float.weights").is_file() and (out / "digits.weights").is_file()
 
 
 def test_program_refuses_bad_inputs_naming_them(mnist, tmp_path):
