@@ -5,11 +5,19 @@ or float); emitters ask for their inputs in the layout they want (`operand`), de
 (`result`), and add C steps. Conversions between layouts and between stored and raw int8 are
 inserted here, once per value and layout. Every node must have an emitter: `unsupported`
 lists those without one before anything is generated.
+
+Dimensions: with `runtime_dims`, every symbolic or unknown dimension of the graph becomes a C
+variable of the generated function (the batch symbol is `N`, others `d1`, `d2`, ..., unknown
+ones `u1`, ...), and `bindings` records where each appears so that the caller can find its
+value from the inputs' shapes. That needs every node's emitter to handle such dimensions
+(registered with `dynamic=True`); `runtime_capable` says whether a graph qualifies. Otherwise
+the batch symbol alone is a variable and other symbols must have been fixed before lowering.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -19,9 +27,12 @@ from lowbit.backends.reference.kernels import is_quantized
 from lowbit.errors import KernelError, UnsupportedError
 from lowbit.ir.graph import CONSTANT, Graph, Node, Value
 from lowbit.ir.types import TensorType
+from lowbit.ops.symbolic import as_monomial
 
 Emitter = Callable[["Lowering", Node], None]
 _EMITTERS: dict[tuple[str, str, bool], Emitter] = {}
+_DYNAMIC: set[Emitter] = set()
+"""Emitters that handle dimensions known only at run time (C variables)."""
 
 TYPE_CODES = {np.dtype(np.uint8): L.U8, np.dtype(np.int16): L.I16,
               np.dtype(np.uint16): L.U16, np.dtype(np.float32): L.F32,
@@ -29,18 +40,28 @@ TYPE_CODES = {np.dtype(np.uint8): L.U8, np.dtype(np.int16): L.I16,
               np.dtype(np.float64): L.F64, np.dtype(np.bool_): L.BOOL}
 
 
-def emitter(op_type: str, *, quantized: bool = False, domain: str = "") -> Callable:
-    """Register the emitter of `op_type` for float (plain) or quantized nodes."""
+def emitter(op_type: str, *, quantized: bool = False, domain: str = "",
+            dynamic: bool = False) -> Callable:
+    """Register the emitter of `op_type` for float (plain) or quantized nodes; `dynamic`: it
+    handles dimensions that are C variables (see the module docstring)."""
 
     def deco(fn: Emitter) -> Emitter:
         _EMITTERS[(domain, op_type, quantized)] = fn
+        if dynamic:
+            _DYNAMIC.add(fn)
         return fn
 
     return deco
 
 
 def find_emitter(node: Node) -> Emitter | None:
-    from lowbit.backends.cpu.codegen import ops_float, ops_quant, ops_shape  # noqa: F401
+    from lowbit.backends.cpu.codegen import (  # noqa: F401
+        ops_float,
+        ops_quant,
+        ops_shape,
+        ops_tensor,
+        ops_transformer,
+    )
 
     domain = "" if node.domain in ("", "ai.onnx") else node.domain
     if is_quantized(node):
@@ -59,6 +80,43 @@ def unsupported(graph: Graph) -> list[str]:
     return sorted(missing)
 
 
+def batch_symbol(graph: Graph) -> str | None:
+    """The symbolic first dimension of the inputs, if any: the batch size."""
+    for v in graph.inputs:
+        shape = v.type.shape if v.type is not None else None
+        if shape and isinstance(shape[0], str):
+            return shape[0]
+    return None
+
+
+def runtime_capable(graph: Graph) -> bool:
+    """Whether every node can be lowered with run-time dimensions: its emitter is dynamic, or
+    its values have no dimension but static ones and the batch symbol."""
+    batch = batch_symbol(graph)
+    for n in graph.nodes:
+        if n.op_type == CONSTANT:
+            continue
+        fn = find_emitter(n)
+        if fn is None or fn in _DYNAMIC:
+            continue
+        for v in (*n.inputs, *n.outputs):
+            if v is None or v.type is None or v.type.shape is None:
+                continue
+            if any(not isinstance(d, int) and d != batch for d in v.type.shape):
+                return False
+    return True
+
+
+@dataclass(frozen=True)
+class Binding:
+    """Dimension `axis` of value `value` is coef * (product of the variables `names`)."""
+
+    value: str
+    axis: int
+    coef: int
+    names: tuple[str, ...]
+
+
 def stored_dtype(t: TensorType) -> tuple[np.dtype, bool]:
     """(dtype in memory, biased): quantized int8 codes are stored as uint8 code + 128."""
     dt = t.dtype.np_dtype
@@ -68,9 +126,15 @@ def stored_dtype(t: TensorType) -> tuple[np.dtype, bool]:
 
 
 class Lowering:
-    def __init__(self, graph: Graph, name: str) -> None:
+    def __init__(self, graph: Graph, name: str, runtime_dims: bool = False) -> None:
         self.graph = graph
         self.prog = Program(name)
+        self.runtime_dims = runtime_dims
+        self.batch = batch_symbol(graph)
+        self._dim_vars: dict[object, str] = {}
+        self.bindings: list[Binding] = []
+        """Where each dimension variable appears (the inputs' dimensions first)."""
+        self._bound: set[tuple[str, int]] = set()
         self.tensors: dict[Value, Tensor] = {}
         self._views: dict[tuple[int, str, bool], Tensor] = {}
         self.users = graph.users()
@@ -83,12 +147,44 @@ class Lowering:
 
     # -- shapes and types -------------------------------------------------------------------
     def shape(self, v: Value) -> tuple:
-        """The value's static shape, the batch dimension as BATCH."""
+        """The value's lowered shape: ints, and C products of dimension variables."""
         t = v.type
-        if t is None or t.shape is None or any(d is None for d in t.shape):
-            raise UnsupportedError(f"the cpu backend needs static shapes; value '{v.name}' has "
-                                   f"shape {None if t is None else t.shape}")
-        return tuple(BATCH if isinstance(d, str) else int(d) for d in t.shape)
+        if t is None or t.shape is None:
+            raise UnsupportedError(f"the cpu backend needs tensors of known rank; value "
+                                   f"'{v.name}' has shape {None if t is None else t.shape}")
+        if not self.runtime_dims:
+            if any(d is None for d in t.shape):
+                raise UnsupportedError(f"the cpu backend needs static shapes; value '{v.name}' "
+                                       f"has shape {t.shape}")
+            return tuple(BATCH if isinstance(d, str) else int(d) for d in t.shape)
+        return tuple(self._dim(v, axis, d) for axis, d in enumerate(t.shape))
+
+    def _variable(self, key: object) -> str:
+        name = self._dim_vars.get(key)
+        if name is None:
+            if key == ("symbol", self.batch):
+                name = BATCH
+            else:
+                name = f"{'u' if key[0] == 'unknown' else 'd'}{len(self.prog.dim_vars)}"
+                self.prog.dim_vars.append(name)
+            self._dim_vars[key] = name
+        return name
+
+    def _dim(self, v: Value, axis: int, d) -> int | str:
+        if isinstance(d, int):
+            return d
+        if d is None:
+            names: tuple[str, ...] = (self._variable(("unknown", v.name, axis)),)
+            coef = 1
+        else:
+            mono = as_monomial(d)
+            assert mono is not None
+            coef, symbols = mono
+            names = tuple(sorted(self._variable(("symbol", s)) for s in symbols))
+        if (v.name, axis) not in self._bound:
+            self._bound.add((v.name, axis))
+            self.bindings.append(Binding(v.name, axis, coef, names))
+        return "*".join(([str(coef)] if coef != 1 else []) + list(names)) or "1"
 
     @staticmethod
     def type_code(t: Tensor) -> int:
@@ -234,6 +330,7 @@ class Lowering:
             except (KernelError, UnsupportedError) as exc:
                 raise type(exc)(f"{node.describe()}: {exc}") from exc
         self.finish()
+        self.prog.prune()
         return self.prog
 
 

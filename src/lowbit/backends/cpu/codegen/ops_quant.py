@@ -16,7 +16,7 @@ from lowbit.backends.cpu import packing, params
 from lowbit.backends.cpu.codegen import cexpr
 from lowbit.backends.cpu.codegen.lower import Lowering, emitter, stored_dtype
 from lowbit.backends.cpu.codegen.ops_shape import concat_into, logical_strides
-from lowbit.backends.cpu.codegen.program import BATCH, Size, Tensor, dim_c, numel
+from lowbit.backends.cpu.codegen.program import BATCH, Size, Tensor, dim_c, dim_size, numel
 from lowbit.backends.reference.kernels import int_activation, is_quantized
 from lowbit.errors import KernelError, UnsupportedError
 from lowbit.ir.graph import Node
@@ -266,7 +266,7 @@ def conv(lw: Lowering, node) -> None:
     offset, zb = folded(w2, p.w_zero, za, p.bias)
     scratch = None if pointwise else lw.prog.scratch(Size(oh * ow * w2.shape[1] * group),
                                                      "im2col")
-    rows = (Size(1, 1) if n == BATCH else Size(int(n))) * (ih * iw) \
+    rows = dim_size(n) * (ih * iw) \
         if pointwise and group == 1 else Size(oh * ow)
     sums = lw.prog.scratch(rows * 4, "row_sums") if zb is not None else None
     code = [pack_groups(lw, w2, p.w_zero, group),

@@ -7,7 +7,7 @@ import numpy as np
 
 from lowbit.backends.cpu.codegen import cexpr
 from lowbit.backends.cpu.codegen.lower import Lowering, emitter
-from lowbit.backends.cpu.codegen.program import BATCH, dim_c, numel
+from lowbit.backends.cpu.codegen.program import Size, dim_c, dim_size, numel
 from lowbit.errors import UnsupportedError
 from lowbit.ops.pool import pool_window
 
@@ -18,19 +18,17 @@ def _reshape(lw: Lowering, node) -> None:
 
 
 for _op in ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"):
-    emitter(_op)(_reshape)
-    emitter(_op, quantized=True)(_reshape)
+    emitter(_op, dynamic=True)(_reshape)
+    emitter(_op, quantized=True, dynamic=True)(_reshape)
 
 
 def row_major_strides(shape) -> list:
-    """Element strides of a row-major tensor (ints; the batch dimension may only lead)."""
-    strides, acc = [], 1
+    """Element strides of a row-major tensor: ints, or C expressions of dimension variables."""
+    strides, acc = [], Size(1)
     for d in reversed(shape):
-        strides.append(acc)
-        acc = None if d == BATCH or acc is None else acc * int(d)
+        strides.append(acc.coef if not acc.power else acc.c())
+        acc = acc * dim_size(d)
     strides.reverse()
-    if any(s is None for s in strides):
-        raise UnsupportedError("the batch dimension must come first in this op's operands")
     return strides
 
 
@@ -42,8 +40,8 @@ def logical_strides(t) -> list:
     return row_major_strides(t.shape)
 
 
-@emitter("Transpose")
-@emitter("Transpose", quantized=True)
+@emitter("Transpose", dynamic=True)
+@emitter("Transpose", quantized=True, dynamic=True)
 def transpose(lw: Lowering, node) -> None:
     src = lw.operand(node.inputs[0], None)
     perm = node.attrs.get("perm") or list(reversed(range(len(src.shape))))
@@ -79,21 +77,19 @@ def concat_into(lw: Lowering, node, parts, out, axis: int) -> None:
     phys = out.physical_shape
     pa = perm.index(axis)
     outer = numel(phys[:pa])
-    inner_out = numel(phys[pa:]).coef * out.dtype.itemsize
-    if numel(phys[pa:]).power:
-        raise UnsupportedError("Concat along or before the batch dimension")
-    offset = 0
+    inner_out = (numel(phys[pa:]) * out.dtype.itemsize).c()
+    offset = "0"
     code = []
     for t in parts:
         tp = t.physical_shape
-        row = numel(tp[pa:]).coef * t.dtype.itemsize
+        row = (numel(tp[pa:]) * t.dtype.itemsize).c()
         code.append(f"lb_copy_rows(ctx, {outer.c()}, {row}, {t.ptr}, {row}, {out.ptr} + "
                     f"{offset}, {inner_out});")
-        offset += row
+        offset = f"{offset} + {row}" if offset != "0" else row
     lw.prog.step(f"{node.name}: Concat", code, parts, [out])
 
 
-@emitter("Concat")
+@emitter("Concat", dynamic=True)
 def concat(lw: Lowering, node) -> None:
     axis = int(node.attrs["axis"]) % len(lw.shape(node.outputs[0]))
     first = lw.operand(node.inputs[0], None)

@@ -352,4 +352,6 @@ LB_API void lb_fconv_run(const lb_ctx *ctx, const lb_fconv *p, const float *in, 
 }
 #endif
 
+#include "lowbit_rt_tf.h" /* dynamic quantization and transformer ops */
+
 #endif /* LOWBIT_RT_H */
