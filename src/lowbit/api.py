@@ -46,9 +46,11 @@ def save(graph: Graph, path: str | os.PathLike, format: str | None = None) -> No
     onnx_export.save(graph, path, format=format)
 
 
-def compile(graph: Graph, backend: str = "reference") -> backends.Executable:
-    """Compile `graph` for `backend`; call the result with {input name: array}."""
-    return backends.compile(graph, backend)
+def compile(graph: Graph, backend: str = "reference", **options) -> backends.Executable:
+    """Compile `graph` for `backend`; call the result with {input name: array}. The "cpu"
+    backend takes `threads` (default: the physical cores) and `isa` ("vnni", "avx2",
+    "scalar"; default: the best this CPU has, or $LOWBIT_CPU_ISA)."""
+    return backends.compile(graph, backend, **options)
 
 
 def run(

@@ -13,11 +13,12 @@ from collections.abc import Sequence
 
 from lowbit.errors import LowbitError
 
-VERBS = ("inspect", "run", "dump", "profile", "quantize", "compare", "demo")
+VERBS = ("inspect", "run", "dump", "profile", "quantize", "compare", "bench", "demo")
 
 
 def build_parser() -> argparse.ArgumentParser:
     from lowbit.cli import (
+        bench_cmd,
         compare_cmd,
         demo,
         dump_cmd,
@@ -34,7 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="show tracebacks and verify the IR after every pass")
     sub = parser.add_subparsers(dest="verb", metavar="VERB", required=True)
     for module in (inspect_cmd, run_cmd, dump_cmd, profile_cmd, quantize_cmd, compare_cmd,
-                   demo):
+                   bench_cmd, demo):
         module.add_parser(sub)
     return parser
 

@@ -40,3 +40,19 @@ def test_efficientnet_lite0_int8_is_bit_exact(efficientnet_int8, efficientnet_re
     steps = exe.compiled()[0].steps
     assert sum("+ node_add" in s for s in steps) == 9  # every residual Add fused
     assert not any("quantized Add" in s for s in steps)
+
+
+def test_float_models_match_the_reference():
+    """EfficientNet-Lite0 and PP-OCR's direction classifier (unknown height and width,
+    compiled for the sizes of the call) in float: convolutions, depthwise ones, HardSwish,
+    HardSigmoid, averages, Softmax."""
+    from realmodels import ocr_model, ocr_text_lines
+
+    cases = [(lowbit.load(efficientnet(True)), {"input": load_photos()[:1]}),
+             (lowbit.load(ocr_model("cls")), {"x": ocr_text_lines(2, width=192)})]
+    for graph, feeds in cases:
+        exe = cpu.compile(graph)
+        ref = lowbit.run(graph, feeds)
+        for name, want in ref.items():
+            np.testing.assert_allclose(exe(feeds)[name], want, rtol=1e-5,
+                                       atol=1e-5 * float(np.abs(want).max()))

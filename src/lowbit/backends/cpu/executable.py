@@ -105,9 +105,9 @@ class CpuExecutable:
             return ()
         key = []
         for v, a in zip(self.graph.inputs, arrays, strict=True):
-            for d, n in zip(v.type.shape or (), a.shape, strict=False):
+            for axis, (d, n) in enumerate(zip(v.type.shape or (), a.shape, strict=False)):
                 if not isinstance(d, int) and d != self.batch:
-                    key.append((v.name, d, int(n)))
+                    key.append((v.name, axis, int(n)))
         return tuple(key)
 
     def _specialize(self, key: tuple) -> Compiled:
@@ -118,17 +118,15 @@ class CpuExecutable:
         graph = self.graph
         if key:
             graph = graph.copy()
-            sizes = {}
-            for name, d, n in key:
-                sizes.setdefault(name, {})[d] = n
+            sizes = {(name, axis): n for name, axis, n in key}
             for v in graph.inputs:
-                if v.name in sizes and v.type.shape is not None:
-                    shape = tuple(d if isinstance(d, int) or d == self.batch
-                                  else sizes[v.name].get(d, d) for d in v.type.shape)
-                    # the same symbol elsewhere gets the same size
+                if v.type.shape is not None:
+                    shape = tuple(sizes.get((v.name, axis), d)
+                                  for axis, d in enumerate(v.type.shape))
                     v.type = TensorType(v.type.dtype, shape, v.type.quant)
+            _forget_shapes(graph, self.batch)
             infer_graph(graph)
-        lowering = Lowering(graph, self.name, runtime_dims=self.runtime_dims)
+        lowering = Lowering(graph, self.name, self.batch, runtime_dims=self.runtime_dims)
         program = lowering.lower()
         liveness = program.make_liveness()
         source = program.render()
@@ -265,6 +263,7 @@ def _inferred_shapes(graph: Graph, arrays: list[np.ndarray]) -> dict[str, tuple]
     g = graph.copy()
     for v, a in zip(g.inputs, arrays, strict=True):
         v.type = TensorType(v.type.dtype, tuple(int(n) for n in a.shape), v.type.quant)
+    _forget_shapes(g, None)
     try:
         infer_graph(g)
     except LowbitError as exc:
@@ -273,6 +272,30 @@ def _inferred_shapes(graph: Graph, arrays: list[np.ndarray]) -> dict[str, tuple]
         raise InputError(f"inputs of shapes {given} do not fit the model: {exc}") from exc
     return {v.name: tuple(v.type.shape) for v in g.values()
             if v.type is not None and v.type.shape is not None}
+
+
+def _forget_shapes(graph: Graph, batch: str | None) -> None:
+    """Drop the non-batch symbolic dimensions of inferred types (an exporter's "unk__0"), so
+    that inference from the specialized inputs fills in the sizes."""
+    for node in graph.nodes:
+        for v in node.outputs:
+            t = v.type
+            if node.op_type == "Constant" or t is None or t.shape is None:
+                continue
+            shape = tuple(None if isinstance(d, str) and d != batch else d for d in t.shape)
+            v.type = TensorType(t.dtype, shape, t.quant)
+
+
+def _name_batch(graph: Graph) -> Graph:
+    """An unknown first input dimension (an exporter's "?") is the batch size: name it, so that
+    it stays a run-time argument instead of a size compiled per call."""
+    graph = graph.copy()
+    symbol = batch_symbol(graph) or "batch"
+    for v in graph.inputs:
+        shape = v.type.shape
+        if shape and shape[0] is None:
+            v.type = TensorType(v.type.dtype, (symbol, *shape[1:]), v.type.quant)
+    return graph
 
 
 def compile(graph: Graph, *, threads: int | None = None, isa: str | None = None,
@@ -284,6 +307,8 @@ def compile(graph: Graph, *, threads: int | None = None, isa: str | None = None,
         raise UnsupportedError("the cpu backend needs typed inputs with known ranks")
     if has_quantized_constants(graph):
         graph = fold_quantized_constants(graph.copy())
+    if any(v.type.shape and v.type.shape[0] is None for v in graph.inputs):
+        graph = _name_batch(graph)
     return CpuExecutable(graph, threads=threads, isa=isa, name=name)
 
 

@@ -145,8 +145,8 @@ def exact_bound(a_span: int, w: np.ndarray, zw, bias: np.ndarray | None) -> int:
     """An upper bound of |sum_k (a - za)(w - zw) + bias| for activations with |a - za| <=
     a_span: the fast product, in wrapping int32 arithmetic, is exact when this is below
     2**31."""
-    centred = np.abs(w.astype(np.int64) - np.asarray(zw, np.int64).reshape(-1, 1)
-                     if np.size(zw) > 1 else np.abs(w.astype(np.int64) - int(np.asarray(zw))))
+    zw = np.asarray(zw, np.int64)
+    centred = np.abs(w.astype(np.int64) - (zw.reshape(-1, 1) if zw.ndim else zw))
     worst = int(centred.sum(axis=1).max(initial=0)) * a_span
     if bias is not None and np.size(bias):
         worst += int(np.abs(np.asarray(bias, np.int64)).max())

@@ -126,11 +126,14 @@ def stored_dtype(t: TensorType) -> tuple[np.dtype, bool]:
 
 
 class Lowering:
-    def __init__(self, graph: Graph, name: str, runtime_dims: bool = False) -> None:
+    def __init__(self, graph: Graph, name: str, batch: str | None = None,
+                 runtime_dims: bool = False) -> None:
         self.graph = graph
+        self.batch = batch if batch is not None else batch_symbol(graph)
+        """The symbol of the batch dimension (the run-time N); without `runtime_dims`, other
+        symbols are refused."""
         self.prog = Program(name)
         self.runtime_dims = runtime_dims
-        self.batch = batch_symbol(graph)
         self._dim_vars: dict[object, str] = {}
         self.bindings: list[Binding] = []
         """Where each dimension variable appears (the inputs' dimensions first)."""
@@ -153,9 +156,10 @@ class Lowering:
             raise UnsupportedError(f"the cpu backend needs tensors of known rank; value "
                                    f"'{v.name}' has shape {None if t is None else t.shape}")
         if not self.runtime_dims:
-            if any(d is None for d in t.shape):
-                raise UnsupportedError(f"the cpu backend needs static shapes; value '{v.name}' "
-                                       f"has shape {t.shape}")
+            if any(d is None for d in t.shape) or \
+                    any(isinstance(d, str) and d != self.batch for d in t.shape):
+                raise UnsupportedError(f"the cpu backend needs static shapes (the batch size "
+                                       f"aside); value '{v.name}' has shape {t.shape}")
             return tuple(BATCH if isinstance(d, str) else int(d) for d in t.shape)
         return tuple(self._dim(v, axis, d) for axis, d in enumerate(t.shape))
 

@@ -318,9 +318,34 @@ def depthwise(lw: Lowering, node, x, w, p: params.Product, out, out_t, wdesc, za
                  f"{' + ' + residual.node.name if residual else ''}", code, reads, [out])
 
 
+def wide_params(lw: Lowering, p: params.Product, x: Tensor, out: Tensor, out_t: TensorType,
+                centred: np.ndarray, za: int) -> str:
+    """An lb_wide_params initializer: int64 accumulation of `centred` weights [m, k]."""
+    m = centred.shape[0]
+    if np.abs(centred).max(initial=0) >= 2**31:
+        raise UnsupportedError("weights wider than 32 bits")
+    if p.requant is None:
+        arrays = packing.dequant_arrays(p.scale, m, *p.clip)
+    else:
+        arrays = cexpr.requant_arrays(p.requant, m, shift_of(out_t))
+    bias = lw.prog.data(np.asarray(p.bias, np.int64)) if p.bias is not None else "NULL"
+    return (f"{{{tname(lw, x)}, {tname(lw, out)}, {za}, {p.narrow_shift}, "
+            f"{lw.prog.data(centred.astype(np.int32))}, {bias}, "
+            f"{cexpr.requant(lw.prog, arrays)}}}")
+
+
 def wide_conv(lw, node, x, tx, w, p, out, out_t, wdesc, group, za) -> None:
-    raise UnsupportedError(f"quantized Conv with {tx.dtype} inputs and {w.dtype} weights "
-                           f"(only 8-bit operands are compiled so far)")
+    """Convolutions the int8 kernels cannot compute exactly: 16-bit operands, or an
+    accumulator bound beyond int32 (lb_qconv_wide: int64 sums, as the reference)."""
+    m, cg, kh, kw = w.shape
+    if x.dtype == np.int8:
+        raise UnsupportedError("raw int8 activations")
+    centred = (w.astype(np.int64) - p.w_zero.reshape(-1, 1, 1, 1)).transpose(0, 2, 3, 1)
+    code = [f"const lb_qconv_wide conv = {{{wdesc}, {group}, {cg}, {m // group}, "
+            f"{wide_params(lw, p, x, out, out_t, centred.reshape(m, -1), za)}}};",
+            f"lb_qconv_wide_run(ctx, &conv, {x.ptr}, {out.ptr});"]
+    lw.prog.step(f"{node.name}: Conv {kh}x{kw} group {group}, {tx.dtype} (int64 sums)", code,
+                 [x], [out])
 
 
 def _gemm_like(lw: Lowering, node, a_value, w_rows: np.ndarray, tw: TensorType,
@@ -330,14 +355,18 @@ def _gemm_like(lw: Lowering, node, a_value, w_rows: np.ndarray, tw: TensorType,
     ta, out_t = a_value.type, node.outputs[0].type
     ncols, k = w_rows.shape
     p = params.product(node, ta, tw, bias_value, ncols, w_channel_axis, k, out_t)
-    if not fast_product(ta, w_rows, p):
-        raise UnsupportedError(f"quantized {node.op_type} with {ta.dtype} inputs and "
-                               f"{w_rows.dtype} weights (only 8-bit operands are compiled so far)")
     a = lw.operand(a_value, "plain")
     out = lw.result(node.outputs[0], "plain")
     za = p.x_zero + shift_of(ta)
-    offset, zb = folded(w_rows, p.w_zero, za, p.bias)
     rows = numel(a.shape[:-1])
+    if not fast_product(ta, w_rows, p):
+        centred = w_rows.astype(np.int64) - p.w_zero.reshape(-1, 1)
+        lw.prog.step(f"{node.name}: {node.op_type} {k} -> {ncols}, {ta.dtype} (int64 sums)", [
+            f"const lb_wide_params wp = {wide_params(lw, p, a, out, out_t, centred, za)};",
+            f"lb_qgemm_wide(ctx, {rows.c()}, {ncols}, {k}, {a.ptr}, {k}, &wp, {out.ptr}, "
+            f"{ncols});"], [a], [out])
+        return
+    offset, zb = folded(w_rows, p.w_zero, za, p.bias)
     sums = lw.prog.scratch(rows * 4, "row_sums") if zb is not None else None
     code = [pack_groups(lw, w_rows, p.w_zero, 1),
             *epilogue(lw, p, out_t, ncols, offset, zb, out),

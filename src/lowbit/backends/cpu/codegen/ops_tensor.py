@@ -14,6 +14,7 @@ from lowbit.backends.cpu.codegen.lower import Lowering, emitter
 from lowbit.backends.cpu.codegen.ops_shape import row_major_strides
 from lowbit.backends.cpu.codegen.program import Size, Tensor, dim_c, dim_size, numel
 from lowbit.errors import UnsupportedError
+from lowbit.ir.attrs import FUSED_CLIP
 
 EW_OPS = {"Add": 0, "Sub": 1, "Mul": 2, "Div": 3, "Max": 4, "Min": 5, "And": 6, "Or": 7,
           "Xor": 8, "Equal": 9, "Less": 10, "LessOrEqual": 11, "Greater": 12,
@@ -84,8 +85,18 @@ def type_name(lw: Lowering, t: Tensor) -> str:
 @emitter("LessOrEqual", dynamic=True)
 @emitter("Greater", dynamic=True)
 @emitter("GreaterOrEqual", dynamic=True)
+@emitter("Pow", dynamic=True)
 def elementwise(lw: Lowering, node) -> None:
+    from lowbit.backends.cpu.codegen import ops_float, ops_quant
+
     ins = [v for v in node.inputs if v is not None]
+    floats = all(v.type is not None and v.type.dtype.np_dtype == np.float32
+                 for v in (*ins, node.outputs[0]))
+    if floats and node.op_type in ops_float.BINARY and (
+            node.op_type == "Pow" or node.attrs.get(FUSED_CLIP) is not None or
+            ops_quant.binary_layout(lw, node) == "nhwc"):
+        ops_float._binary(lw, node)  # images in NHWC, fused clamps, Pow
+        return
     if len(ins) == 1 and node.op_type in ("Max", "Min"):
         lw.alias_result(node.outputs[0], lw.operand(ins[0]))
         return

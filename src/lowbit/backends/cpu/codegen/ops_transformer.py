@@ -43,12 +43,19 @@ def layer_norm(lw: Lowering, node) -> None:
         raise UnsupportedError(f"LayerNormalization on {x.dtype} (float32 is compiled)")
     rank = len(x.shape)
     axis = int(node.attrs.get("axis", -1)) % rank
-    gamma = lw.operand(node.inputs[1])
-    beta = lw.operand(node.inputs[2]) if node.input_or_none(2) is not None else None
     n = cprod(*x.shape[axis:])
-    for p in (gamma, beta):
-        if p is not None and numel(p.shape) != numel(x.shape[axis:]):
-            raise UnsupportedError("LayerNormalization with broadcast scale or bias")
+    params = []
+    for v in (node.inputs[1], node.input_or_none(2)):
+        if v is None:
+            params.append(None)
+        elif numel(lw.shape(v)) == numel(x.shape[axis:]):
+            params.append(lw.operand(v))
+        elif v.is_constant and numel(x.shape[axis:]).power == 0:  # broadcast constants out
+            full = np.broadcast_to(lw.const_array(v).astype(np.float32), x.shape[axis:])
+            params.append(lw.prog.const(np.ascontiguousarray(full).reshape(-1), v.name))
+        else:
+            raise UnsupportedError("LayerNormalization with a broadcast run-time scale or bias")
+    gamma, beta = params
     out = lw.result(node.outputs[0])
     eps = float(node.attrs.get("epsilon", 1e-5)).hex()
     lw.prog.step(f"{node.name}: LayerNormalization", [

@@ -328,6 +328,20 @@ typedef struct lb_dwconv {
 
 LB_API void lb_dwconv_run(const lb_ctx *ctx, const lb_dwconv *p, const uint8_t *in, void *out);
 
+/* The exact convolution for operands the int8 kernels cannot take (16-bit activations or
+ * weights, accumulators that may leave int32): a direct loop with int64 accumulation, then
+ * as lb_qgemm_wide (narrow shift, saturation to int32, requantization; float results from
+ * the unshifted accumulator). Weights centred, [groups * mg][taps][cg] as int32; padded taps
+ * add nothing. */
+typedef struct lb_qconv_wide {
+    lb_window win;
+    int64_t groups, cg, mg;
+    lb_wide_params p;
+} lb_qconv_wide;
+
+LB_API void lb_qconv_wide_run(const lb_ctx *ctx, const lb_qconv_wide *p, const void *in,
+                              void *out);
+
 /* ---- float kernels ---------------------------------------------------------------------- */
 
 /* C[m, n] = clamp(sum_k A[m, k] * B[n, k] + bias[n], lo, hi), products and sums in double,
@@ -347,6 +361,39 @@ typedef struct lb_fconv {
 
 LB_API void lb_fconv_run(const lb_ctx *ctx, const lb_fconv *p, const float *in, float *out,
                          float *scratch);
+
+/* Elementwise float32 arithmetic with broadcasting (IEEE float32, as numpy computes it). */
+enum lb_fbinary_op { LB_FADD = 0, LB_FSUB, LB_FMUL, LB_FDIV, LB_FMAX, LB_FMIN, LB_FPOW };
+LB_API void lb_fbinary_run(const lb_ctx *ctx, const lb_bcast *bc, int op, const float *a,
+                           const float *b, float *out);
+
+/* One-input float functions, with the reference's formulas (activation.py, unary.py). */
+enum lb_funary_op {
+    LB_FRELU = 0, LB_FLEAKY, LB_FSIGMOID, LB_FHARDSIGMOID, LB_FHARDSWISH, LB_FTANH, LB_FEXP,
+    LB_FLOG, LB_FSQRT, LB_FABS, LB_FNEG, LB_FRECIP, LB_FCLIP, LB_FERF, LB_FGELU, LB_FGELU_TANH,
+    LB_FFLOOR, LB_FCEIL, LB_FROUND, LB_FSOFTPLUS, LB_FELU, LB_FIDENTITY
+};
+LB_API void lb_funary(const lb_ctx *ctx, int64_t n, int op, float alpha, float beta,
+                      const float *x, float *out);
+
+/* Means in double, rounded once: of each row of `cols` contiguous values (ReduceMean over
+ * trailing axes), or over the pixels of NHWC images per channel (global averages). */
+LB_API void lb_fmean_rows(const lb_ctx *ctx, int64_t rows, int64_t cols, const float *x,
+                          float *out);
+LB_API void lb_fmean_nhwc(const lb_ctx *ctx, int64_t n, int64_t pixels, int64_t c,
+                          const float *x, float *out);
+/* Softmax along rows of `cols` values, in double after subtracting the row's maximum. */
+LB_API void lb_fsoftmax_rows(const lb_ctx *ctx, int64_t rows, int64_t cols, const float *x,
+                             float *out);
+/* LayerNormalization over rows of `cols` values, in double; scale and bias per column (bias
+ * may be NULL). */
+LB_API void lb_flayernorm_rows(const lb_ctx *ctx, int64_t rows, int64_t cols, const float *x,
+                               const float *scale, const float *bias, double epsilon,
+                               float *out);
+/* Float average pooling over NHWC windows: the sum in double divided by the element count
+ * (pads counted with count_pad, never ceil_mode's overhang beyond pb/pr). */
+LB_API void lb_favgpool(const lb_ctx *ctx, const lb_window *w, int count_pad, int64_t pb,
+                        int64_t pr, const float *in, float *out);
 
 #ifdef __cplusplus
 }

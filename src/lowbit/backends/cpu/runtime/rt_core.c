@@ -198,6 +198,11 @@ static void lb_pool_destroy(lb_pool *p) {
 
 static void lb_pool_run(lb_pool *p, int64_t ntasks, lb_task_fn fn, void *arg) {
     pthread_mutex_lock(&p->run_mu);
+    /* Close the previous job before touching the job fields: a worker that read its state
+     * just before it ended could otherwise compare a stale task index with the new task count
+     * and claim a task that does not exist (counted as done in the new job). */
+    uint64_t old = atomic_load(&p->state);
+    atomic_store(&p->state, (old & ~(uint64_t)0xffffffffu) | 0xffffffffu);
     p->fn = fn;
     p->arg = arg;
     p->ntasks = ntasks;
@@ -252,7 +257,7 @@ void lb_ctx_destroy(lb_ctx *ctx) {
 void lb_parallel_for(const lb_ctx *ctx, int64_t ntasks, lb_task_fn fn, void *arg) {
     if (ntasks <= 0) return;
 #ifndef LB_NO_THREADS
-    if (ctx->pool && ntasks > 1) {
+    if (ctx->pool && ntasks > 1 && ntasks < 0xffffffffu) {
         lb_pool_run(ctx->pool, ntasks, fn, arg);
         return;
     }

@@ -54,6 +54,28 @@ static void lb_maxpool_task(void *arg, int64_t t, int worker) {
             if (first) memset(dst, 0, (size_t)c); /* the lowest stored code */
             continue;
         }
+        if (j->type == LB_F32) { /* NaN wins, as numpy's max */
+            float *dst = (float *)j->out + o;
+            int first = 1;
+            for (int64_t ky = 0; ky < w->kh; ky++) {
+                int64_t iy = oy * w->sh - w->pt + ky * w->dh;
+                if (iy < 0 || iy >= w->ih) continue;
+                for (int64_t kx = 0; kx < w->kw; kx++) {
+                    int64_t ix = ox * w->sw - w->pl + kx * w->dw;
+                    if (ix < 0 || ix >= w->iw) continue;
+                    const float *src = (const float *)img + ((n * w->ih + iy) * w->iw + ix) * c;
+                    if (first) {
+                        memcpy(dst, src, (size_t)c * sizeof(float));
+                        first = 0;
+                    } else {
+                        for (int64_t i = 0; i < c; i++)
+                            dst[i] = (src[i] > dst[i] || src[i] != src[i]) ? src[i] : dst[i];
+                    }
+                }
+            }
+            for (int64_t i = 0; first && i < c; i++) dst[i] = -INFINITY;
+            continue;
+        }
         for (int64_t ch = 0; ch < c; ch++) {
             double best = j->type == LB_F32 ? -INFINITY : (j->type == LB_I16 ? -32768 : 0);
             int first = 1;

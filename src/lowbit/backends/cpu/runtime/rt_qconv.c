@@ -133,3 +133,72 @@ void lb_dwconv_run(const lb_ctx *ctx, const lb_dwconv *p, const uint8_t *in, voi
 #endif
     lb_parallel_for(ctx, w->n * w->oh, lb_dw_task_scalar, &j);
 }
+
+/* ---- the wide convolution ---------------------------------------------------------------- */
+
+typedef struct lb_cw_job {
+    const lb_qconv_wide *p;
+    const void *in;
+    void *out;
+} lb_cw_job;
+
+static inline int64_t lb_code(const void *a, int32_t type, int64_t i) {
+    switch (type) {
+    case LB_U8:
+        return ((const uint8_t *)a)[i];
+    case LB_I16:
+        return ((const int16_t *)a)[i];
+    case LB_U16:
+        return ((const uint16_t *)a)[i];
+    default:
+        return 0;
+    }
+}
+
+static void lb_cw_task(void *arg, int64_t t, int worker) {
+    (void)worker;
+    const lb_cw_job *j = (const lb_cw_job *)arg;
+    const lb_qconv_wide *cw = j->p;
+    const lb_window *w = &cw->win;
+    const lb_wide_params *p = &cw->p;
+    int64_t n = t / w->oh, oy = t % w->oh, taps = w->kh * w->kw, mout = cw->groups * cw->mg;
+    for (int64_t ox = 0; ox < w->ow; ox++) {
+        int64_t at0 = ((n * w->oh + oy) * w->ow + ox) * mout;
+        for (int64_t m = 0; m < mout; m++) {
+            int64_t g = m / cw->mg, acc = p->bias ? p->bias[m] : 0;
+            const int32_t *wm = p->w + m * taps * cw->cg;
+            for (int64_t ky = 0; ky < w->kh; ky++) {
+                int64_t iy = oy * w->sh - w->pt + ky * w->dh;
+                if (iy < 0 || iy >= w->ih) continue;
+                for (int64_t kx = 0; kx < w->kw; kx++) {
+                    int64_t ix = ox * w->sw - w->pl + kx * w->dw;
+                    if (ix < 0 || ix >= w->iw) continue;
+                    int64_t base = ((n * w->ih + iy) * w->iw + ix) * w->c + g * cw->cg;
+                    const int32_t *wk = wm + (ky * w->kw + kx) * cw->cg;
+                    for (int64_t ci = 0; ci < cw->cg; ci++)
+                        acc += (lb_code(j->in, p->a_type, base + ci) - p->za) * (int64_t)wk[ci];
+                }
+            }
+            int64_t at = at0 + m;
+            if (p->rq.method == LB_RQ_DEQUANT) {
+                float v = (float)((double)acc * p->rq.dscale[m]);
+                if (v < p->rq.fmin) v = p->rq.fmin;
+                if (v > p->rq.fmax) v = p->rq.fmax;
+                ((float *)j->out)[at] = v;
+                continue;
+            }
+            if (p->narrow_shift > 0)
+                acc = (acc + ((int64_t)1 << (p->narrow_shift - 1))) >> p->narrow_shift;
+            int32_t x = lb_clamp32(acc, INT32_MIN, INT32_MAX);
+            if (p->out_type == LB_I32)
+                ((int32_t *)j->out)[at] = x;
+            else
+                lb_store(j->out, p->out_type, at, lb_requant_scalar(&p->rq, m, x));
+        }
+    }
+}
+
+void lb_qconv_wide_run(const lb_ctx *ctx, const lb_qconv_wide *p, const void *in, void *out) {
+    lb_cw_job j = {p, in, out};
+    lb_parallel_for(ctx, p->win.n * p->win.oh, lb_cw_task, &j);
+}
