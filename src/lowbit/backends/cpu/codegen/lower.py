@@ -324,7 +324,9 @@ class Lowering:
         if missing:
             raise UnsupportedError(f"the cpu backend has no kernel for: {', '.join(missing)} "
                                    f"(backend='reference' runs every op)")
-        for node in self.graph.nodes:
+        from lowbit.backends.cpu.codegen.row_chain import reorder_for_fusion
+
+        for node in reorder_for_fusion(self.graph.nodes, self.users):
             if node.op_type == CONSTANT or node in self.fused:
                 continue
             fn = find_emitter(node)

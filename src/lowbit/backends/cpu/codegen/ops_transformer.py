@@ -18,6 +18,7 @@ from lowbit.backends.cpu import packing
 from lowbit.backends.cpu.codegen.lower import Lowering, emitter
 from lowbit.backends.cpu.codegen.ops_tensor import cprod
 from lowbit.backends.cpu.codegen.program import Tensor, dim_c, dim_size, numel
+from lowbit.backends.cpu.codegen.row_chain import Chain, RowOp, epilogue_adds, row_chain
 from lowbit.errors import UnsupportedError
 from lowbit.numerics import arith
 from lowbit.numerics.dynamic_params import normalize_axes, qmax
@@ -56,8 +57,19 @@ def layer_norm(lw: Lowering, node) -> None:
         else:
             raise UnsupportedError("LayerNormalization with a broadcast run-time scale or bias")
     gamma, beta = params
-    out = lw.result(node.outputs[0])
     eps = float(node.attrs.get("epsilon", 1e-5)).hex()
+    if axis == rank - 1:  # LayerNorm, then the row ops after it, in one pass over each row
+        chain = Chain([RowOp("layernorm", a=f"(const float *){gamma.ptr}",
+                             b=ptr_of(lw, beta, "const float"), eps=eps)])
+        chain = row_chain(lw, node.outputs[0], x.shape, chain)
+        if len(chain.ops) > 2 or chain.ops[-1].kind != "store":
+            lw.fused.update(chain.nodes)
+            lw.prog.step(f"{node.name}: LayerNormalization + {chain.describe() or 'store'}", [
+                chain.c(), f"lb_rowops_run(ctx, {cprod(*x.shape[:axis])}, {n}, "
+                f"(const float *){x.ptr}, {n}, &ro);"],
+                [x, gamma, beta, *chain.reads], chain.writes)
+            return
+    out = lw.tensors.get(node.outputs[0]) or lw.result(node.outputs[0])
     lw.prog.step(f"{node.name}: LayerNormalization", [
         f"lb_layernorm(ctx, {cprod(*x.shape[:axis])}, {n}, (const float *){x.ptr}, {n}, "
         f"(const float *){gamma.ptr}, {ptr_of(lw, beta, 'const float')}, {eps}, "
@@ -210,12 +222,18 @@ DESC_BYTES = 64  # sizeof(lb_dmm_b) rounded up
 
 @emitter("DynamicMatMul", domain=QUANT_DOMAIN, dynamic=True)
 def dynamic_matmul(lw: Lowering, node) -> None:
+    from lowbit.backends.cpu.codegen import attention
+
+    fused = attention.match(lw, node)
+    if fused is not None:
+        attention.emit(lw, fused)
+        return
     av, sav, zav, bv = node.inputs[:4]
     bsv, bzv, cv = (list(node.inputs[4:]) + [None] * 3)[:3]
     group = int(node.attrs.get("group_size", 0))
     a = lw.operand(av)
     sa, za = lw.operand(sav), lw.operand(zav)
-    out = lw.result(node.outputs[0])
+    out_shape = lw.shape(node.outputs[0])
     ashape, pshape = a.shape, sa.shape
     if len(ashape) < 2 or len(pshape) != len(ashape):
         raise UnsupportedError("DynamicMatMul with A of rank < 2 or parameters of another rank")
@@ -301,13 +319,45 @@ def dynamic_matmul(lw: Lowering, node) -> None:
             f"(const float *){sb_t.ptr}, {zb_t.ptr}, {pb_batch}, {pb_group}, {pb_n}}};",
             f"lb_dmm_pack_run(ctx, &pk, {pack.ptr} + {batch} * {DESC_BYTES}, bd);"]
         b_ref, b_step = "bd", "1"
-    add0 = f"{{{lw.prog.data(bias)}, 0, 0}}" if bias is not None else "{NULL, 0, 0}"
+    adds = [f"{{{lw.prog.data(bias)}, 0, 0}}"] if bias is not None else []
+    writes: list[Tensor] = []
+    fused = ""
+    rows_ptr = "NULL"
+    last = node.outputs[0]
+    if batch == "1":  # rows of every batch in one product: fuse what follows into it
+        more, last = epilogue_adds(lw, node.outputs[0], out_shape, 3 - len(adds))
+        for kind, data, user in more:
+            if kind == "vec":
+                adds.append(f"{{{lw.prog.data(data)}, 0, 0}}")
+            else:
+                adds.append(f"{{(const float *){data.ptr}, {N}, 0}}")
+                reads.append(data)
+            lw.fused.add(user)
+        if more:
+            fused = " + " + " + ".join(u.op_type for _, _, u in more)
+        chain = row_chain(lw, last, out_shape)
+        if len(chain.ops) == 1 and chain.ops[0].kind == "store":
+            out = lw.tensors[last]
+        else:
+            lw.fused.update(chain.nodes)
+            code.append(chain.c())
+            rows_ptr = "&ro"
+            reads += chain.reads
+            writes += chain.writes
+            fused += f" + {chain.describe()}" if chain.nodes else ""
+            out = None
+    else:
+        out = lw.result(node.outputs[0])
+    if out is not None:
+        writes.append(out)
+    while len(adds) < 3:
+        adds.append("{NULL, 0, 0}")
     mn = cprod(ashape[-2], N) if len(ashape) >= 2 else N
     code += [
         f"const lb_dmm mm = {{{batch}, {M}, {N}, {dim_c(K)}, {group}, {a.ptr}, {dim_c(K)}, "
         f"{cprod(ashape[-2], K)}, {a_signed}, (const float *){sa.ptr}, {za.ptr}, {p_batch}, "
-        f"{p_row}, {p_group}, {b_ref}, {b_step}, {{{add0}, {{NULL, 0, 0}}, {{NULL, 0, 0}}}}, "
-        f"(float *){out.ptr}, {N}, {mn}}};",
+        f"{p_row}, {p_group}, {b_ref}, {b_step}, {{{', '.join(adds)}}}, "
+        f"{'(float *)' + out.ptr if out is not None else 'NULL'}, {N}, {mn}, {rows_ptr}}};",
         "lb_dmm_run(ctx, &mm);"]
-    lw.prog.step(f"{node.name}: DynamicMatMul{f' in groups of {group}' if group else ''}",
-                 code, reads, [out], scratch)
+    lw.prog.step(f"{node.name}: DynamicMatMul{f' in groups of {group}' if group else ''}"
+                 f"{fused}", code, reads, writes, scratch)

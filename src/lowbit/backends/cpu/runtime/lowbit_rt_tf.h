@@ -92,6 +92,46 @@ typedef struct lb_fadd {
     int64_t ld, batch; /* row stride and batch stride (elements) */
 } lb_fadd;
 
+/* ---- operations on whole rows --------------------------------------------------------- *
+ * A chain applied to rows of n float32 values held in a buffer, in order: the ops a code
+ * generator fuses after a product (or after a LayerNorm) so that each row is read once. Row
+ * m of an output lives at out + m * ld. */
+enum lb_rowop_kind {
+    LB_ROW_ADD_VEC = 0, /* v = v + a[n] */
+    LB_ROW_ADD_ROWS,    /* v = v + a[m * ld + n] */
+    LB_ROW_MUL_VEC,     /* v = v * a[n] */
+    LB_ROW_LAYERNORM,   /* v = layernorm(v) with gamma a, beta b (may be NULL), eps */
+    LB_ROW_GELU,        /* v = gelu(v), flag 1: tanh form */
+    LB_ROW_STORE,       /* out[m * ld + n] = v (float32) */
+    LB_ROW_GATHER,      /* out[m * ld + i] = v[idx[i]] for i < count (float32) */
+    LB_ROW_DQ           /* dynamic quantization of v (lb_dq_rows: group `count`, channel scale
+                         * b, codes out (ld), scale/zero (ldp), flag 1: symmetric) */
+};
+
+typedef struct lb_rowop {
+    int32_t kind, flag;
+    const float *a, *b;
+    const int64_t *idx;
+    int64_t count;
+    double eps;
+    void *out;
+    int64_t ld;
+    float *scale;
+    void *zero;
+    int64_t ldp;
+    int32_t qmax;
+} lb_rowop;
+
+#define LB_MAX_ROWOPS 10
+typedef struct lb_rowops {
+    int32_t count;
+    lb_rowop op[LB_MAX_ROWOPS];
+} lb_rowops;
+
+/* The chain on rows x[r * ldx] of n values, r < rows (x is not modified). */
+LB_API void lb_rowops_run(const lb_ctx *ctx, int64_t rows, int64_t n, const float *x,
+                          int64_t ldx, const lb_rowops *ops);
+
 typedef struct lb_dmm {
     int64_t batch, M, N, K, group; /* group: 0 (whole K) or a multiple of 4 */
     const uint8_t *a;              /* A codes: row m of batch b at a + b*a_batch + m*lda */
@@ -105,6 +145,8 @@ typedef struct lb_dmm {
     lb_fadd add[3];                /* v == NULL: none */
     float *y;                      /* Y[b, m, n] at y + b*y_batch + m*ldy + n */
     int64_t ldy, y_batch;
+    const lb_rowops *rows;         /* NULL, or a chain on whole rows of Y (after the adds;
+                                    * batch 1; y may then be NULL: rows go through a buffer) */
 } lb_dmm;
 
 LB_API void lb_dmm_run(const lb_ctx *ctx, const lb_dmm *p);
@@ -127,6 +169,39 @@ typedef struct lb_dmm_pack {
 
 LB_API void lb_dmm_pack_run(const lb_ctx *ctx, const lb_dmm_pack *p, uint8_t *scratch,
                             lb_dmm_b *out);
+
+/* ---- fused attention -------------------------------------------------------------------- *
+ * lowbit's dynamic attention, per batch b and head h (queries and keys: the S tokens):
+ *   Q, K: dynamic quantization of each token's D values of the head, in groups of `group`
+ *         (the graph's Q and K^T DynamicQuantize);
+ *   scores = DynamicMatMul(Q, K^T) (groups of `group` along D);
+ *   scores = scores * scale (scale_op 1) or scores / scale (scale_op 2), then + mask[b, h, r, c]
+ *         (strides mask_s[4], 0 along broadcast axes; mask NULL: none);
+ *   P = softmax(scores) per row, quantized per row in groups of `pgroup` keys;
+ *   V: quantized per head and column over groups of `vgroup` tokens;
+ *   out = DynamicMatMul(P, V) (groups of pgroup == vgroup), written at token row r, columns
+ *         h*D .. h*D + D - 1 of out (the heads' transpose back).
+ * (All four quantized asymmetric, uint8.) Each step is the separate kernel's (the same IEEE operations in the same order). q, k, v
+ * are rows of tokens (row stride ldq, ldk, ldv; batch stride S rows), head h at h*D. The
+ * scores of a block of queries stay in a buffer: the S x S scores are never stored. Then the
+ * optional row chain runs on the output rows (all heads). Scratch: lb_attention_scratch
+ * bytes. */
+typedef struct lb_attn {
+    int64_t batch, heads, S, D, group, pgroup, vgroup;
+    const float *q, *k, *v;
+    int64_t ldq, ldk, ldv;
+    int32_t q_qmax, k_qmax, v_qmax, p_qmax; /* asymmetric uint8 codes: 255 or 127 */
+    int32_t scale_op;
+    float scale;
+    const float *mask;
+    int64_t mask_s[4];
+    float *out;
+    int64_t ldo;
+    const lb_rowops *rows;
+} lb_attn;
+
+LB_API int64_t lb_attention_scratch(const lb_attn *p);
+LB_API void lb_attention_run(const lb_ctx *ctx, const lb_attn *p, uint8_t *scratch);
 
 /* ---- float ops ------------------------------------------------------------------------- */
 

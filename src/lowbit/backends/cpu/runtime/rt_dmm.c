@@ -47,7 +47,7 @@ void lb_dmm_tile_scalar(const lb_dmm_tile *t) {
                 const lb_fadd *ad = &p->add[i];
                 if (ad->v) y = y + ad->v[t->b * ad->batch + m * ad->ld + n];
             }
-            p->y[t->b * p->y_batch + m * p->ldy + n] = y;
+            t->y[(m - t->m0) * t->ldy + n] = y;
         }
     }
 }
@@ -81,8 +81,20 @@ static void lb_dmm_task(void *arg, int64_t task, int worker) {
     if (t.m0 >= t.m1 || t.nb0 >= t.nb1) return;
     t.a = p->a + b * p->a_batch + t.m0 * p->lda;
     t.lda = p->lda;
+    float *rowbuf = NULL;
+    if (p->rows) { /* whole rows go through a buffer, then the row chain */
+        rowbuf = (float *)malloc((size_t)((t.m1 - t.m0) * p->N) * sizeof(float) + 64);
+        if (!rowbuf) return;
+        t.y = rowbuf;
+        t.ldy = p->N;
+    } else {
+        t.y = p->y + b * p->y_batch + t.m0 * p->ldy;
+        t.ldy = p->ldy;
+    }
     if (j->isa == LB_ISA_SCALAR) {
         lb_dmm_tile_scalar(&t);
+        if (rowbuf) lb_rowops_apply(j->isa, t.m0, t.m1, p->N, rowbuf, p->N, p->rows);
+        free(rowbuf);
         return;
     }
     const int64_t G = lb_dmm_groups(p->K, p->group), g = p->group > 0 ? p->group : p->K;
@@ -91,7 +103,10 @@ static void lb_dmm_task(void *arg, int64_t task, int worker) {
     uint8_t *flipped = NULL;
     if (p->a_signed) { /* the vector tiles read uint8: int8 codes + 128 */
         flipped = (uint8_t *)malloc((size_t)((t.m1 - t.m0) * p->K + 64));
-        if (!flipped) return;
+        if (!flipped) {
+            free(rowbuf);
+            return;
+        }
         for (int64_t m = t.m0; m < t.m1; m++)
             for (int64_t k = 0; k < p->K; k++)
                 flipped[(m - t.m0) * p->K + k] = t.a[(m - t.m0) * p->lda + k] ^ 0x80;
@@ -125,7 +140,9 @@ static void lb_dmm_task(void *arg, int64_t task, int worker) {
     else
         lb_dmm_tile_avx2(&t);
 #endif
+    if (rowbuf) lb_rowops_apply(j->isa, t.m0, t.m1, p->N, rowbuf, p->N, p->rows);
     free(flipped);
+    free(rowbuf);
 }
 
 void lb_dmm_run(const lb_ctx *ctx, const lb_dmm *p) {
@@ -137,6 +154,9 @@ void lb_dmm_run(const lb_ctx *ctx, const lb_dmm *p) {
     /* vector tiles need whole groups of 4 steps and 16-bit corrections */
     if (p->group % 4 != 0 || p->group > 128 || p->K > 65536) j.isa = LB_ISA_SCALAR;
     int64_t rows = LB_MIN(p->M, LB_DMM_ROWS);
+    int64_t want = ctx->threads > 1 ? 4 * (int64_t)ctx->threads : 1;
+    if (p->rows) /* whole rows per task: more, smaller row blocks (multiples of 6) */
+        while (rows > 12 && p->batch * ((p->M + rows - 1) / rows) < want) rows = (rows / 2 + 5) / 6 * 6;
     while (rows * G > LB_DMM_ASIDE && rows > 1) rows /= 2;
     if (rows * G > LB_DMM_ASIDE) j.isa = LB_ISA_SCALAR;
     j.rows = rows;
@@ -144,8 +164,7 @@ void lb_dmm_run(const lb_ctx *ctx, const lb_dmm *p) {
     int64_t nblocks = (p->N + 15) / 16;
     j.blocks = nblocks;
     j.ntasks_n = 1;
-    int64_t want = ctx->threads > 1 ? 4 * (int64_t)ctx->threads : 1;
-    while (p->batch * j.mtasks * j.ntasks_n < want && j.blocks > 2) {
+    while (!p->rows && p->batch * j.mtasks * j.ntasks_n < want && j.blocks > 2) {
         j.blocks = (j.blocks + 1) / 2;
         j.ntasks_n = (nblocks + j.blocks - 1) / j.blocks;
     }
@@ -168,13 +187,9 @@ typedef struct lb_pack_job {
     lb_dmm_b *out;
 } lb_pack_job;
 
-static void lb_dmm_pack_task(void *arg, int64_t b, int worker) {
-    (void)worker;
-    const lb_pack_job *j = (const lb_pack_job *)arg;
-    const lb_dmm_pack *p = j->p;
+void lb_dmm_pack_run_one(const lb_dmm_pack *p, uint8_t *base, lb_dmm_b *d, int64_t b) {
     const int64_t n = p->n, k = p->k, nblocks = (n + 15) / 16, k4 = (k + 3) / 4;
     const int64_t G = lb_dmm_groups(k, p->group), g = p->group > 0 ? p->group : k;
-    uint8_t *base = j->scratch + b * lb_dmm_pack_bytes(n, k, p->group);
     int8_t *data = (int8_t *)base;
     float *scale = (float *)(base + lb_align64(nblocks * k4 * 64));
     int32_t *corr = (int32_t *)((uint8_t *)scale + lb_align64(nblocks * G * 16 * 4));
@@ -208,7 +223,6 @@ static void lb_dmm_pack_task(void *arg, int64_t b, int worker) {
             }
         }
     }
-    lb_dmm_b *d = &j->out[b];
     d->data = data;
     d->n = n;
     d->k = k;
@@ -216,6 +230,14 @@ static void lb_dmm_pack_task(void *arg, int64_t b, int worker) {
     d->scale = scale;
     d->corr = corr;
     d->zero = zero;
+}
+
+static void lb_dmm_pack_task(void *arg, int64_t b, int worker) {
+    (void)worker;
+    const lb_pack_job *j = (const lb_pack_job *)arg;
+    const lb_dmm_pack *p = j->p;
+    lb_dmm_pack_run_one(p, j->scratch + b * lb_dmm_pack_bytes(p->n, p->k, p->group), &j->out[b],
+                        b);
 }
 
 void lb_dmm_pack_run(const lb_ctx *ctx, const lb_dmm_pack *p, uint8_t *scratch,

@@ -90,7 +90,7 @@ LB_TARGET_AVX2 void lb_dmm_tile_avx2(const lb_dmm_tile *t) {
             float out[16];
             _mm256_storeu_ps(out, y[0]);
             _mm256_storeu_ps(out + 8, y[1]);
-            float *dst = p->y + t->b * p->y_batch + m * p->ldy;
+            float *dst = t->y + (m - t->m0) * t->ldy;
             for (int64_t i = 0; i < 16 && n0 + i < p->N; i++) {
                 float v = out[i];
                 for (int q = 0; q < 3; q++) {

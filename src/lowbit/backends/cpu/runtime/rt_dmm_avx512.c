@@ -140,7 +140,7 @@ LB_V512 void lb_dmm_tile_v512(const lb_dmm_tile *t, int64_t m, int64_t nb, const
 #define LB_STORE(r)                                                                       \
     if (MR > r) {                                                                         \
         const int64_t row = m + r;                                                        \
-        float *out = p->y + t->b * p->y_batch + row * p->ldy;                             \
+        float *out = t->y + (row - t->m0) * t->ldy;                                        \
         const int64_t n0 = nb * 16;                                                       \
         __mmask16 k0 = lb_dmm_mask(p->N - n0);                                            \
         _mm512_mask_storeu_ps(out + n0, k0, lb_dmm_adds(p, t->b, row, n0, k0, y##r##0));  \

@@ -26,6 +26,8 @@ typedef struct lb_dmm_tile {
     int64_t b, m0, m1, nb0, nb1;
     const uint8_t *a; /* row m of the tile at a + (m - m0) * lda (uint8 codes) */
     int64_t lda;
+    float *y;         /* row m of the tile's result at y + (m - m0) * ldy */
+    int64_t ldy;
     const int32_t *azc; /* [m1 - m0][G] */
     const float *asa;   /* [m1 - m0][G] */
     const int32_t *aza; /* [m1 - m0]: za (whole K) */
@@ -33,6 +35,9 @@ typedef struct lb_dmm_tile {
 } lb_dmm_tile;
 
 void lb_dmm_tile_scalar(const lb_dmm_tile *t);
+
+/* Pack matrix b of a run-time B (lb_dmm_pack) into base (lb_dmm_pack_bytes), descriptor d. */
+void lb_dmm_pack_run_one(const lb_dmm_pack *p, uint8_t *base, lb_dmm_b *d, int64_t b);
 
 #if LB_HAVE_X86
 void lb_dq_rows_avx512(const lb_dq_rows *p, int64_t r0, int64_t r1);
@@ -42,6 +47,10 @@ void lb_dq_cols_avx2(const lb_dq_cols *p, int64_t o, int64_t c0, int64_t c1);
 void lb_dmm_tile_avx512(const lb_dmm_tile *t);
 void lb_dmm_tile_avx2(const lb_dmm_tile *t);
 #endif
+
+/* The row chain on rows [m0, m1) held in buf (row m at buf + (m - m0) * ldb). */
+void lb_rowops_apply(int isa, int64_t m0, int64_t m1, int64_t n, float *buf, int64_t ldb,
+                     const lb_rowops *ops);
 
 /* Float kernels per ISA (rt_tfloat_impl.h compiled three times). */
 void lb_layernorm_rows_scalar(int64_t r0, int64_t r1, int64_t n, const float *x, int64_t ldx,
