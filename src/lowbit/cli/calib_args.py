@@ -36,13 +36,18 @@ def add_calibration_args(p, required: bool, flag: str = "--calib") -> None:
     p.add_argument("--std", type=float, nargs="+", default=[1.0],
                    help="per-channel divisor applied after the mean")
     p.add_argument("--layout", choices=("NCHW", "NHWC"), default="NCHW")
+    p.add_argument("--grayscale", action="store_true",
+                   help="read images as one luminance channel (default: as many channels as "
+                   "the model's input has, RGB when it does not say)")
 
 
 def batches_from_args(args, graph: Graph) -> list:
     if args.batch_size is not None and args.batch_size < 1:
         raise InputError(f"--batch-size must be 1 or more, got {args.batch_size}")
+    if args.limit is not None and args.limit < 1:
+        raise InputError(f"--limit must be 1 or more, got {args.limit}")
     batch_size = args.batch_size or model_batch_size(graph) or DEFAULT_BATCH_SIZE
     return calibration_batches(args.calib, graph, batch_size=batch_size,
                                image_size=tuple(args.image_size) if args.image_size else None,
                                mean=args.mean, std=args.std, layout=args.layout,
-                               limit=args.limit)
+                               limit=args.limit, grayscale=args.grayscale)

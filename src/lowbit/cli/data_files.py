@@ -4,7 +4,8 @@ files, folders of images, ONNX test_data_set folders), always naming the file at
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Sequence
+import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -39,6 +40,38 @@ def add_input_arg(p) -> None:
                    help="input arrays: NAME=FILE.npy per input, FILE.npy for a one-input model, "
                    "or an .npz of arrays named like the inputs (`--input a=x.npy b=y.npy` or "
                    "`--input a=x.npy --input b=y.npy`)")
+
+
+def add_fix_input_arg(p) -> None:
+    """`--fix-input NAME=VALUE ...`: inputs made constants at load (`lowbit.load`'s
+    `fixed_inputs`)."""
+    p.add_argument("--fix-input", action="extend", nargs="+", default=[],
+                   metavar="NAME=VALUE",
+                   help="make an input a constant, so that what it decides folds away "
+                   "(`--fix-input sr=16000`); VALUE is a number, numbers separated by commas, "
+                   "or FILE.npy")
+
+
+def fixed_inputs(specs: Sequence[str]) -> dict[str, np.ndarray]:
+    """`NAME=VALUE` specs of --fix-input as {name: array}."""
+    fixed: dict[str, np.ndarray] = {}
+    for spec in specs:
+        name, sep, text = spec.partition("=")
+        if not sep or not name or not text:
+            raise InputError(f"--fix-input {spec!r}: write NAME=VALUE (a number, numbers "
+                             f"separated by commas, or FILE.npy)")
+        if text.endswith(".npy"):
+            fixed[name] = load_array(text)
+            continue
+        try:
+            numbers = [int(t) if t.strip().lstrip("+-").isdigit() else float(t)
+                       for t in text.split(",")]
+        except ValueError:
+            raise InputError(f"--fix-input {spec!r}: {text!r} is not a number, numbers "
+                             f"separated by commas, or an .npy file") from None
+        fixed[name] = np.array(numbers[0] if len(numbers) == 1 and "," not in text
+                               else numbers)
+    return fixed
 
 
 def parse_inputs(specs: Sequence[str], graph: Graph) -> dict[str, np.ndarray]:
@@ -77,15 +110,18 @@ def _input_npz(path: Path, graph: Graph) -> dict[str, np.ndarray]:
 def calibration_batches(source: str, graph: Graph, *, batch_size: int = 8,
                         image_size: tuple[int, int] | None = None,
                         mean: Sequence[float] = (0.0,), std: Sequence[float] = (1.0,),
-                        layout: str = "NCHW", limit: int | None = None
-                        ) -> list[dict[str, np.ndarray]]:
+                        layout: str = "NCHW", limit: int | None = None,
+                        grayscale: bool = False) -> list[dict[str, np.ndarray]]:
     """Calibration batches from `source`:
 
     - `file.npy`: one array for a one-input model, split into batches along axis 0;
     - `file.npz`: arrays named like the model's inputs, split the same way;
     - a folder of ONNX `test_data_set_*` folders (input_0.pb, ...), one batch each;
     - a folder of images: resized to `image_size` (default: the model's input size), scaled to
-      [0, 255], normalised as (x - mean) / std per channel, laid out as `layout`.
+      [0, 255], normalised as (x - mean) / std per channel, laid out as `layout`, with the
+      model's channel count (1: luminance, 3: RGB, 4: RGBA; RGB when the model does not say)
+      or one luminance channel with `grayscale`; files that are not images are skipped with a
+      note on stderr.
     """
     p = Path(source)
     if p.is_dir():
@@ -93,20 +129,27 @@ def calibration_batches(source: str, graph: Graph, *, batch_size: int = 8,
         if sets or (p / "input_0.pb").exists():
             batches = [_test_data_set(d, graph) for d in (sets or [p])]
         else:
-            batches = _split(_images(p, graph, image_size, mean, std, layout), batch_size)
+            batches = _split(_images(p, graph, image_size, mean, std, layout, grayscale),
+                             batch_size, p)
     elif p.suffix == ".npz":
-        with np.load(p, allow_pickle=False) as data:
-            names = [v.name for v in graph.inputs]
-            missing = [n for n in names if n not in data.files]
-            if missing:
-                raise InputError(f"{p}: has arrays {', '.join(data.files)}; the model needs "
-                                 f"{', '.join(names)}")
-            batches = _split({n: data[n] for n in names}, batch_size)
+        if not p.is_file():
+            raise InputError(f"{p}: no such file")
+        try:
+            with np.load(p, allow_pickle=False) as data:
+                names = [v.name for v in graph.inputs]
+                missing = [n for n in names if n not in data.files]
+                if missing:
+                    raise InputError(f"{p}: has arrays {', '.join(data.files)}; the model "
+                                     f"needs {', '.join(names)}")
+                arrays = {n: data[n] for n in names}
+        except (ValueError, OSError, EOFError) as exc:
+            raise InputError(f"{p}: not a readable .npz file ({exc})") from None
+        batches = _split(arrays, batch_size, p)
     elif p.suffix == ".npy":
         if len(graph.inputs) != 1:
             raise InputError(f"{p}: a .npy file feeds one-input models; this one has "
                              f"{len(graph.inputs)} inputs: use a .npz keyed by input name")
-        batches = _split({graph.inputs[0].name: load_array(p)}, batch_size)
+        batches = _split({graph.inputs[0].name: load_array(p)}, batch_size, p)
     else:
         raise InputError(f"{source}: calibration data must be a .npy or .npz file, a folder of "
                          f"images or of ONNX test_data_set folders")
@@ -117,7 +160,13 @@ def calibration_batches(source: str, graph: Graph, *, batch_size: int = 8,
     return batches
 
 
-def _split(arrays: dict[str, np.ndarray], batch_size: int) -> list[dict[str, np.ndarray]]:
+def _split(arrays: dict[str, np.ndarray], batch_size: int, source: Path
+           ) -> list[dict[str, np.ndarray]]:
+    """Batches of `batch_size` samples along the first axis of every array."""
+    for name, a in arrays.items():
+        if a.ndim == 0:
+            raise InputError(f"{source}: array '{name}' is 0-d (a single number); calibration "
+                             f"data needs a leading axis of samples, e.g. shape (N, ...)")
     n = min(len(a) for a in arrays.values()) if arrays else 0
     return [{k: a[i:i + batch_size] for k, a in arrays.items()} for i in range(0, n, batch_size)]
 
@@ -130,37 +179,91 @@ def _test_data_set(folder: Path, graph: Graph) -> dict[str, np.ndarray]:
     return {v.name: load_array(f) for v, f in zip(graph.inputs, files, strict=True)}
 
 
-def _images(folder: Path, graph: Graph, size, mean, std, layout) -> dict[str, np.ndarray]:
+IMAGE_MODES = {1: "L", 3: "RGB", 4: "RGBA"}
+"""PIL modes by the number of channels a model's image input has."""
+MAX_IMAGE_SIDE = 1 << 14
+
+
+def _images(folder: Path, graph: Graph, size, mean, std, layout: str, grayscale: bool
+            ) -> dict[str, np.ndarray]:
     from PIL import Image
 
     if len(graph.inputs) != 1:
         raise InputError(f"{folder}: image folders feed one-input models")
     v = graph.inputs[0]
     shape = v.type.shape if v.type is not None else None
+    spatial = None if shape is None or len(shape) != 4 else (
+        (shape[2], shape[3]) if layout == "NCHW" else (shape[1], shape[2]))
     if size is None:
-        if shape is None or len(shape) != 4:
+        if spatial is None:
             raise InputError(f"{folder}: give --image-size H W (the model's input size is "
                              f"not a static 4-D shape)")
-        h, w = (shape[2], shape[3]) if layout == "NCHW" else (shape[1], shape[2])
-        if not isinstance(h, int) or not isinstance(w, int):
+        if not all(isinstance(d, int) for d in spatial):
             raise InputError(f"{folder}: give --image-size H W (the model's input size is "
                              f"symbolic)")
-        size = (h, w)
-    arrays = []
-    for f in _image_files(folder):
+        size = spatial
+    if not all(1 <= int(d) <= MAX_IMAGE_SIDE for d in size):
+        raise InputError(f"--image-size {size[0]} {size[1]}: each side must be between 1 and "
+                         f"{MAX_IMAGE_SIDE}")
+    channels = None if shape is None or len(shape) != 4 else (
+        shape[1] if layout == "NCHW" else shape[3])
+    mode = _image_mode(folder, channels, layout, grayscale)
+    count = len(mode)
+    mean_a = _per_channel("--mean", mean, count, mode)
+    std_a = _per_channel("--std", std, count, mode)
+    if not np.all(np.isfinite(std_a)) or np.any(std_a == 0):
+        raise InputError(f"--std {' '.join(f'{s:g}' for s in std)}: divisors must be finite "
+                         "and non-zero")
+    arrays, skipped, converted = [], [], set()
+    for f in sorted(folder.iterdir()):
+        if f.is_dir():
+            continue
+        if f.suffix.lower() not in IMAGE_SUFFIXES:
+            skipped.append(f"{f.name} (not an image file name)")
+            continue
         try:
             with Image.open(f) as im:
-                arrays.append(np.asarray(im.convert("RGB").resize((size[1], size[0])),
-                                         np.float32))
-        except OSError as exc:
-            raise InputError(f"{f}: not a readable image ({exc})") from None
+                if len(im.getbands()) != count and im.mode not in ("P", "1"):
+                    converted.add(im.mode)
+                arrays.append(np.asarray(im.convert(mode).resize((int(size[1]), int(size[0]))),
+                                         np.float32).reshape(int(size[0]), int(size[1]), count))
+        except (OSError, ValueError, Image.DecompressionBombError) as exc:
+            skipped.append(f"{f.name} (not a readable image: {exc})")
+    for note in skipped:
+        print(f"note: {folder}: skipped {note}", file=sys.stderr)
+    if converted and not grayscale:
+        print(f"note: {folder}: {'/'.join(sorted(converted))} images read as {mode}, the "
+              f"model's {count} channel{'s' if count > 1 else ''}"
+              + (" (--grayscale says so explicitly)" if mode == "L" else ""), file=sys.stderr)
     if not arrays:
-        raise InputError(f"{folder}: no images ({', '.join(IMAGE_SUFFIXES)})")
-    x = (np.stack(arrays) - np.asarray(mean, np.float32)) / np.asarray(std, np.float32)
+        raise InputError(f"{folder}: no readable images ({', '.join(IMAGE_SUFFIXES)})")
+    x = (np.stack(arrays) - mean_a) / std_a
     if layout == "NCHW":
         x = x.transpose(0, 3, 1, 2)
     return {v.name: np.ascontiguousarray(x, dtype=np.float32)}
 
 
-def _image_files(folder: Path) -> Iterator[Path]:
-    return iter(sorted(f for f in folder.iterdir() if f.suffix.lower() in IMAGE_SUFFIXES))
+def _image_mode(folder: Path, channels, layout: str, grayscale: bool) -> str:
+    """The PIL mode images are read in: luminance with `grayscale`, else by the model's
+    channel count."""
+    if grayscale:
+        if isinstance(channels, int) and channels != 1:
+            raise InputError(f"--grayscale gives one channel, but the model's input has "
+                             f"{channels} ({layout}); drop --grayscale")
+        return "L"
+    if not isinstance(channels, int):
+        return "RGB"
+    if channels not in IMAGE_MODES:
+        raise InputError(f"{folder}: the model's input has {channels} channels ({layout}); "
+                         f"images give 1 (--grayscale), 3 (RGB) or 4 (RGBA): check --layout, "
+                         f"or calibrate from an .npy/.npz file")
+    return IMAGE_MODES[channels]
+
+
+def _per_channel(option: str, values: Sequence[float], count: int, mode: str) -> np.ndarray:
+    """`values` as a per-channel array: one value for every channel, or one per channel."""
+    if len(values) not in (1, count):
+        raise InputError(f"{option} has {len(values)} values; images are read as {mode} "
+                         f"({count} channel{'s' if count > 1 else ''}): give 1 value or "
+                         f"{count}")
+    return np.asarray(values, np.float32)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from lowbit.cli.calib_args import add_calibration_args, batches_from_args
+from lowbit.cli.data_files import add_fix_input_arg, fixed_inputs
 
 EXAMPLE = """example:
   lowbit profile model.onnx --calib calib.npz -o profile.yaml
@@ -20,13 +21,14 @@ def add_parser(sub) -> None:
     p.add_argument("--no-moments", action="store_true",
                    help="skip the products' input moments: a smaller file and faster "
                         "profiling, but weights then round to nearest instead of by GPTQ")
+    add_fix_input_arg(p)
     p.set_defaults(handler=run)
 
 
 def run(args) -> int:
     import lowbit
 
-    graph = lowbit.load(args.model)
+    graph = lowbit.load(args.model, fixed_inputs=fixed_inputs(args.fix_input))
     profile = lowbit.profile(graph, batches_from_args(args, graph), moments=not args.no_moments)
     profile.save(args.output)
     print(f"profiled {len(profile)} values on {profile.batches} batches ({profile.samples} "

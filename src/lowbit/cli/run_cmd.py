@@ -8,7 +8,7 @@ import os
 
 import numpy as np
 
-from lowbit.cli.data_files import add_input_arg, parse_inputs
+from lowbit.cli.data_files import add_fix_input_arg, add_input_arg, fixed_inputs, parse_inputs
 from lowbit.fileio import atomic_path
 
 EXAMPLE = """example:
@@ -23,6 +23,7 @@ def add_parser(sub) -> None:
     add_input_arg(p)
     p.add_argument("--output", metavar="OUT.npz", help="write the outputs to an .npz file")
     add_backend_args(p)
+    add_fix_input_arg(p)
     p.set_defaults(handler=run)
 
 
@@ -57,7 +58,7 @@ def save_npz(path: str | os.PathLike, arrays: dict[str, np.ndarray]) -> None:
 def run(args) -> int:
     import lowbit
 
-    graph = lowbit.load(args.model)
+    graph = lowbit.load(args.model, fixed_inputs=fixed_inputs(args.fix_input))
     outputs = compile_for(graph, args)(parse_inputs(args.input, graph))
     for name, a in outputs.items():
         stats = ""

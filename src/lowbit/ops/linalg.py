@@ -19,7 +19,9 @@ from lowbit.ops.elementwise_rules import (
     known_types,
     same_dtype,
 )
-from lowbit.ops.registry import COMPUTE, Attr, OpDef, fail, register
+from lowbit.ops.product import ProductGeometry, gemm_product, matrix_product
+from lowbit.ops.registry import COMPUTE, Attr, OpDef, Work, fail, flag, register
+from lowbit.ops.work import product_work
 
 MATMUL_TYPES = FLOATS | {dt.INT32, dt.INT64, dt.UINT32, dt.UINT64}
 
@@ -45,7 +47,7 @@ class Gemm(OpDef):
     op_type = "Gemm"
     inputs = ("A", "B", "C?")
     attrs = {"alpha": Attr("float", 1.0), "beta": Attr("float", 1.0),
-             "transA": Attr("int", 0), "transB": Attr("int", 0)}
+             "transA": flag(0), "transB": flag(0)}
     fusable = True
     quant_rule = COMPUTE
 
@@ -73,14 +75,37 @@ class Gemm(OpDef):
         for label, t in (("A", a), ("B", b)):
             if len(t.shape) != 2:  # type: ignore[arg-type]
                 raise fail(node, f"{label} must be a matrix, got shape {t.shape}")
-        m, k1 = reversed(a.shape) if node.attrs.get("transA", 0) else a.shape
-        k2, n = reversed(b.shape) if node.attrs.get("transB", 0) else b.shape
-        _inner_dims_agree(node, k1, k2, a.shape, b.shape)
+        geometry = self.product(node)
+        m, k1 = reversed(a.shape) if geometry.trans_a else a.shape
+        k2, n = reversed(b.shape) if geometry.trans_b else b.shape
+        if isinstance(k1, int) and isinstance(k2, int) and k1 != k2:
+            raise fail(node, f"inner dimensions differ: A is {a.shape}, so with transA="
+                             f"{int(geometry.trans_a)} K is {k1}; B is {b.shape}, so with "
+                             f"transB={int(geometry.trans_b)} K is {k2}")
         shape: tuple[Dim, ...] | None = (m, n)
         c = types[2] if len(types) > 2 else None
         if c is not None:
             shape = broadcast_to(node, shape, c, "C")
         return [TensorType(a.dtype, shape)]
+
+    def work(self, node: Node, in_types: list[TensorType | None],
+             out_types: list[TensorType | None]) -> Work:
+        return product_work(out_types[0], inner_dim(in_types[0], node.attrs.get("transA", 0)))
+
+    def product(self, node: Node) -> ProductGeometry:
+        """B (input 1) is (K, N), or (N, K) with transB; C (input 2) the bias."""
+        return gemm_product(node, 1, 2)
+
+    def integer_problem(self, node: Node) -> str | None:
+        """An integer product has no room for alpha or beta other than 1 (they would scale the
+        int32 accumulator) nor for transA (A is quantized per tensor along its rows)."""
+        c = node.input_or_none(2)
+        if float(node.attrs.get("alpha", 1.0)) != 1.0 or (
+                c is not None and float(node.attrs.get("beta", 1.0)) != 1.0):
+            return "Gemm with alpha or beta other than 1"
+        if self.product(node).trans_a:
+            return "Gemm with transA"
+        return None
 
 
 @register
@@ -100,6 +125,22 @@ class MatMul(OpDef):
         check_dtype(node, 1, b, MATMUL_TYPES)
         _same_unless_quantized(node, [a, b])
         return [TensorType(a.dtype, matmul_shape(node, a.shape, b.shape))]
+
+    def work(self, node: Node, in_types: list[TensorType | None],
+             out_types: list[TensorType | None]) -> Work:
+        return product_work(out_types[0], inner_dim(in_types[0]))
+
+    def product(self, node: Node) -> ProductGeometry:
+        """B is (..., K, N): its last axis runs along the output channels."""
+        return matrix_product(node, 1, None)
+
+
+def inner_dim(a: TensorType | None, transposed: int = 0) -> Dim:
+    """K of a product whose left operand has type `a` (its last dim, or its first when
+    transposed), None when unknown."""
+    if a is None or not a.shape:
+        return None
+    return a.shape[0] if transposed else a.shape[-1]
 
 
 def matmul_shape(node: Node, a: tuple[Dim, ...] | None, b: tuple[Dim, ...] | None

@@ -47,6 +47,8 @@ groups of 32 (minimum 0.9965 -> 0.9993), long texts from 0.9993 to 0.9998.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from lowbit.errors import ModelError
@@ -56,6 +58,7 @@ from lowbit.ir.types import TensorType
 from lowbit.numerics import arith
 from lowbit.numerics.dynamic_params import split_groups
 from lowbit.ops import infer_node
+from lowbit.ops.product import integer_product
 from lowbit.ops.registry import FUSED_CLIP, QUANT_DOMAIN
 from lowbit.passes.verifier import verify
 from lowbit.quant import calibration, smoothing
@@ -65,10 +68,17 @@ from lowbit.quant.static import (
     QuantizationError,
     QuantResult,
     QuantSummary,
-    gemm_problem,
+    check_finite_constants,
+    integer_problem,
 )
 
-PRODUCTS = ("MatMul", "Gemm")
+
+def _dense_product(node: Node) -> bool:
+    """Whether `node` is a product dynamic quantization computes in integers: an integer
+    product (`ops.product.integer_product`) of a weight matrix, not a convolution (MatMul,
+    Gemm)."""
+    geometry = integer_product(node)
+    return geometry is not None and not geometry.windowed
 
 
 def quantize_dynamic(graph: Graph, config: QuantConfig | None = None, *,
@@ -83,8 +93,24 @@ def quantize_dynamic(graph: Graph, config: QuantConfig | None = None, *,
             raise ModelError(f"value '{v.name}' is already quantized; dynamic quantization "
                              f"takes a float graph")
     g = graph.copy()
+    rows: list[NodeReport] = []
+    for scope_graph, scope in list(g.scopes()):  # products inside If/Loop/Scan bodies too
+        rows += _quantize_scope(scope_graph, scope, config)
+    summary = QuantSummary(rows, list(warnings))
+    if assert_all_quantized and summary.float_nodes:
+        listed = ", ".join(f"{r.name} ({r.detail})" for r in summary.float_nodes)
+        raise QuantizationError(f"{len(summary.float_nodes)} product(s) stay in float: {listed}")
+    g.metadata["lowbit.quant_config"] = config.to_yaml()
+    g.metadata["lowbit.quantization"] = "dynamic"
+    verify(g)
+    return QuantResult(g, summary)
+
+
+def _quantize_scope(g: Graph, scope: str, config: QuantConfig) -> list[NodeReport]:
+    """Quantize the products of one graph (the model, or a body of one of its control-flow
+    nodes); the rows name a body's nodes with their scope, `If_node/then_branch/MatMul_3`."""
     builder = _Builder(g, config)
-    products = [n for n in g.nodes if n.op_type in PRODUCTS and n.domain in ("", "ai.onnx")]
+    products = [n for n in g.nodes if _dense_product(n)]
     for node in products:  # estimated from the float up-projections, before they change
         builder.find_outliers(node)
     for node in products:
@@ -93,14 +119,9 @@ def quantize_dynamic(graph: Graph, config: QuantConfig | None = None, *,
             continue
         builder.unfuse_clamp(node)
         builder.product(node)
-    summary = QuantSummary(builder.rows, list(warnings))
-    if assert_all_quantized and summary.float_nodes:
-        listed = ", ".join(f"{r.name} ({r.detail})" for r in summary.float_nodes)
-        raise QuantizationError(f"{len(summary.float_nodes)} product(s) stay in float: {listed}")
-    g.metadata["lowbit.quant_config"] = config.to_yaml()
-    g.metadata["lowbit.quantization"] = "dynamic"
-    verify(g)
-    return QuantResult(g, summary)
+    if not scope:
+        return builder.rows
+    return [dataclasses.replace(r, name=f"{scope}/{r.name}") for r in builder.rows]
 
 
 def activation_axes(granularity: str, rank: int, right: bool = False) -> list[int]:
@@ -188,10 +209,12 @@ class _Builder:
         if reason is not None:
             self.rows.append(NodeReport(node.name, node.op_type, "float", reason))
             return
-        a = node.inputs[0]
-        b = node.inputs[1]
-        if node.op_type == "Gemm" and node.attrs.get("transB"):
-            b = self.g.add_constant(np.ascontiguousarray(b.const_value.T),
+        check_finite_constants(node)
+        geometry = integer_product(node)
+        a = node.inputs[geometry.data_input]
+        b = node.inputs[geometry.weight_input]
+        if b.is_constant and geometry.weight_kn(b.const_value) is not b.const_value:
+            b = self.g.add_constant(np.ascontiguousarray(geometry.weight_kn(b.const_value)),
                                     self.g.unique_name(f"{b.name}_t"), before=node)
         smooth = self._smoothing(a, s, node) if b.is_constant else None
         if smooth is not None:
@@ -200,7 +223,8 @@ class _Builder:
         outliers = None
         if b.is_constant and smooth is None and len(b.type.shape) == 2:
             outliers = self._outliers.get(node.name)
-        bias = node.input_or_none(2) if node.op_type == "Gemm" else None
+        bias = node.input_or_none(geometry.bias_input) if geometry.bias_input is not None \
+            else None
         group = s.group_size if s.granularity == "group" else 0
         if outliers is not None:
             self._split_product(node, a, b, bias, outliers, s, group)
@@ -302,7 +326,8 @@ class _Builder:
         if s.weight_precision != "int8":
             raise QuantizationError(f"{node.describe()}: dynamic quantization takes int8 "
                                     f"weights, not {s.weight_precision}")
-        a, b = node.inputs[0], node.inputs[1]
+        geometry = integer_product(node)
+        a, b = node.inputs[geometry.data_input], node.inputs[geometry.weight_input]
         for v in (a, b):
             if v.type is None or v.type.dtype != dtypes.FLOAT32 or v.type.shape is None:
                 return "an operand is not float32 of known rank"
@@ -310,7 +335,7 @@ class _Builder:
             return "the left operand is constant"
         if len(a.type.shape) < 2 or len(b.type.shape) < 2:
             return "a 1-D operand"
-        problem = gemm_problem(node)
+        problem = integer_problem(node)
         if problem is not None:
             return problem
         if node.op_type == "Gemm" and not b.is_constant:

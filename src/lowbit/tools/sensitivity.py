@@ -33,17 +33,11 @@ import yaml
 from lowbit.backends.reference.interpreter import Interpreter
 from lowbit.errors import InputError
 from lowbit.ir.graph import Graph
+from lowbit.ops.registry import lookup
 from lowbit.quant import dynamic as _dynamic
 from lowbit.quant import static as _static
 from lowbit.quant.config import QuantConfig, Rule
 from lowbit.quant.profile import Profile
-
-DATA_MOVEMENT = frozenset({
-    "Reshape", "Transpose", "Flatten", "Squeeze", "Unsqueeze", "Slice", "Gather", "Concat",
-    "Split", "MaxPool", "Identity", "Expand", "Tile", "Pad", "DepthToSpace", "SpaceToDepth",
-})  # fmt: skip
-"""Ops that keep their input's parameters (or only unify them): they add no error of their own
-and are not ranked."""
 
 HIGHER_PRECISION = {
     "static": {"precision": "int16", "weight_precision": "int16"},
@@ -130,7 +124,7 @@ def sensitivity(
     reference = [_outputs(float_graph, b) for b in batches]
     full = quantize(float_graph, config)
     candidates = [(r.name, r.op_type) for r in full.summary.integer_nodes
-                  if r.op_type not in DATA_MOVEMENT]
+                  if not _moves_data(r.op_type)]
     if not candidates:
         raise InputError(f"no node of graph '{float_graph.name}' computes in integers with this "
                          f"config: nothing to rank")
@@ -146,6 +140,13 @@ def sensitivity(
     layers.sort(key=lambda s: (s.sqnr, s.name))
     everything, _ = _output_error(full.graph, batches, reference)
     return Sensitivity(layers, config, "dynamic" if dynamic else "static", everything)
+
+
+def _moves_data(op_type: str) -> bool:
+    """Whether the (ONNX) op only moves values (`OpDef.moves_data`): it keeps its input's
+    parameters (or only unifies them, Concat), adds no error of its own and is not ranked."""
+    op = lookup(op_type)
+    return op is not None and op.moves_data is not None
 
 
 def _quantizer(profile: Profile | None, dynamic: bool) -> Callable:

@@ -66,3 +66,29 @@ def test_no_compiler_says_how_to_get_one(monkeypatch, tmp_path):
             toolchain.find_compiler()
     finally:
         toolchain.find_compiler.cache_clear()
+
+
+def test_a_cached_program_loads_without_generating_code_and_survives_corruption():
+    """A second compile of the same graph reads the generated program's blob and plan from the
+    cache (no code generation); a corrupted cached blob is generated again."""
+    import numpy as np
+
+    import lowbit
+    from lowbit.backends import cpu
+    from lowbit.cli.demo import bundled
+
+    graph = lowbit.load(bundled("mnistnet.onnx"))
+    x = np.random.default_rng(0).random((2, 1, 28, 28)).astype(np.float32)
+    name = f"m{uuid.uuid4().hex}"  # a program no earlier run cached
+    first = cpu.compile(graph, name=name)
+    want = first({"input": x})["logits"]
+    assert first.compiled()[0].source  # generated
+    again = cpu.compile(graph, name=name)
+    assert again.compiled()[0].source == ""  # loaded
+    np.testing.assert_array_equal(again({"input": x})["logits"], want)
+    key = again._artifact_key(())
+    blob = toolchain.cache_root() / "cpu" / ("art-" + key[:32]) / "blob.bin"
+    blob.write_bytes(blob.read_bytes()[:10])
+    third = cpu.compile(graph, name=name)
+    assert third.compiled()[0].source
+    np.testing.assert_array_equal(third({"input": x})["logits"], want)

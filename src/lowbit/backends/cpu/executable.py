@@ -11,7 +11,9 @@ batch and sequence length). Otherwise the batch dimension alone is, and other sy
 dimensions (an image's height and width) are fixed per call: each distinct set of sizes is
 compiled once, on first use. Either way, the first call with new input shapes finds the
 dimension values (from the inputs, or by shape inference for derived ones) and plans the arena
-for them; both are kept for later calls with the same shapes.
+for them; both are kept for later calls with the same shapes. A generated program whose
+bookkeeping is plain data (no run-time error messages, no computed scratch sizes) is cached on
+disk with its blob (toolchain.load_artifact): loading it again skips code generation.
 """
 
 from __future__ import annotations
@@ -21,17 +23,20 @@ import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
 from lowbit.backends.cpu import library, toolchain
 from lowbit.backends.cpu.codegen.lower import Binding, Lowering, batch_symbol, runtime_capable
-from lowbit.backends.cpu.codegen.program import Liveness, dim_size
+from lowbit.backends.cpu.codegen.program import Liveness, Size, dim_size
 from lowbit.backends.reference.interpreter import check_inputs
 from lowbit.errors import InputError, LowbitError, UnsupportedError
 from lowbit.ir.graph import Graph
+from lowbit.ir.hashing import graph_hash
 from lowbit.ir.types import TensorType
 from lowbit.ops import infer_graph
+from lowbit.passes.fold_constants import fold_constants
 
 
 @dataclass
@@ -85,6 +90,7 @@ class CpuExecutable:
         self._compiled: dict[tuple, Compiled] = {}
         self._lock = threading.Lock()
         self._arena = np.empty(0, np.uint8)
+        self._graph_hash: str | None = None
         if self.runtime_dims or all(isinstance(d, int) or d == self.batch
                                     for v in graph.inputs for d in (v.type.shape or ())):
             self._specialize(())
@@ -110,14 +116,28 @@ class CpuExecutable:
                     key.append((v.name, axis, int(n)))
         return tuple(key)
 
+    def _artifact_key(self, key: tuple) -> str:
+        """The cache key of one specialization's generated program: the graph's content, the
+        specialized sizes, and the code generator's and library's sources."""
+        if self._graph_hash is None:
+            self._graph_hash = graph_hash(self.graph)
+        return toolchain.artifact_key(self._graph_hash, repr((key, self.batch, self.name,
+                                                              self.runtime_dims)))
+
     def _specialize(self, key: tuple) -> Compiled:
         found = self._compiled.get(key)
         if found is not None:
             return found
         start = time.perf_counter()
-        graph = self.graph
+        akey = self._artifact_key(key)
+        cached = toolchain.load_artifact(akey)
+        if cached is not None:
+            compiled = self._from_artifact(*cached, start)
+            if compiled is not None:
+                self._compiled[key] = compiled
+                return compiled
+        graph = self.graph.copy()
         if key:
-            graph = graph.copy()
             sizes = {(name, axis): n for name, axis, n in key}
             for v in graph.inputs:
                 if v.type.shape is not None:
@@ -126,31 +146,50 @@ class CpuExecutable:
                     v.type = TensorType(v.type.dtype, shape, v.type.quant)
             _forget_shapes(graph, self.batch)
             infer_graph(graph)
+        graph = fold_constants(graph)  # shape computations over now-static sizes
+        graph = _fold_dequantized_constants(graph)
         lowering = Lowering(graph, self.name, self.batch, runtime_dims=self.runtime_dims)
         program = lowering.lower()
         liveness = program.make_liveness()
         source = program.render()
-        path = toolchain.build_model(source, "model")
-        try:
-            lib = C.CDLL(str(path))
-        except OSError:
-            toolchain.invalidate(path)
-            lib = C.CDLL(str(toolchain.build_model(source, "model")))
-        fn = lib.lb_model_run
-        fn.restype = C.c_int
-        fn.argtypes = [C.POINTER(library.Ctx), C.c_void_p, C.c_void_p, C.c_void_p, C.c_void_p,
-                       C.c_void_p, C.c_void_p, C.c_void_p, C.c_void_p]
         data = program.blob.bytes()
-        blob = _aligned(max(len(data), 64))
-        blob[:len(data)] = np.frombuffer(data, np.uint8)
         outputs = [(v.name, lowering.shape(v), np.dtype(v.type.dtype.np_dtype))
                    for v in graph.outputs]
-        compiled = Compiled(fn, str(path), blob, liveness, list(program.dim_vars),
+        steps = [s.comment for s in program.steps]
+        errors = {s.number: s.error for s in program.steps if s.error}
+        path = toolchain.build_model(source, "model")
+        fn = _load(path)
+        if fn is None:  # a library that does not load: build it again
+            toolchain.invalidate(path)
+            path = toolchain.build_model(source, "model")
+            fn = _load(path)
+            if fn is None:
+                raise LowbitError(f"the compiled model {path} does not load")
+        compiled = Compiled(fn, str(path), _blob(data), liveness, list(program.dim_vars),
                             list(lowering.bindings), graph, outputs, source,
-                            time.perf_counter() - start, [s.comment for s in program.steps], {},
-                            {s.number: s.error for s in program.steps if s.error})
+                            time.perf_counter() - start, steps, {}, errors)
+        if not errors and not any(r.size_fn for r in liveness.roots):
+            toolchain.store_artifact(akey, {
+                "library": str(path), "dim_vars": compiled.dim_vars,
+                "bindings": [[b.value, b.axis, b.coef, list(b.names)] for b in compiled.bindings],
+                "roots": [[r.nbytes.coef, list(r.nbytes.syms)] for r in liveness.roots],
+                "first": liveness.first, "last": liveness.last,
+                "outputs": [(n, list(s), d.str) for n, s, d in outputs], "steps": steps}, data)
         self._compiled[key] = compiled
         return compiled
+
+    def _from_artifact(self, meta: dict, data: bytes, start: float) -> Compiled | None:
+        fn = _load(Path(meta["library"]))
+        if fn is None:
+            return None
+        liveness = Liveness([_Root(Size(c, tuple(syms))) for c, syms in meta["roots"]],
+                            list(meta["first"]), list(meta["last"]))
+        bindings = [Binding(v, a, c, tuple(n)) for v, a, c, n in meta["bindings"]]
+        outputs = [(name, tuple(shape), np.dtype(dtype))
+                   for name, shape, dtype in meta["outputs"]]
+        return Compiled(fn, meta["library"], _blob(data), liveness, list(meta["dim_vars"]),
+                        bindings, self.graph, outputs, "", time.perf_counter() - start,
+                        list(meta["steps"]), {}, {})
 
     def arena_bytes(self, inputs: Mapping[str, np.ndarray]) -> int:
         """Size of the arena for one inference on `inputs` (their shapes are what counts)."""
@@ -237,6 +276,35 @@ class CpuExecutable:
 BATCH_VAR = "N"
 
 
+@dataclass
+class _Root:
+    """An arena tensor's size, as a cached program's liveness holds it."""
+
+    nbytes: Size
+    size_fn: None = None
+
+
+def _load(path: Path) -> C._CFuncPtr | None:
+    """lb_model_run of the library at path, or None (absent or not loadable)."""
+    if not path.exists():
+        return None
+    try:
+        lib = C.CDLL(str(path))
+    except OSError:
+        return None
+    fn = lib.lb_model_run
+    fn.restype = C.c_int
+    fn.argtypes = [C.POINTER(library.Ctx), C.c_void_p, C.c_void_p, C.c_void_p, C.c_void_p,
+                   C.c_void_p, C.c_void_p, C.c_void_p, C.c_void_p]
+    return fn
+
+
+def _blob(data: bytes) -> np.ndarray:
+    blob = _aligned(max(len(data), 64))
+    blob[:len(data)] = np.frombuffer(data, np.uint8)
+    return blob
+
+
 def _solve(bindings: list[Binding], shapes: dict[str, tuple], values: dict[str, int]) -> None:
     """Bind dimension variables from known shapes: a binding with one unbound variable gives
     it (repeated until nothing changes)."""
@@ -284,6 +352,29 @@ def _forget_shapes(graph: Graph, batch: str | None) -> None:
                 continue
             shape = tuple(None if isinstance(d, str) and d != batch else d for d in t.shape)
             v.type = TensorType(t.dtype, shape, t.quant)
+
+
+def _fold_dequantized_constants(graph: Graph) -> Graph:
+    """QuantizeLinear and DequantizeLinear of constants (a QDQ file's weights and biases)
+    replaced by their results, computed by the reference kernels: the float weights the Conv
+    multiplies by."""
+    from lowbit.backends.reference.kernels import get_kernel
+    from lowbit.ir.dead_code import eliminate_dead_code
+    from lowbit.ir.graph import CONSTANT, Node
+
+    changed = False
+    for i, node in enumerate(graph.nodes):
+        if node.op_type not in ("QuantizeLinear", "DequantizeLinear") or \
+                node.domain not in ("", "ai.onnx") or len(node.outputs) != 1 or \
+                not all(v is None or v.is_constant for v in node.inputs):
+            continue
+        kernel = get_kernel(node.op_type)
+        value = kernel(node, [v.const_value if v is not None else None for v in node.inputs])[0]
+        value = np.array(value, copy=True)
+        value.setflags(write=False)
+        graph.nodes[i] = Node(CONSTANT, [], [node.output], {"value": value}, node.name)
+        changed = True
+    return eliminate_dead_code(graph) if changed else graph
 
 
 def _name_batch(graph: Graph) -> Graph:

@@ -260,6 +260,60 @@ def _write_log(root: Path, key: str, argv: list[str], done) -> Path:
     return log
 
 
+# -- generated programs -------------------------------------------------------------------------
+CODEGEN_DIR = Path(__file__).resolve().parent
+
+
+@functools.cache
+def _generator_digest() -> str:
+    """The code generator's and the library's sources: any change makes new artifacts."""
+    files = sorted(CODEGEN_DIR.glob("*.py")) + sorted((CODEGEN_DIR / "codegen").glob("*.py")) \
+        + runtime_sources() + runtime_headers()
+    return _digest(*(p.name + "\0" + p.read_text() for p in files))
+
+
+def artifact_key(graph_digest: str, specialization: str) -> str:
+    """The key of a generated program's cached artifact (its blob and plan)."""
+    return _digest("artifact", LIBRARY_VERSION, graph_digest, specialization,
+                   _generator_digest(), find_compiler().identity, cpu_features(), *flags())
+
+
+def load_artifact(key: str) -> tuple[dict, bytes] | None:
+    """(metadata, blob) of a cached generated program, or None (absent or corrupted)."""
+    import json
+
+    entry = cache_root() / "cpu" / ("art-" + key[:32])
+    try:
+        data = (entry / "blob.bin").read_bytes()
+        meta = json.loads((entry / "meta.json").read_text())
+        if meta.get("blob_sha256") != hashlib.sha256(data).hexdigest():
+            return None
+        return meta, data
+    except (OSError, ValueError):
+        return None
+
+
+def store_artifact(key: str, meta: dict, data: bytes) -> None:
+    """Cache a generated program's metadata and blob (atomically; failures are ignored: the
+    cache only saves time)."""
+    import json
+
+    root = cache_root() / "cpu"
+    entry = root / ("art-" + key[:32])
+    tmp = root / ".art.unused"
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=".art.", dir=root))
+        (tmp / "blob.bin").write_bytes(data)
+        (tmp / "meta.json").write_text(json.dumps(
+            {**meta, "blob_sha256": hashlib.sha256(data).hexdigest()}))
+        if entry.exists():
+            shutil.rmtree(entry, ignore_errors=True)
+        os.replace(tmp, entry)
+    except OSError:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def invalidate(lib: Path) -> None:
     """Drop a cache entry (a library that failed to load is rebuilt next time)."""
     shutil.rmtree(lib.parent, ignore_errors=True)

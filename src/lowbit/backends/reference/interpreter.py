@@ -16,6 +16,7 @@ from typing import Protocol
 import numpy as np
 
 from lowbit.backends.reference.kernels import is_quantized, kernel_for
+from lowbit.backends.reference.preflight import preflight
 from lowbit.errors import InputError, KernelError, LowbitError, UnsupportedError
 from lowbit.ir import dtypes
 from lowbit.ir.graph import CONSTANT, Graph, Node, Value
@@ -45,13 +46,15 @@ class Interpreter:
         self.substitute = substitute
         self._kernels = [None if n.op_type == CONSTANT else kernel_for(n) for n in graph.nodes]
         missing = sorted({("quantized " if is_quantized(n) else "") + n.op_type
-                          for n, k in zip(graph.nodes, self._kernels, strict=True)
-                          if n.op_type != CONSTANT and k is None})
+                          for n, _ in graph.walk()
+                          if n.op_type != CONSTANT and kernel_for(n) is None})
         if missing:
             raise UnsupportedError(
                 f"the reference backend has no kernel for: {', '.join(missing)}"
             )
         self._release = self._plan_release()
+        self._checked: set[tuple] = set()
+        """Input signatures (dtypes and shapes) `preflight` has accepted."""
 
     def _plan_release(self) -> list[list[Value]]:
         """For each node index, the values whose last reader is that node."""
@@ -68,8 +71,31 @@ class Interpreter:
         return release
 
     def __call__(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        env: dict[Value, np.ndarray] = dict(zip(self.graph.inputs,
-                                                check_inputs(self.graph, inputs), strict=True))
+        # Float overflow and NaN follow IEEE semantics, as in every runtime; numpy's warnings
+        # about them (from kernels and observers) would only clutter the output.
+        with np.errstate(all="ignore"):
+            return self._run(inputs)
+
+    def _run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        arrays = check_inputs(self.graph, inputs)
+        signature = tuple((a.dtype.str, a.shape) for a in arrays)
+        if signature not in self._checked:
+            preflight(self.graph, arrays)
+            self._checked.add(signature)
+        env: dict[Value, np.ndarray] = dict(zip(self.graph.inputs, arrays, strict=True))
+        self._execute(env)
+        return {v.name: env[v] for v in self.graph.outputs}
+
+    def run_body(self, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """Run a subgraph (If branch, Loop or Scan body): `arrays` bound to its inputs, then
+        its implicit values, in order; returns its outputs in order. The node running it has
+        checked the arrays."""
+        env = dict(zip(self.graph.inputs + self.graph.implicit, arrays, strict=True))
+        self._execute(env)
+        return [env[v] for v in self.graph.outputs]
+
+    def _execute(self, env: dict[Value, np.ndarray]) -> None:
+        """Run every node in order on `env` (which holds the inputs), leaving the outputs."""
         for i, node in enumerate(self.graph.nodes):
             if node.op_type == CONSTANT:
                 env[node.output] = node.attrs["value"]
@@ -106,7 +132,6 @@ class Interpreter:
                         env[value] = replaced
             for v in self._release[i]:
                 env.pop(v, None)
-        return {v.name: env[v] for v in self.graph.outputs}
 
 
 def _check_output(node: Node, value: Value, array: np.ndarray) -> None:

@@ -9,7 +9,7 @@ import numpy as np
 from lowbit.backends.cpu import library as L
 from lowbit.backends.cpu import packing
 from lowbit.backends.cpu.codegen.program import Program, dim_c
-from lowbit.backends.cpu.params import Requant
+from lowbit.numerics.arith import Requant
 from lowbit.ops.conv_geometry import Window
 
 RQ_NAMES = {L.RQ_Q31: "LB_RQ_Q31", L.RQ_PRESCALE: "LB_RQ_PRESCALE",
@@ -44,9 +44,9 @@ def requant(prog: Program, r: packing.RequantArrays) -> str:
 
 
 def requant_arrays(rq: Requant, channels: int, shift: int = 0) -> packing.RequantArrays:
-    """params.Requant as padded arrays, zero point and bounds moved by `shift` (128 for int8
-    codes stored as uint8)."""
-    return packing.requant_arrays(rq.params, np.asarray(rq.zero_point) + shift,
+    """A reference Requant as padded arrays, zero point and bounds moved by `shift` (128 for
+    int8 codes stored as uint8)."""
+    return packing.requant_arrays(rq.encoding, np.asarray(rq.zero_point) + shift,
                                   rq.qmin + shift, rq.qmax + shift, channels)
 
 

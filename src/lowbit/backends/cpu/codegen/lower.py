@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from lowbit.backends.cpu import library as L
-from lowbit.backends.cpu.codegen.program import BATCH, Program, Tensor, dim_c, numel
+from lowbit.backends.cpu.codegen.program import BATCH, Program, Size, Tensor, dim_c, numel
 from lowbit.backends.reference.kernels import is_quantized
 from lowbit.errors import KernelError, UnsupportedError
 from lowbit.ir.graph import CONSTANT, Graph, Node, Value
@@ -57,6 +57,7 @@ def emitter(op_type: str, *, quantized: bool = False, domain: str = "",
 def find_emitter(node: Node) -> Emitter | None:
     from lowbit.backends.cpu.codegen import (  # noqa: F401
         ops_float,
+        ops_onnxq,
         ops_quant,
         ops_shape,
         ops_tensor,
@@ -156,11 +157,11 @@ class Lowering:
             raise UnsupportedError(f"the cpu backend needs tensors of known rank; value "
                                    f"'{v.name}' has shape {None if t is None else t.shape}")
         if not self.runtime_dims:
-            if any(d is None for d in t.shape) or \
-                    any(isinstance(d, str) and d != self.batch for d in t.shape):
+            dims = [self._static_dim(d) for d in t.shape]
+            if any(d is None for d in dims):
                 raise UnsupportedError(f"the cpu backend needs static shapes (the batch size "
                                        f"aside); value '{v.name}' has shape {t.shape}")
-            return tuple(BATCH if isinstance(d, str) else int(d) for d in t.shape)
+            return tuple(dims)
         return tuple(self._dim(v, axis, d) for axis, d in enumerate(t.shape))
 
     def _variable(self, key: object) -> str:
@@ -189,6 +190,21 @@ class Lowering:
             self._bound.add((v.name, axis))
             self.bindings.append(Binding(v.name, axis, coef, names))
         return "*".join(([str(coef)] if coef != 1 else []) + list(names)) or "1"
+
+    def _static_dim(self, d):
+        """int, BATCH, "k*N" (a multiple of the batch size), or None (not static)."""
+        if isinstance(d, int):
+            return d
+        if not isinstance(d, str) or self.batch is None:
+            return None
+        if d == self.batch:
+            return BATCH
+        for a, b in (d.split("*", 1),) if d.count("*") == 1 else ():
+            if b == self.batch and a.isdigit():
+                return f"{int(a)}*N"
+            if a == self.batch and b.isdigit():
+                return f"{int(b)}*N"
+        return None
 
     @staticmethod
     def type_code(t: Tensor) -> int:
@@ -263,11 +279,18 @@ class Lowering:
         return out
 
     def permute(self, out: Tensor, src: Tensor, shape, strides, comment: str) -> None:
+        self.permute_from(out, src, 0, shape, strides, comment)
+
+    def permute_from(self, out: Tensor, src: Tensor, offset: int, shape, strides,
+                     comment: str) -> None:
+        """out[i...] = src[offset + sum i_j * strides[j]] (elements), out contiguous."""
         nd = len(shape)
+        offset = offset if isinstance(offset, Size) else Size(int(offset))
+        base = f"{src.ptr} + ({offset.c()}) * {src.dtype.itemsize}" if offset.coef else src.ptr
         self.prog.step(comment, [
             f"const int64_t shape[{nd}] = {{{', '.join(dim_c(d) for d in shape)}}};",
             f"const int64_t strides[{nd}] = {{{', '.join(stride_c(s) for s in strides)}}};",
-            f"lb_permute(ctx, {nd}, shape, strides, {src.dtype.itemsize}, {src.ptr}, "
+            f"lb_permute(ctx, {nd}, shape, strides, {src.dtype.itemsize}, {base}, "
             f"{out.ptr});"], [src], [out])
 
     def sole_user(self, v: Value) -> Node | None:
@@ -319,7 +342,28 @@ class Lowering:
             self.prog.step(f"output {i}: {v.name}", [
                 f"lb_copy(ctx, {src.nbytes.c()}, {src.ptr}, {out.ptr});"], [src], [out])
 
+    def needed(self) -> set[Node]:
+        """Nodes whose results reach an output through data: a Reshape's target shape, a
+        Squeeze's or Unsqueeze's axes are known statically (from the types), so whatever
+        computes only them is not generated."""
+        shape_only = {"Reshape": 1, "Squeeze": 1, "Unsqueeze": 1, "Expand": 1}
+        needed: set[Node] = set()
+        stack = [v.producer for v in self.graph.outputs if v.producer is not None]
+        while stack:
+            node = stack.pop()
+            if node in needed:
+                continue
+            needed.add(node)
+            skip = shape_only.get(node.op_type)
+            for i, v in enumerate(node.inputs):
+                if v is not None and v.producer is not None and i != skip:
+                    stack.append(v.producer)
+        return needed
+
     def lower(self) -> Program:
+        needed = self.needed()
+        self.graph = graph = _pruned(self.graph, needed)
+        self.users = graph.users()
         missing = unsupported(self.graph)
         if missing:
             raise UnsupportedError(f"the cpu backend has no kernel for: {', '.join(missing)} "
@@ -340,5 +384,15 @@ class Lowering:
         return self.prog
 
 
+def _pruned(graph: Graph, needed: set[Node]) -> Graph:
+    """`graph` without the nodes outside `needed` (the same objects otherwise)."""
+    if len(needed) == len(graph.nodes):
+        return graph
+    pruned = Graph(graph.name, graph.opset)
+    pruned.inputs, pruned.outputs = graph.inputs, graph.outputs
+    pruned.nodes = [n for n in graph.nodes if n in needed]
+    return pruned
+
+
 def stride_c(s) -> str:
-    return str(s) if not isinstance(s, str) else s
+    return s.c() if isinstance(s, Size) else str(s)

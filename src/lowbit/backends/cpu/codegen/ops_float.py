@@ -7,7 +7,7 @@ import numpy as np
 
 from lowbit.backends.cpu.codegen import cexpr
 from lowbit.backends.cpu.codegen.lower import Lowering, emitter
-from lowbit.backends.cpu.codegen.program import BATCH, Size, dim_c, numel
+from lowbit.backends.cpu.codegen.program import Size, dim_c, is_batch, numel
 from lowbit.errors import UnsupportedError
 from lowbit.ir.attrs import FUSED_CLIP
 from lowbit.ops.conv_geometry import window_from_attrs
@@ -95,10 +95,18 @@ def gemm(lw: Lowering, node) -> None:
 def matmul(lw: Lowering, node) -> None:
     _float_only(node, 2)
     av, bv = node.inputs
-    if not bv.is_constant or lw.const_array(bv).ndim != 2:
-        raise UnsupportedError("MatMul of two activations (a constant 2-D right operand is "
-                               "compiled so far)")
-    _fgemm(lw, node, av, lw.const_array(bv).T, None)
+    if bv.is_constant and lw.const_array(bv).ndim == 2:
+        return _fgemm(lw, node, av, lw.const_array(bv).T, None)
+    from lowbit.backends.cpu.codegen.ops_quant import batched
+
+    batch, m, n, k, sa, sb, sc = batched(lw, node)
+    a, b = lw.operand(av, "plain"), lw.operand(bv, "plain")
+    out = lw.result(node.outputs[0], "plain")
+    scratch = lw.prog.scratch(Size(n * k * 4), "b_transposed")
+    lw.prog.step(f"{node.name}: MatMul of activations, {batch.c()} x [{m}x{k}] [{k}x{n}]", [
+        f"lb_fmatmul_run(ctx, {batch.c()}, {m}, {n}, {k}, (const float *){a.ptr}, {sa}, "
+        f"(const float *){b.ptr}, {sb}, (float *){out.ptr}, {sc}, (float *){scratch.ptr});"],
+        [a, b], [out], [scratch])
 
 
 # -- elementwise ---------------------------------------------------------------------------------
@@ -202,7 +210,7 @@ def reduce_mean(lw: Lowering, node) -> None:
         axes = sorted(int(a) % len(shape) for a in node.attrs.get("axes") or range(len(shape)))
     if len(shape) == 4 and axes == [2, 3]:
         return _spatial_mean(lw, node)
-    if axes != list(range(axes[0], len(shape))) or BATCH in shape[axes[0]:]:
+    if axes != list(range(axes[0], len(shape))) or any(map(is_batch, shape[axes[0]:])):
         raise UnsupportedError(f"float ReduceMean over axes {axes} (trailing axes or the "
                                f"spatial axes of an image are compiled)")
     x = lw.operand(node.inputs[0], "plain")
@@ -234,3 +242,95 @@ def average_pool(lw: Lowering, node) -> None:
 
 # Softmax, LayerNormalization and Gelu: ops_transformer.py (lowbit.numerics.elementary's
 # definitions, which the reference follows)
+
+
+@emitter("BatchNormalization")
+def batch_normalization(lw: Lowering, node) -> None:
+    """The reference's (x - mean) * (inv * scale) + b in double, inv = 1 / sqrt(var + eps)
+    computed here by the same numpy expression."""
+    _float_only(node)
+    if len(node.outputs) > 1 and any(lw.users.get(v) for v in node.outputs[1:] if v):
+        raise UnsupportedError("BatchNormalization in training mode")
+    scale, b, mean, var = (lw.const_array(v).astype(np.float64).ravel()
+                           for v in node.inputs[1:5])
+    inv = 1 / np.sqrt(var + float(node.attrs["epsilon"]))
+    k = inv * scale
+    x = lw.operand(node.inputs[0], "nhwc" if len(lw.shape(node.inputs[0])) == 4 else "plain")
+    if x.layout != "nhwc" and len(x.shape) > 2 and numel(x.shape[2:]).coef != 1:
+        raise UnsupportedError("BatchNormalization of other than images or [N, C]")
+    out = lw.result(node.outputs[0], x.layout)
+    c = x.shape[1]
+    lw.prog.step(f"{node.name}: BatchNormalization", [
+        f"lb_fbatchnorm(ctx, {(numel(x.shape) * 1).c()} / {c}, {c}, (const float *){x.ptr}, "
+        f"{lw.prog.data(mean)}, {lw.prog.data(k)}, {lw.prog.data(b)}, (float *){out.ptr});"],
+        [x], [out])
+
+
+@emitter("ConvTranspose")
+def conv_transpose(lw: Lowering, node) -> None:
+    from lowbit.ops.conv_geometry import transpose_geometry
+
+    _float_only(node, 3)
+    xv, wv, bv = node.inputs[0], node.inputs[1], node.input_or_none(2)
+    if not wv.is_constant or (bv is not None and not bv.is_constant):
+        raise UnsupportedError("ConvTranspose needs constant weights and bias")
+    w = lw.const_array(wv).astype(np.float32)
+    if w.ndim != 4 or int(node.attrs["group"]) != 1:
+        raise UnsupportedError("ConvTranspose other than 2-D with group 1")
+    c, m, kh, kw = w.shape
+    x = lw.operand(xv, "nhwc")
+    n, _, ih, iw = x.shape
+    win = window_from_attrs(node, w.shape[2:], 2)
+    output_padding = node.attrs.get("output_padding") or [0, 0]
+    output_shape = node.attrs.get("output_shape")
+    geo = transpose_geometry(node, win, (ih, iw), output_padding,
+                             list(output_shape)[-2:] if output_shape is not None else None)
+    out = lw.result(node.outputs[0], "nhwc")
+    oh, ow = out.shape[2], out.shape[3]
+    (sh, sw), (dh, dw) = win.strides, win.dilations
+    fh, fw = sh * (ih - 1) + dh * (kh - 1) + 1, sw * (iw - 1) + dw * (kw - 1) + 1
+    wdata = np.ascontiguousarray(w.transpose(2, 3, 1, 0)).reshape(-1)  # [taps][m][c]
+    bias = lw.prog.data(lw.const_array(bv).astype(np.float32)) if bv is not None else "NULL"
+    lw.prog.step(f"{node.name}: ConvTranspose {kh}x{kw} /{sh}, {c} -> {m}", [
+        f"const lb_fconvt ct = {{{dim_c(n)}, {ih}, {iw}, {c}, {m}, {kh}, {kw}, {sh}, {sw}, "
+        f"{dh}, {dw}, {fh}, {fw}, {geo.begins[0]}, {geo.begins[1]}, {oh}, {ow}, "
+        f"{lw.prog.data(wdata)}, {bias}}};",
+        f"lb_fconvt_run(ctx, &ct, (const float *){x.ptr}, (float *){out.ptr});"], [x], [out])
+    clamp_result(lw, node, out)
+
+
+@emitter("Resize")
+def resize(lw: Lowering, node) -> None:
+    """Nearest-neighbour resizing of images' height and width, with index tables from the
+    reference's own coordinate functions."""
+    from lowbit.backends.reference.kernels import resize as ref
+
+    if node.attrs["mode"] != "nearest":
+        raise UnsupportedError(f"Resize mode '{node.attrs['mode']}' (nearest is compiled)")
+    shape = lw.shape(node.inputs[0])
+    out_shape = lw.shape(node.outputs[0])
+    if len(shape) != 4 or shape[:2] != out_shape[:2]:
+        raise UnsupportedError("Resize of other than the height and width of images")
+    consts = [lw.const_array(v) if v is not None else None for v in node.inputs[1:4]]
+    consts = [None if a is None or a.size == 0 else a for a in consts] + [None] * 3
+    _, scales, sizes = consts[:3]  # roi matters only for tf_crop_and_resize
+    probe = np.empty((1, *shape[1:]), np.float32)
+    plan = ref._plan(node, probe, scales, sizes)
+    mode = node.attrs["coordinate_transformation_mode"]
+    if mode == "tf_crop_and_resize":
+        raise UnsupportedError("Resize with tf_crop_and_resize")
+    tables = {2: np.arange(shape[2]), 3: np.arange(shape[3])}
+    for axis, out_len, scale in plan:
+        if axis not in (2, 3):
+            continue  # the output shape's equal batch and channels were checked above
+        in_len = shape[axis]
+        source = ref.source_coordinates(mode, out_len, in_len, scale, None)
+        tables[axis] = np.clip(ref._nearest_index(source, node.attrs["nearest_mode"]), 0,
+                               in_len - 1)
+    x = lw.operand(node.inputs[0], "nhwc")
+    out = lw.result(node.outputs[0], "nhwc", biased=x.biased)
+    n, c, ih, iw = shape
+    lw.prog.step(f"{node.name}: Resize nearest {ih}x{iw} -> {out_shape[2]}x{out_shape[3]}", [
+        f"lb_resize_nearest(ctx, {dim_c(n)}, {ih}, {iw}, {c}, {out_shape[2]}, {out_shape[3]}, "
+        f"{lw.prog.data(tables[2].astype(np.int64))}, {lw.prog.data(tables[3].astype(np.int64))}, "
+        f"{x.dtype.itemsize}, {x.ptr}, {out.ptr});"], [x], [out])

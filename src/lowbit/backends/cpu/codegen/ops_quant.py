@@ -8,6 +8,7 @@ stored as uint8.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -16,12 +17,12 @@ from lowbit.backends.cpu import packing, params
 from lowbit.backends.cpu.codegen import cexpr
 from lowbit.backends.cpu.codegen.lower import Lowering, emitter, stored_dtype
 from lowbit.backends.cpu.codegen.ops_shape import concat_into, logical_strides
-from lowbit.backends.cpu.codegen.program import BATCH, Size, Tensor, dim_c, dim_size, numel
-from lowbit.backends.reference.kernels import int_activation, is_quantized
+from lowbit.backends.cpu.codegen.program import Size, Tensor, dim_c, dim_size, is_batch, numel
+from lowbit.backends.reference.kernels import is_quantized
 from lowbit.errors import KernelError, UnsupportedError
 from lowbit.ir.graph import Node
 from lowbit.ir.types import TensorType
-from lowbit.numerics import arith
+from lowbit.numerics.arith import Requant
 from lowbit.ops.conv_geometry import window_from_attrs
 from lowbit.ops.pool import pool_window
 from lowbit.ops.registry import QUANT_DOMAIN, TABLE, all_ops
@@ -73,8 +74,9 @@ def quantize(lw: Lowering, node) -> None:
     channels = q.channels
     scale = cexpr.int_array(lw.prog, q.scale, np.float32, channels)
     zp = cexpr.int_array(lw.prog, q.zero_point.astype(np.int64) + sh, np.int32, channels)
-    bounds = (f"{out_t.dtype.qmin + sh}, {out_t.dtype.qmax + sh}, {out_t.dtype.qmin}, "
-              f"{out_t.dtype.qmax}")
+    # arith.quantize: NaN -> 0, infinities -> the type's range before the zero point
+    bounds = (f"{out_t.dtype.qmin + sh}, {out_t.dtype.qmax + sh}, 0.0f, "
+              f"{cexpr.flt(out_t.dtype.qmin)}, {cexpr.flt(out_t.dtype.qmax)}")
     four = len(x.shape) == 4
     if four and x.layout == "plain" and wants_nhwc(lw, node.outputs[0]) and \
             (q.axis is None or q.axis % 4 == 1):
@@ -106,10 +108,11 @@ def dequantize(lw: Lowering, node) -> None:
         f"{axis_of(x, q.axis, q.channels)}, {scale}, {zp}, (float *){out.ptr});"], [x], [out])
 
 
-def requantize_into(lw: Lowering, node, x: Tensor, src: TensorType, rq: params.Requant,
+def requantize_into(lw: Lowering, node, x: Tensor, src: TensorType, rq: Requant, zin,
                     out: Tensor, out_t: TensorType, axis: int | None, comment: str) -> None:
-    channels = int(np.size(rq.params.real)) if np.ndim(rq.params.real) else 1
-    zsrc = np.asarray(arith.zero_of(src)) + shift_of(src)
+    """y = rq(q - zin) elementwise (per channel along logical `axis`)."""
+    channels = int(np.size(rq.encoding.real)) if np.ndim(rq.encoding.real) else 1
+    zsrc = np.asarray(zin, np.int64) + shift_of(src)
     channels = max(channels, int(np.size(zsrc)))
     arrays = cexpr.requant_arrays(rq, channels, shift_of(out_t))
     lw.prog.step(comment, [
@@ -124,8 +127,8 @@ def requantize(lw: Lowering, node) -> None:
     x = lw.operand(node.inputs[0], None)
     src, out_t = node.inputs[0].type, node.outputs[0].type
     out = lw.result(node.outputs[0], x.layout if len(x.shape) == 4 else "plain")
-    axis = src.quant.axis if src.quant.axis is not None else out_t.quant.axis
-    requantize_into(lw, node, x, src, params.rescale(node, src, out_t), out, out_t, axis,
+    p = params.of(node)
+    requantize_into(lw, node, x, src, p.requant, p.input_zero, out, out_t, p.requant.axis,
                     f"{node.name}: Requantize")
 
 
@@ -162,13 +165,14 @@ def residual_of(lw: Lowering, node, layout: str) -> Residual | None:
         return None
     if lw.shape(other_v) != lw.shape(v) or lw.shape(user.outputs[0]) != lw.shape(v):
         return None
-    ps = params.add_sub(user)
+    ps = params.of(user)
     i, j = (0, 1) if first else (1, 0)
-    q1, q2 = ps.align[i], ps.align[j]
-    add = (ps.shift, ps.zero[i] + shift_of(types[0]), int(q1.multiplier), int(q1.left_shift),
-           int(q1.right_shift), ps.zero[j] + shift_of(types[1]), int(q2.multiplier),
-           int(q2.left_shift), int(q2.right_shift), int(user.op_type == "Sub"))
-    arrays = cexpr.requant_arrays(ps.out, 1, shift_of(out_t))
+    q1, q2 = ps.aligners[i], ps.aligners[j]
+    add = (ps.shift, ps.input_zeros[i] + shift_of(types[0]), int(q1.multiplier),
+           int(q1.left_shift), int(q1.right_shift), ps.input_zeros[j] + shift_of(types[1]),
+           int(q2.multiplier), int(q2.left_shift), int(q2.right_shift),
+           int(user.op_type == "Sub"))
+    arrays = cexpr.requant_arrays(ps.requant, 1, shift_of(out_t))
     other = lw.operand(other_v, layout)
     return Residual(user, other, (*add, arrays))
 
@@ -231,11 +235,11 @@ def conv(lw: Lowering, node) -> None:
     w = lw.const_array(wv)
     if w.ndim != 4:
         raise UnsupportedError("quantized Conv over other than 2 spatial axes")
-    tx, tw, out_t = xv.type, wv.type, node.outputs[0].type
+    tx, out_t = xv.type, node.outputs[0].type
     group = int(node.attrs["group"])
     m, cg, kh, kw = w.shape
     mg = m // group
-    p = params.product(node, tx, tw, bv, m, 0, cg * kh * kw, out_t)
+    p = params.product(node, m)
     x = lw.operand(xv, "nhwc")
     n, c, ih, iw = x.shape
     win = window_from_attrs(node, w.shape[2:], 2)
@@ -307,15 +311,21 @@ def depthwise(lw: Lowering, node, x, w, p: params.Product, out, out_t, wdesc, za
     offset = -za * centred.sum(axis=0)
     if p.bias is not None:
         offset = offset + p.bias
-    plain = lw.prog.data(centred.astype(np.int16))
-    pairs = lw.prog.data(pair_weights(centred.astype(np.int16)))
-    zero_row = lw.prog.data(np.full(c, za, np.uint8))
     code = [*epilogue(lw, p, out_t, c, packing.wrap_int32(offset), None, out, residual),
-            f"const lb_dwconv conv = {{{wdesc}, {plain}, {pairs}, {zero_row}, ep}};",
-            f"lb_dwconv_run(ctx, &conv, {x.ptr}, {out.ptr});"]
+            *depthwise_code(lw, centred, c, za, wdesc, x, out)]
     kh, kw = w.shape[2:]
     lw.prog.step(f"{node.name}: depthwise Conv {kh}x{kw}, {c} channels"
                  f"{' + ' + residual.node.name if residual else ''}", code, reads, [out])
+
+
+def depthwise_code(lw: Lowering, centred: np.ndarray, c: int, za: int, wdesc: str, x: Tensor,
+                   out: Tensor) -> list[str]:
+    """C lines running lb_dwconv with centred weights [taps, c] and the epilogue `ep`."""
+    plain = lw.prog.data(centred.astype(np.int16))
+    pairs = lw.prog.data(pair_weights(centred.astype(np.int16)))
+    zero_row = lw.prog.data(np.full(c, za, np.uint8))
+    return [f"const lb_dwconv conv = {{{wdesc}, {plain}, {pairs}, {zero_row}, ep}};",
+            f"lb_dwconv_run(ctx, &conv, {x.ptr}, {out.ptr});"]
 
 
 def wide_params(lw: Lowering, p: params.Product, x: Tensor, out: Tensor, out_t: TensorType,
@@ -354,7 +364,7 @@ def _gemm_like(lw: Lowering, node, a_value, w_rows: np.ndarray, tw: TensorType,
     W [N, K] into [..., N]."""
     ta, out_t = a_value.type, node.outputs[0].type
     ncols, k = w_rows.shape
-    p = params.product(node, ta, tw, bias_value, ncols, w_channel_axis, k, out_t)
+    p = params.product(node, ncols)
     a = lw.operand(a_value, "plain")
     out = lw.result(node.outputs[0], "plain")
     za = p.x_zero + shift_of(ta)
@@ -389,12 +399,67 @@ def gemm(lw: Lowering, node) -> None:
     _gemm_like(lw, node, av, np.ascontiguousarray(w_rows), bv.type, 0 if trans_b else 1, cv)
 
 
+def batched(lw: Lowering, node) -> tuple[Size, int, int, int, int, int, int]:
+    """(batch count, M, N, K, and the per-batch element strides of A, B and C) of a MatMul of
+    two activations: equal leading dimensions, or one operand without them (reused)."""
+    a_shape, b_shape = lw.shape(node.inputs[0]), lw.shape(node.inputs[1])
+    if len(a_shape) < 2 or len(b_shape) < 2:
+        raise UnsupportedError("MatMul of 1-D operands")
+    (m, k), (_, n) = a_shape[-2:], b_shape[-2:]
+    if any(map(is_batch, (m, k, n))):
+        raise UnsupportedError("MatMul over the batch axis")
+    lead_a, lead_b = numel(a_shape[:-2]), numel(b_shape[:-2])
+    if lead_a != lead_b and Size(1) not in (lead_a, lead_b):
+        raise UnsupportedError("MatMul with partly broadcast leading dimensions")
+    batch = lead_a if lead_a != Size(1) else lead_b
+    return (batch, m, n, k, m * k if lead_a != Size(1) else 0, k * n if lead_b != Size(1)
+            else 0, m * n)
+
+
+def activation_matmul(lw: Lowering, node) -> None:
+    """A quantized MatMul of two activations (lb_qmatmul_run: B packed at run time)."""
+    av, bv = node.inputs
+    ta, tb, out_t = av.type, bv.type, node.outputs[0].type
+    for t in (ta, tb):
+        if t.quant is None or not t.quant.per_tensor:
+            raise KernelError("both operands of a quantized MatMul of activations must be "
+                              "quantized per tensor")
+    batch, m, n, k, sa, sb, sc = batched(lw, node)
+    p = params.product(node, n)
+    a, b = lw.operand(av, "plain"), lw.operand(bv, "plain")
+    out = lw.result(node.outputs[0], "plain")
+    za = p.x_zero + shift_of(ta)
+    zb_raw = int(p.w_zero[0]) + shift_of(tb)
+    zb = zb_raw - 128  # packed: stored code ^ 0x80
+    wide = int(ta.dtype.bits > 8 or tb.dtype.bits > 8 or p.narrow_shift > 0 or
+               k * 255 * 255 >= INT32_LIMIT)
+    if p.requant is None:
+        arrays = packing.dequant_arrays(p.scale, n, *p.clip)
+    else:
+        arrays = cexpr.requant_arrays(p.requant, n, shift_of(out_t))
+    zb_c = cexpr.int_array(lw.prog, np.full(n, zb)) if zb and not wide else "NULL"
+    packed = lw.prog.scratch(Size(-(-n // 16) * -(-k // 4) * 64), "packed_b")
+    offsets = lw.prog.scratch(Size((-(-n // 16) * 16 + 16) * 4), "offsets")
+    sums = lw.prog.scratch(Size(m * 4), "row_sums")
+    code = [f"const lb_qmatmul mm = {{{batch.c()}, {m}, {n}, {k}, {sa}, {sb}, {sc}, "
+            f"{tname(lw, a)}, {tname(lw, b)}, 1, {za}, {zb}, {wide}, {p.narrow_shift}, {zb_raw}, "
+            f"{{NULL, {zb_c}, {cexpr.requant(lw.prog, arrays)}, {tname(lw, out)}, NULL, 0, "
+            f"NULL}}}};",
+            f"lb_qmatmul_run(ctx, &mm, {a.ptr}, {b.ptr}, {out.ptr}, (int8_t *){packed.ptr}, "
+            f"(int32_t *){offsets.ptr}, (int32_t *){sums.ptr});"]
+    lw.prog.step(f"{node.name}: MatMul of activations, {batch.c()} x [{m}x{k}] [{k}x{n}]"
+                 f"{' (int64 sums)' if wide else ''}", code, [a, b], [out],
+                 [packed, offsets, sums])
+
+
 @emitter("MatMul", quantized=True)
 def matmul(lw: Lowering, node) -> None:
     av, bv = node.inputs
-    if not bv.is_constant or lw.const_array(bv).ndim != 2:
-        raise UnsupportedError("quantized MatMul of two activations (a constant 2-D right "
-                               "operand is compiled so far)")
+    if not bv.is_constant:
+        return activation_matmul(lw, node)
+    if lw.const_array(bv).ndim != 2:
+        raise UnsupportedError("quantized MatMul with a constant right operand of more than "
+                               "2 dimensions")
     if av.type.quant is None or not av.type.quant.per_tensor:
         raise KernelError("the left operand of a quantized MatMul must be quantized per tensor")
     b = lw.const_array(bv)
@@ -414,8 +479,9 @@ def broadcast(lw: Lowering, a: Tensor, b: Tensor, out: Tensor) -> str:
         strides = logical_strides(t)
         pad = nd - len(t.shape)
         full_shape = (1,) * pad + tuple(t.shape)
-        full = [0] * pad + strides
-        dims.append([0 if full_shape[ax] == 1 and out.shape[ax] != 1 else full[ax] for ax in perm])
+        full = [Size(0)] * pad + strides
+        dims.append([Size(0) if full_shape[ax] == 1 and out.shape[ax] != 1 else full[ax]
+                     for ax in perm])
     shape = [out.shape[ax] for ax in perm]
     # merge axis i into i-1 when both operands step through them contiguously
     merged_shape, sa, sb = [shape[0]], [dims[0][0]], [dims[1][0]]
@@ -423,7 +489,7 @@ def broadcast(lw: Lowering, a: Tensor, b: Tensor, out: Tensor) -> str:
         d = shape[i]
         if d == 1:
             continue
-        if d != BATCH and merged_shape[-1] != BATCH and \
+        if not is_batch(d) and not is_batch(merged_shape[-1]) and \
                 sa[-1] == dims[0][i] * d and sb[-1] == dims[1][i] * d:
             merged_shape[-1] = merged_shape[-1] * d
             sa[-1], sb[-1] = dims[0][i], dims[1][i]
@@ -434,7 +500,7 @@ def broadcast(lw: Lowering, a: Tensor, b: Tensor, out: Tensor) -> str:
     if len(merged_shape) > 6:
         raise UnsupportedError("broadcasting over more than 6 axes")
     return (f"{{{len(merged_shape)}, {{{', '.join(dim_c(d) for d in merged_shape)}}}, "
-            f"{{{', '.join(map(str, sa))}}}, {{{', '.join(map(str, sb))}}}}}")
+            f"{{{', '.join(x.c() for x in sa)}}}, {{{', '.join(x.c() for x in sb)}}}}}")
 
 
 def binary_layout(lw: Lowering, node) -> str:
@@ -460,23 +526,24 @@ def qbinary(lw: Lowering, node) -> None:
     s1, s2, so = shift_of(t1), shift_of(t2), shift_of(out_t)
     narrow = 1
     if node.op_type == "Mul":
-        (z1, z2), rq = params.mul(node)
+        pm = params.of(node)
+        (z1, z2), rq = pm.input_zeros, pm.requant
         add = (0, z1 + s1, 0, 0, 0, z2 + s2, 0, 0, 0, 0)
         op = "LB_QMUL"
         spans = [max(t.dtype.qmax - z, z - t.dtype.qmin) for t, z in ((t1, z1), (t2, z2))]
         narrow = int(spans[0] * spans[1] < INT32_LIMIT)
     else:
-        ps = params.add_sub(node)
-        rq = ps.out
-        q1, q2 = ps.align
-        add = (ps.shift, ps.zero[0] + s1, int(q1.multiplier), int(q1.left_shift),
-               int(q1.right_shift), ps.zero[1] + s2, int(q2.multiplier), int(q2.left_shift),
-               int(q2.right_shift), int(node.op_type == "Sub"))
+        ps = params.of(node)
+        rq = ps.requant
+        q1, q2 = ps.aligners
+        add = (ps.shift, ps.input_zeros[0] + s1, int(q1.multiplier), int(q1.left_shift),
+               int(q1.right_shift), ps.input_zeros[1] + s2, int(q2.multiplier),
+               int(q2.left_shift), int(q2.right_shift), int(node.op_type == "Sub"))
         op = "LB_QADD" if node.op_type == "Add" else "LB_QSUB"
     arrays = cexpr.requant_arrays(rq, 1, so)
     code = [f"const lb_bcast bc = {broadcast(lw, a, b, out)};",
             f"const lb_qbinary op = {{{op}, {tname(lw, a)}, {tname(lw, b)}, {tname(lw, out)}, "
-            f"{{{', '.join(map(str, add))}, {cexpr.requant(lw.prog, arrays)}}}, {narrow}}};",
+            f"{{{', '.join(map(str, add))}, {cexpr.requant(lw.prog, arrays)}}}, {narrow}, NULL}};",
             f"lb_qbinary_run(ctx, &bc, &op, {a.ptr}, {b.ptr}, {out.ptr});"]
     lw.prog.step(f"{node.name}: quantized {node.op_type}", code, [a, b], [out])
 
@@ -488,7 +555,8 @@ def _global_average(lw: Lowering, node) -> None:
     x = lw.operand(node.inputs[0], "nhwc")
     n, c, ih, iw = x.shape
     tx, out_t = node.inputs[0].type, node.outputs[0].type
-    (rq,) = params.average(node, [ih * iw])
+    pa = params.of(node)
+    (rq,) = pa.requants.values()
     arrays = cexpr.requant_arrays(rq, 1, shift_of(out_t))
     out = lw.result(node.outputs[0], "plain")
     if numel(out.shape) != numel((n, c)):
@@ -496,7 +564,7 @@ def _global_average(lw: Lowering, node) -> None:
     code = [f"const lb_window w = {{{dim_c(n)}, {ih}, {iw}, {c}, 1, 1, {ih}, {iw}, 1, 1, 1, 1, "
             f"0, 0}};",
             f"const lb_requant rq = {cexpr.requant(lw.prog, arrays)};",
-            f"lb_qavgpool(ctx, &w, {tname(lw, x)}, {int(arith.zero_of(tx)) + shift_of(tx)}, 0, "
+            f"lb_qavgpool(ctx, &w, {tname(lw, x)}, {pa.input_zero + shift_of(tx)}, 0, "
             f"&rq, {tname(lw, out)}, {x.ptr}, {out.ptr});"]
     lw.prog.step(f"{node.name}: quantized global average", code, [x], [out])
 
@@ -536,12 +604,14 @@ def average_pool(lw: Lowering, node) -> None:
     if count_pad and any(e > 0 for e in overhang):
         raise UnsupportedError("AveragePool with count_include_pad and ceil_mode overhang")
     tx, out_t = node.inputs[0].type, node.outputs[0].type
-    counts = range(1, win.kernel[0] * win.kernel[1] + 1)
-    rqs = [cexpr.requant(lw.prog, cexpr.requant_arrays(r, 1, shift_of(out_t)))
-           for r in params.average(node, counts)]
+    pa = params.of(node)
+    any_rq = next(iter(pa.requants.values()))  # counts that never occur take any entry
+    rqs = [cexpr.requant(lw.prog, cexpr.requant_arrays(pa.requants.get(c, any_rq), 1,
+                                                       shift_of(out_t)))
+           for c in range(1, win.kernel[0] * win.kernel[1] + 1)]
     code = [f"const lb_window w = {cexpr.window(n, ih, iw, c, oh, ow, win, pads)};",
             f"const lb_requant rq[{len(rqs)}] = {{{', '.join(rqs)}}};",
-            f"lb_qavgpool(ctx, &w, {tname(lw, x)}, {int(arith.zero_of(tx)) + shift_of(tx)}, "
+            f"lb_qavgpool(ctx, &w, {tname(lw, x)}, {pa.input_zero + shift_of(tx)}, "
             f"{count_pad}, rq, {tname(lw, out)}, {x.ptr}, {out.ptr});"]
     lw.prog.step(f"{node.name}: quantized AveragePool", code, [x], [out])
 
@@ -552,9 +622,8 @@ def average_pool(lw: Lowering, node) -> None:
 @emitter("Relu", quantized=True)
 @emitter("Clip", quantized=True)
 def clamp(lw: Lowering, node) -> None:
-    consts = [None] + [lw.const_array(v) if v is not None else None for v in node.inputs[1:]]
-    lo, hi = int_activation.clamp_limits(node, consts)
-    qlo, qhi = int_activation.clamp_bounds(node, lo, hi)
+    pc = params.of(node)
+    qlo, qhi = pc.qmin, pc.qmax
     src, out_t = node.inputs[0].type, node.outputs[0].type
     x = lw.operand(node.inputs[0], None)
     out = lw.result(node.outputs[0], x.layout if len(x.shape) == 4 else "plain")
@@ -564,9 +633,9 @@ def clamp(lw: Lowering, node) -> None:
             f"lb_clamp(ctx, {numel(x.shape).c()}, {x.ptr}, {tname(lw, x)}, {qlo + so}, "
             f"{qhi + so}, {out.ptr});"], [x], [out])
         return
-    rq = params.rescale(node, src, out_t, bounds=(qlo, qhi))
-    requantize_into(lw, node, x, src, rq, out, out_t, None, f"{node.name}: quantized "
-                    f"{node.op_type} to new parameters")
+    rq = dataclasses.replace(pc.rescale, qmin=qlo, qmax=qhi)  # the clamp, after rescaling
+    requantize_into(lw, node, x, src, rq, pc.input_zero, out, out_t, None,
+                    f"{node.name}: quantized {node.op_type} to new parameters")
 
 
 def table(lw: Lowering, node) -> None:
@@ -575,7 +644,7 @@ def table(lw: Lowering, node) -> None:
         raise UnsupportedError("a lookup table between non-quantized types")
     x = lw.operand(node.inputs[0], None)
     out = lw.result(node.outputs[0], x.layout if len(x.shape) == 4 else "plain")
-    tab = np.asarray(int_activation.table_for(node)).astype(np.int64) + shift_of(out_t)
+    tab = np.asarray(params.of(node).table).astype(np.int64) + shift_of(out_t)
     data = lw.prog.data(tab.astype(out.dtype))
     in_min = src.dtype.qmin + shift_of(src)
     lw.prog.step(f"{node.name}: {node.op_type} as a {tab.size}-entry table", [
@@ -598,15 +667,15 @@ def qconcat(lw: Lowering, node) -> None:
     layout = first.layout if len(first.shape) == 4 else "plain"
     out = lw.result(node.outputs[0], layout)
     parts = []
-    for v in node.inputs:
+    pc = params.of(node)
+    for v, zin, rq in zip(node.inputs, pc.input_zeros, pc.rescales, strict=True):
         t = lw.operand(v, layout)
-        if v.type.dtype == out_t.dtype and v.type.quant == out_t.quant:
+        if rq is None:
             parts.append(t)
             continue
-        rq = params.rescale(node, v.type, out_t, bounds=(out_t.dtype.qmin, out_t.dtype.qmax))
         tmp = lw.prog.tensor(f"{v.name}.rescaled", out.dtype, t.shape, layout=layout,
                              biased=out.biased)
-        requantize_into(lw, node, t, v.type, rq, tmp, out_t, None,
+        requantize_into(lw, node, t, v.type, rq, zin, tmp, out_t, None,
                         f"{node.name}: Concat input {v.name} to the output's parameters")
         parts.append(tmp)
     concat_into(lw, node, parts, out, axis)

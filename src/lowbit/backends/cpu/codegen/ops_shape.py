@@ -7,7 +7,7 @@ import numpy as np
 
 from lowbit.backends.cpu.codegen import cexpr
 from lowbit.backends.cpu.codegen.lower import Lowering, emitter
-from lowbit.backends.cpu.codegen.program import Size, dim_c, dim_size, numel
+from lowbit.backends.cpu.codegen.program import Size, dim_c, dim_size, is_batch, numel
 from lowbit.errors import UnsupportedError
 from lowbit.ops.pool import pool_window
 
@@ -22,21 +22,22 @@ for _op in ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"):
     emitter(_op, quantized=True, dynamic=True)(_reshape)
 
 
-def row_major_strides(shape) -> list:
-    """Element strides of a row-major tensor: ints, or C expressions of dimension variables."""
+def row_major_strides(shape) -> list[Size]:
+    """Element strides of a row-major tensor (a stride holds N when the batch dimension is not
+    the first)."""
     strides, acc = [], Size(1)
     for d in reversed(shape):
-        strides.append(acc.coef if not acc.power else acc.c())
+        strides.append(acc)
         acc = acc * dim_size(d)
     strides.reverse()
     return strides
 
 
-def logical_strides(t) -> list:
+def logical_strides(t) -> list[Size]:
     """Element strides of each logical axis of stored tensor t (plain or nhwc)."""
     if t.layout == "nhwc":
         _, c, h, w = t.shape
-        return [h * w * c, 1, w * c, c]
+        return [Size(h * w * c), Size(1), Size(w * c), Size(c)]
     return row_major_strides(t.shape)
 
 
@@ -97,6 +98,38 @@ def concat(lw: Lowering, node) -> None:
     parts = [lw.operand(v, layout) for v in node.inputs]
     out = lw.result(node.outputs[0], layout)
     concat_into(lw, node, parts, out, axis)
+
+
+def _slice(lw: Lowering, node) -> None:
+    """Slice with constant starts, ends, axes and steps: a strided view copied (lb_permute)."""
+    from lowbit.ops.symbolic import clamped_slice
+
+    src = lw.operand(node.inputs[0], "plain")
+    shape = src.shape
+    consts = []
+    for v in node.inputs[1:5]:
+        if v is not None and not v.is_constant:
+            raise UnsupportedError("Slice with computed starts, ends, axes or steps")
+        consts.append(None if v is None else lw.const_array(v).astype(np.int64).ravel())
+    starts, ends, axes, steps = consts + [None] * (4 - len(consts))
+    axes = range(len(starts)) if axes is None else axes
+    steps = np.ones(len(starts), np.int64) if steps is None else steps
+    strides = row_major_strides(shape)
+    offset = Size(0)
+    out_strides = list(strides)
+    for start, end, axis, step in zip(starts, ends, axes, steps, strict=True):
+        axis = int(axis) % len(shape)
+        if is_batch(shape[axis]):
+            raise UnsupportedError("Slice along the batch axis")
+        sl = clamped_slice(int(start), int(end), int(step), int(shape[axis]))
+        offset = offset + strides[axis] * sl.start
+        out_strides[axis] = strides[axis] * int(step)
+    out = lw.result(node.outputs[0], biased=src.biased)
+    lw.permute_from(out, src, offset, out.shape, out_strides, f"{node.name}: Slice")
+
+
+emitter("Slice")(_slice)
+emitter("Slice", quantized=True)(_slice)
 
 
 def _dims(shape) -> str:

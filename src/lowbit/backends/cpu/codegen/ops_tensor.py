@@ -11,7 +11,7 @@ import numpy as np
 
 from lowbit.backends.cpu.codegen import cexpr
 from lowbit.backends.cpu.codegen.lower import Lowering, emitter
-from lowbit.backends.cpu.codegen.ops_shape import row_major_strides
+from lowbit.backends.cpu.codegen.ops_shape import _slice, row_major_strides
 from lowbit.backends.cpu.codegen.program import Size, Tensor, dim_c, dim_size, numel
 from lowbit.errors import UnsupportedError
 from lowbit.ir.attrs import FUSED_CLIP
@@ -35,11 +35,11 @@ def broadcast_strides(src_shape, out_shape) -> list[str]:
     be 1 while the output's is not (an unknown dimension) gets a run-time test."""
     pad = len(out_shape) - len(src_shape)
     full = (1,) * pad + tuple(src_shape)
-    strides = row_major_strides(full)
+    strides = [s.c() for s in row_major_strides(full)]
     out = []
     for d, o, s in zip(full, out_shape, strides, strict=True):
         if d == o:
-            out.append(str(s))
+            out.append(s)
         elif d == 1:
             out.append("0")
         elif isinstance(d, int) and isinstance(o, int):
@@ -201,14 +201,21 @@ def _const_ints(lw: Lowering, v, n: int, default: int) -> list[int]:
 
 @emitter("Slice", dynamic=True)
 def slice_(lw: Lowering, node) -> None:
-    x = lw.operand(node.inputs[0])
-    out = lw.result(node.outputs[0])
-    rank = len(x.shape)
+    """Slice along static axes: ops_shape's (any steps, clamped ends, stored layouts); along
+    a run-time dimension (a sequence cut to its length): positive steps, the end from the
+    output's shape."""
+    shape = lw.shape(node.inputs[0])
+    rank = len(shape)
     starts = _const_ints(lw, node.inputs[1], 0, 0)
     axes = _const_ints(lw, node.input_or_none(3), len(starts), 0) \
         if node.input_or_none(3) is not None else list(range(len(starts)))
     steps = _const_ints(lw, node.input_or_none(4), len(starts), 1)
-    strides = row_major_strides(x.shape)
+    if node.inputs[2].is_constant and all(isinstance(shape[a % rank], int) for a in axes):
+        _slice(lw, node)
+        return
+    x = lw.operand(node.inputs[0])
+    out = lw.result(node.outputs[0])
+    strides = [s.c() for s in row_major_strides(x.shape)]
     offset = []
     out_strides = [str(s) for s in strides]
     for a, s0, st in zip(axes, starts, steps, strict=True):

@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from lowbit.errors import UnsupportedError
+
 BATCH = "N"
 """The C name of the batch size, and the marker of the batch dimension in shapes."""
 
@@ -42,9 +44,20 @@ class Size:
 
     __rmul__ = __mul__
 
+    def __add__(self, other: Size) -> Size:
+        if self.coef == 0:
+            return other
+        if other.coef == 0:
+            return self
+        if self.syms != other.syms:
+            raise UnsupportedError(f"a size that is not one multiple of the dimensions "
+                                   f"{' * '.join(self.syms) or '1'}: "
+                                   f"{self.c()} + {other.c()}")
+        return Size(self.coef + other.coef, self.syms)
+
     def c(self) -> str:
         """The C expression (int64)."""
-        if not self.syms:
+        if not self.syms or self.coef == 0:
             return f"{self.coef}"
         names = " * ".join(self.syms)
         return names if self.coef == 1 else f"{self.coef} * {names}"
@@ -55,6 +68,12 @@ class Size:
         for s in self.syms:
             n *= int(values[s])
         return n
+
+
+def is_batch(d) -> bool:
+    """Whether dimension d is known only at run time: the batch size, a multiple of it
+    ("N", "320*N"), or a product of other dimension variables ("12*d1")."""
+    return isinstance(d, str)
 
 
 def dim_size(d) -> Size:

@@ -229,18 +229,19 @@ typedef struct lb_axis {
     int64_t channels, inner;
 } lb_axis;
 
-/* y = clamp(r + zp, qmin, qmax) with r = rint(float32(x) / scale), NaN giving r = 0 and
- * +-inf r = tmax / tmin (the type's range, before the zero point: lowbit.numerics.arith.quantize),
- * stored as out_type (zp, qmin, qmax in the stored domain: + 128 for int8 as uint8). */
+/* y = clamp(r + zp, qmin, qmax) with r = rint(float32(x) / scale), NaN giving r = nanv and
+ * -inf / +inf r = ninf / pinf, stored as out_type (zp, qmin, qmax in the stored domain: + 128
+ * for int8 as uint8). lowbit.numerics.arith.quantize: nanv 0, infinities the type's range
+ * (before the zero point); ONNX QuantizeLinear: NaN and -inf to qmin, +inf to qmax. */
 LB_API void lb_quantize_f32(const lb_ctx *ctx, int64_t n, const float *x, lb_axis ax,
                             const float *scale, const int32_t *zp, int32_t qmin, int32_t qmax,
-                            int32_t tmin, int32_t tmax, int32_t out_type, void *out);
+                            float nanv, float ninf, float pinf, int32_t out_type, void *out);
 /* The same from an NCHW float input [n, c, hw] into an NHWC output [n, hw, c] (the layout of
  * the convolution that reads it); parameters per tensor or per channel c. */
 LB_API void lb_quantize_f32_nhwc(const lb_ctx *ctx, int64_t n, int64_t c, int64_t hw,
                                  const float *x, int per_channel, const float *scale,
-                                 const int32_t *zp, int32_t qmin, int32_t qmax, int32_t tmin,
-                                 int32_t tmax, int32_t out_type, void *out);
+                                 const int32_t *zp, int32_t qmin, int32_t qmax, float nanv,
+                                 float ninf, float pinf, int32_t out_type, void *out);
 /* y = float32(q - zp) * scale (lowbit.numerics.arith.dequantize) from in_type codes. */
 LB_API void lb_dequantize(const lb_ctx *ctx, int64_t n, const void *q, int32_t in_type,
                           lb_axis ax, const float *scale, const int32_t *zp, float *out);
@@ -266,7 +267,7 @@ typedef struct lb_bcast {
     int64_t sa[6], sb[6];
 } lb_bcast;
 
-enum lb_qbinary_op { LB_QADD = 0, LB_QSUB = 1, LB_QMUL = 2 };
+enum lb_qbinary_op { LB_QADD = 0, LB_QSUB = 1, LB_QMUL = 2, LB_QTABLE2 = 3 };
 
 /* lowbit's quantized Add/Sub (int_combine.add: both operands aligned by q31 at 2**shift, then
  * requantized) and Mul (product of centred codes requantized), per tensor. */
@@ -275,6 +276,7 @@ typedef struct lb_qbinary {
     int32_t a_type, b_type, out_type; /* LB_U8, LB_I16, LB_U16 */
     lb_add_params p; /* Add/Sub: everything; Mul: z1, z2 and out */
     int32_t narrow;  /* Mul: |(a - z1)(b - z2)| < 2**31 for every code (vector path) */
+    const uint8_t *table; /* LB_QTABLE2: out = table[a * 256 + b] (8-bit operands) */
 } lb_qbinary;
 
 LB_API void lb_qbinary_run(const lb_ctx *ctx, const lb_bcast *bc, const lb_qbinary *op,
@@ -342,6 +344,26 @@ typedef struct lb_qconv_wide {
 LB_API void lb_qconv_wide_run(const lb_ctx *ctx, const lb_qconv_wide *p, const void *in,
                               void *out);
 
+/* A batch of products of two activations, C_b = A_b B_b (A_b [M, K], B_b [K, N], row-major,
+ * b-th matrices `*_bstride` elements apart, 0 to reuse one): attention's products. Each B_b is
+ * packed at run time (`packed`: ceil(N/16) * ceil(K/4) * 64 bytes), its column sums fold the
+ * zero points into `offsets` (N padded to 16, int32), then lb_qgemm with `ep` (whose
+ * col_offset is replaced). `flip`: B holds uint8 stored codes, packed as code ^ 0x80 with
+ * zero point zb (already moved by -128). With `wide` (16-bit operands, or sums that may leave
+ * int32) every element is summed in int64 instead, as lb_qgemm_wide: the codes minus za and
+ * zb_raw, then the narrow shift and the requantization of ep.rq. */
+typedef struct lb_qmatmul {
+    int64_t batch, M, N, K;
+    int64_t a_bstride, b_bstride, c_bstride;
+    int32_t a_type, b_type;
+    int32_t flip, za, zb;
+    int32_t wide, narrow_shift, zb_raw;
+    lb_epilogue ep;
+} lb_qmatmul;
+
+LB_API void lb_qmatmul_run(const lb_ctx *ctx, const lb_qmatmul *p, const void *A, const void *B,
+                           void *C, int8_t *packed, int32_t *offsets, int32_t *row_sums);
+
 /* ---- float kernels ---------------------------------------------------------------------- */
 
 /* C[m, n] = clamp(sum_k A[m, k] * B[n, k] + bias[n], lo, hi), products and sums in double,
@@ -361,6 +383,12 @@ typedef struct lb_fconv {
 
 LB_API void lb_fconv_run(const lb_ctx *ctx, const lb_fconv *p, const float *in, float *out,
                          float *scratch);
+
+/* A batch of float products C_b = A_b B_b of activations (strides as lb_qmatmul's); each B_b
+ * is transposed into `scratch` (N * K floats) for lb_fgemm. */
+LB_API void lb_fmatmul_run(const lb_ctx *ctx, int64_t batch, int64_t M, int64_t N, int64_t K,
+                           const float *A, int64_t a_bstride, const float *B, int64_t b_bstride,
+                           float *C, int64_t c_bstride, float *scratch);
 
 /* Elementwise float32 arithmetic with broadcasting (IEEE float32, as numpy computes it). */
 enum lb_fbinary_op { LB_FADD = 0, LB_FSUB, LB_FMUL, LB_FDIV, LB_FMAX, LB_FMIN, LB_FPOW };
@@ -394,6 +422,29 @@ LB_API void lb_flayernorm_rows(const lb_ctx *ctx, int64_t rows, int64_t cols, co
  * (pads counted with count_pad, never ceil_mode's overhang beyond pb/pr). */
 LB_API void lb_favgpool(const lb_ctx *ctx, const lb_window *w, int count_pad, int64_t pb,
                         int64_t pr, const float *in, float *out);
+
+/* Nearest-neighbour resizing of NHWC images: out[n, y, x, :] = in[n, iy[y], ix[x], :] (index
+ * tables computed by the code generator with the reference's rounding). */
+LB_API void lb_resize_nearest(const lb_ctx *ctx, int64_t n, int64_t ih, int64_t iw, int64_t c,
+                              int64_t oh, int64_t ow, const int64_t *iy, const int64_t *ix,
+                              int esize, const void *in, void *out);
+
+/* BatchNormalization in double as the reference: y = (x - mean[c]) * k[c] + b[c], k = scale /
+ * sqrt(var + eps), on NHWC (or any tensor whose channel is innermost: channels c). */
+LB_API void lb_fbatchnorm(const lb_ctx *ctx, int64_t rows, int64_t c, const float *x,
+                          const double *mean, const double *k, const double *b, float *out);
+
+/* ConvTranspose (group 1) of NHWC floats: each input pixel times the kernel lands at
+ * (iy * sh + ky * dh, ix * sw + kx * dw) of a full output of fh x fw; the result is the window
+ * of it starting at (by, bx), oh x ow, plus bias: sums in double, rounded once. Weights
+ * [taps][m][c]. */
+typedef struct lb_fconvt {
+    int64_t n, ih, iw, c, m, kh, kw, sh, sw, dh, dw;
+    int64_t fh, fw, by, bx, oh, ow;
+    const float *w, *bias;
+} lb_fconvt;
+
+LB_API void lb_fconvt_run(const lb_ctx *ctx, const lb_fconvt *p, const float *in, float *out);
 
 #ifdef __cplusplus
 }

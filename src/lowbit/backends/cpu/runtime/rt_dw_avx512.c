@@ -158,7 +158,7 @@ LB_TARGET_AVX512 static void lb_dw512_task(void *arg, int64_t t, int worker) {
     const __m512i hi_idx = _mm512_setr_epi32(8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28,
                                              29, 30, 31);
     const lb_epilogue *ep = &p->ep;
-    int quantized = ep->out_type != LB_I32 && ep->rq.method != LB_RQ_DEQUANT;
+    int quantized = ep->out_type != LB_I32 && ep->out_type != LB_F32;
     lb_add512 addv;
     memset(&addv, 0, sizeof(addv));
     if (ep->residual) addv = lb_add512_load(ep->add);

@@ -321,3 +321,98 @@ void lb_favgpool(const lb_ctx *ctx, const lb_window *w, int count_pad, int64_t p
     lb_fap_job j = {w, count_pad, pb, pr, in, out};
     lb_parallel_for(ctx, w->n * w->oh, lb_favgpool_task, &j);
 }
+
+/* ---- Resize (nearest), BatchNormalization, ConvTranspose ---------------------------------- */
+
+typedef struct lb_rs_job {
+    int64_t ih, iw, c, oh, ow;
+    const int64_t *iy, *ix;
+    int esize;
+    const char *in;
+    char *out;
+} lb_rs_job;
+
+static void lb_resize_task(void *arg, int64_t t, int worker) {
+    (void)worker;
+    const lb_rs_job *j = (const lb_rs_job *)arg;
+    int64_t n = t / j->oh, y = t % j->oh, row = j->c * j->esize;
+    const char *src = j->in + (n * j->ih + j->iy[y]) * j->iw * row;
+    char *dst = j->out + (n * j->oh + y) * j->ow * row;
+    for (int64_t x = 0; x < j->ow; x++) memcpy(dst + x * row, src + j->ix[x] * row, (size_t)row);
+}
+
+void lb_resize_nearest(const lb_ctx *ctx, int64_t n, int64_t ih, int64_t iw, int64_t c,
+                       int64_t oh, int64_t ow, const int64_t *iy, const int64_t *ix, int esize,
+                       const void *in, void *out) {
+    lb_rs_job j = {ih, iw, c, oh, ow, iy, ix, esize, (const char *)in, (char *)out};
+    lb_parallel_for(ctx, n * oh, lb_resize_task, &j);
+}
+
+typedef struct lb_bn_job {
+    int64_t rows, c, per;
+    const float *x;
+    const double *mean, *k, *b;
+    float *out;
+} lb_bn_job;
+
+static void lb_bn_task(void *arg, int64_t t, int worker) {
+    (void)worker;
+    const lb_bn_job *j = (const lb_bn_job *)arg;
+    int64_t r1 = LB_MIN(j->rows, (t + 1) * j->per);
+    for (int64_t r = t * j->per; r < r1; r++) {
+        const float *x = j->x + r * j->c;
+        float *o = j->out + r * j->c;
+        for (int64_t i = 0; i < j->c; i++)
+            o[i] = (float)(((double)x[i] - j->mean[i]) * j->k[i] + j->b[i]);
+    }
+}
+
+void lb_fbatchnorm(const lb_ctx *ctx, int64_t rows, int64_t c, const float *x,
+                   const double *mean, const double *k, const double *b, float *out) {
+    int64_t per = LB_MAX(1, LB_FCHUNK / LB_MAX(1, c));
+    lb_bn_job j = {rows, c, per, x, mean, k, b, out};
+    lb_parallel_for(ctx, (rows + per - 1) / per, lb_bn_task, &j);
+}
+
+typedef struct lb_ct_job {
+    const lb_fconvt *p;
+    const float *in;
+    float *out;
+} lb_ct_job;
+
+/* Task = one output row: each output gathers the input pixels whose kernel taps land on it,
+ * taps in (ky, kx) order as the reference adds them. */
+static void lb_fconvt_task(void *arg, int64_t t, int worker) {
+    (void)worker;
+    const lb_ct_job *j = (const lb_ct_job *)arg;
+    const lb_fconvt *p = j->p;
+    int64_t n = t / p->oh, y = t % p->oh, fy = y + p->by;
+    for (int64_t x = 0; x < p->ow; x++) {
+        int64_t fx = x + p->bx;
+        float *o = j->out + ((n * p->oh + y) * p->ow + x) * p->m;
+        for (int64_t mi = 0; mi < p->m; mi++) {
+            double acc = 0;
+            int inside = fy >= 0 && fy < p->fh && fx >= 0 && fx < p->fw;
+            for (int64_t ky = 0; inside && ky < p->kh; ky++) {
+                int64_t ry = fy - ky * p->dh;
+                if (ry < 0 || ry % p->sh || ry / p->sh >= p->ih) continue;
+                for (int64_t kx = 0; kx < p->kw; kx++) {
+                    int64_t rx = fx - kx * p->dw;
+                    if (rx < 0 || rx % p->sw || rx / p->sw >= p->iw) continue;
+                    const float *xv = j->in + ((n * p->ih + ry / p->sh) * p->iw + rx / p->sw) * p->c;
+                    const float *w = p->w + ((ky * p->kw + kx) * p->m + mi) * p->c;
+                    double s = 0;
+                    for (int64_t ci = 0; ci < p->c; ci++) s += (double)xv[ci] * (double)w[ci];
+                    acc += s;
+                }
+            }
+            if (p->bias) acc += (double)p->bias[mi];
+            o[mi] = (float)acc;
+        }
+    }
+}
+
+void lb_fconvt_run(const lb_ctx *ctx, const lb_fconvt *p, const float *in, float *out) {
+    lb_ct_job j = {p, in, out};
+    lb_parallel_for(ctx, p->n * p->oh, lb_fconvt_task, &j);
+}

@@ -89,6 +89,7 @@ static inline int32_t lb_requant_scalar(const lb_requant *rq, int64_t c, int32_t
 }
 
 static inline float lb_dequant_scalar(const lb_requant *rq, int64_t c, int32_t acc) {
+    if (rq->method == LB_RQ_FLOAT32) return (float)acc * rq->fmul[c]; /* ONNX Runtime's QGemm */
     float v = (float)((double)acc * rq->dscale[c]);
     if (v < rq->fmin) v = rq->fmin;
     if (v > rq->fmax) v = rq->fmax;

@@ -60,7 +60,7 @@ void lb_epilogue_row(const lb_gemm_tile *t, int64_t m, int64_t n0, int64_t n,
         int64_t at = m * t->ldc + c;
         if (ep->out_type == LB_I32) {
             ((int32_t *)t->C)[at] = x;
-        } else if (ep->rq.method == LB_RQ_DEQUANT) {
+        } else if (ep->rq.method == LB_RQ_DEQUANT || ep->out_type == LB_F32) {
             ((float *)t->C)[at] = lb_dequant_scalar(&ep->rq, c, x);
         } else {
             int32_t y = lb_requant_scalar(&ep->rq, c, x);

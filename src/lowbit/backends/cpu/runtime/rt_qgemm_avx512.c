@@ -82,10 +82,33 @@ typedef void (*lb_epi_fn)(const lb_gemm_tile *, int64_t, int64_t, int, int, cons
 static const lb_epi_fn lb_epis[2][2][2][2] = {{LB_EPI_NAMES(0, 0), LB_EPI_NAMES(0, 1)},
                                                {LB_EPI_NAMES(1, 0), LB_EPI_NAMES(1, 1)}};
 
+/* Raw int32 results (ConvInteger, MatMulInteger): the offset added, stored. */
+LB_TARGET_AVX512 __attribute__((noinline)) static void lb_epi_i32(
+    const lb_gemm_tile *t, int64_t m, int64_t nb, int mr, int nv, const __m512i *acc) {
+    const lb_epilogue *ep = t->ep;
+    for (int v = 0; v < nv; v++) {
+        int64_t n0 = (nb + v) * 16;
+        if (n0 >= t->N) break;
+        __mmask16 k = lb_tail_mask(t->N - n0);
+        __m512i off = _mm512_loadu_si512(ep->col_offset + n0);
+        __m512i zb = ep->col_zb ? _mm512_loadu_si512(ep->col_zb + n0) : _mm512_setzero_si512();
+        for (int r = 0; r < mr; r++) {
+            __m512i x = _mm512_add_epi32(_mm512_load_si512(acc + r * LB_NV + v), off);
+            if (ep->col_zb)
+                x = _mm512_sub_epi32(x, _mm512_mullo_epi32(zb, _mm512_set1_epi32(t->row_sums[m + r])));
+            _mm512_mask_storeu_epi32((int32_t *)t->C + (m + r) * t->ldc + n0, k, x);
+        }
+    }
+}
+
 LB_TARGET_AVX512 __attribute__((noinline)) static void lb_tile_epilogue(
     const lb_gemm_tile *t, int64_t m, int64_t nb, int mr, int nv, const __m512i *acc) {
     const lb_epilogue *ep = t->ep;
     int method = ep->rq.method, out = ep->out_type;
+    if (out == LB_I32) {
+        lb_epi_i32(t, m, nb, mr, nv, acc);
+        return;
+    }
     if ((method == LB_RQ_Q31 || method == LB_RQ_PRESCALE) &&
         (out == LB_U8 || out == LB_I16 || out == LB_U16)) {
         lb_epis[method][out != LB_U8][ep->residual != NULL][ep->col_zb != NULL](t, m, nb, mr, nv,
@@ -100,7 +123,7 @@ LB_TARGET_AVX512 __attribute__((noinline)) static void lb_tile_epilogue(
         if (n0 >= t->N) break;
         lb_rq512 rv;
         memset(&rv, 0, sizeof(rv));
-        if (ep->out_type != LB_I32 && ep->rq.method != LB_RQ_DEQUANT)
+        if (ep->out_type != LB_I32 && ep->out_type != LB_F32)
             rv = lb_rq512_load(&ep->rq, n0);
         for (int r = 0; r < mr; r++)
             lb_epilogue_v512(t, m + r, n0, _mm512_load_si512(acc + r * LB_NV + v), &rv, &addv);

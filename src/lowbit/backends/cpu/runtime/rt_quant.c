@@ -38,7 +38,7 @@ typedef struct lb_q_job {
     const int32_t *zp;
     int32_t qmin, qmax, out_type;
     void *out;
-    float pinf, ninf;
+    float pinf, ninf, nanv;
 } lb_q_job;
 
 /* quantize(x) of lowbit.numerics.arith as a branch-free float expression the compiler vectorises:
@@ -46,9 +46,9 @@ typedef struct lb_q_job {
  * added, as numpy's nan_to_num there), then r + zp clamped. Adding zp in float is exact where
  * it matters: past 2**24 the clamp decides. */
 static inline float lb_quantize_one(float x, float s, float zp, float lo, float hi, float pinf,
-                                    float ninf) {
+                                    float ninf, float nanv) {
     float r = nearbyintf(x / s);
-    r = r != r ? 0.0f : r;
+    r = r != r ? nanv : r;
     r = r == INFINITY ? pinf : r;
     r = r == -INFINITY ? ninf : r;
     r += zp;
@@ -69,13 +69,13 @@ static void lb_quantize_task(void *arg, int64_t t, int worker) {
         const float *x = j->x + i;
         if (j->out_type == LB_U8) {
             uint8_t *o = (uint8_t *)j->out + i;
-            for (int64_t k = 0; k < run; k++) o[k] = (uint8_t)(int32_t)lb_quantize_one(x[k], s, zp, lo, hi, j->pinf, j->ninf);
+            for (int64_t k = 0; k < run; k++) o[k] = (uint8_t)(int32_t)lb_quantize_one(x[k], s, zp, lo, hi, j->pinf, j->ninf, j->nanv);
         } else if (j->out_type == LB_I16) {
             int16_t *o = (int16_t *)j->out + i;
-            for (int64_t k = 0; k < run; k++) o[k] = (int16_t)(int32_t)lb_quantize_one(x[k], s, zp, lo, hi, j->pinf, j->ninf);
+            for (int64_t k = 0; k < run; k++) o[k] = (int16_t)(int32_t)lb_quantize_one(x[k], s, zp, lo, hi, j->pinf, j->ninf, j->nanv);
         } else {
             for (int64_t k = 0; k < run; k++)
-                lb_store(j->out, j->out_type, i + k, (int32_t)lb_quantize_one(x[k], s, zp, lo, hi, j->pinf, j->ninf));
+                lb_store(j->out, j->out_type, i + k, (int32_t)lb_quantize_one(x[k], s, zp, lo, hi, j->pinf, j->ninf, j->nanv));
         }
         i += run;
     }
@@ -83,8 +83,8 @@ static void lb_quantize_task(void *arg, int64_t t, int worker) {
 
 void lb_quantize_f32(const lb_ctx *ctx, int64_t n, const float *x, lb_axis ax,
                      const float *scale, const int32_t *zp, int32_t qmin, int32_t qmax,
-                     int32_t tmin, int32_t tmax, int32_t out_type, void *out) {
-    lb_q_job j = {n, x, ax, scale, zp, qmin, qmax, out_type, out, (float)tmax, (float)tmin};
+                     float nanv, float ninf, float pinf, int32_t out_type, void *out) {
+    lb_q_job j = {n, x, ax, scale, zp, qmin, qmax, out_type, out, pinf, ninf, nanv};
     lb_parallel_for(ctx, lb_chunks(n), lb_quantize_task, &j);
 }
 
@@ -96,7 +96,7 @@ typedef struct lb_qnhwc_job {
     int per_channel;
     int32_t qmin, qmax, out_type;
     void *out;
-    float pinf, ninf;
+    float pinf, ninf, nanv;
 } lb_qnhwc_job;
 
 #define LB_PIXELS 256
@@ -114,7 +114,7 @@ static void lb_quantize_nhwc_task(void *arg, int64_t t, int worker) {
         int64_t pc = j->per_channel ? ch : 0;
         const float s = j->scale[pc], zp = (float)j->zp[pc];
         const float *x = j->x + (n * j->c + ch) * j->hw + p0;
-        for (int64_t k = 0; k < np; k++) buf[k] = (int32_t)lb_quantize_one(x[k], s, zp, lo, hi, j->pinf, j->ninf);
+        for (int64_t k = 0; k < np; k++) buf[k] = (int32_t)lb_quantize_one(x[k], s, zp, lo, hi, j->pinf, j->ninf, j->nanv);
         int64_t base = (n * j->hw + p0) * j->c + ch;
         if (j->out_type == LB_U8) {
             uint8_t *o = (uint8_t *)j->out + base;
@@ -127,11 +127,11 @@ static void lb_quantize_nhwc_task(void *arg, int64_t t, int worker) {
 
 void lb_quantize_f32_nhwc(const lb_ctx *ctx, int64_t n, int64_t c, int64_t hw, const float *x,
                           int per_channel, const float *scale, const int32_t *zp, int32_t qmin,
-                          int32_t qmax, int32_t tmin, int32_t tmax, int32_t out_type,
+                          int32_t qmax, float nanv, float ninf, float pinf, int32_t out_type,
                           void *out) {
     int64_t blocks = (hw + LB_PIXELS - 1) / LB_PIXELS;
-    lb_qnhwc_job j = {c,    hw,   blocks,   x,   scale,       zp,         per_channel,
-                      qmin, qmax, out_type, out, (float)tmax, (float)tmin};
+    lb_qnhwc_job j = {c,    hw,   blocks,   x,   scale, zp,  per_channel,
+                      qmin, qmax, out_type, out, pinf,  ninf, nanv};
     lb_parallel_for(ctx, n * blocks, lb_quantize_nhwc_task, &j);
 }
 
@@ -260,6 +260,7 @@ typedef struct lb_qb_job {
 } lb_qb_job;
 
 static inline int32_t lb_qbinary_one(const lb_qbinary *op, int32_t x, int32_t y) {
+    if (op->op == LB_QTABLE2) return op->table[x * 256 + y];
     if (op->op == LB_QMUL) {
         int64_t prod = (int64_t)(x - op->p.z1) * (int64_t)(y - op->p.z2);
         return lb_requant_scalar(&op->p.out, 0, lb_clamp32(prod, INT32_MIN, INT32_MAX));
@@ -285,7 +286,8 @@ static void lb_qbinary_task(void *arg, int64_t t, int worker) {
         }
         int64_t sa = bc->sa[nd - 1], sb = bc->sb[nd - 1], base = r * j->last;
 #if LB_HAVE_X86
-        if (j->isa == LB_ISA_AVX512VNNI && j->op->narrow && sa <= 1 && sb <= 1 &&
+        if (j->isa == LB_ISA_AVX512VNNI && j->op->narrow && j->op->op != LB_QTABLE2 && sa <= 1 &&
+            sb <= 1 &&
             j->op->out_type != LB_I32) {
             int64_t ea = j->op->a_type == LB_U8 ? 1 : 2, eb = j->op->b_type == LB_U8 ? 1 : 2;
             int64_t eo = j->op->out_type == LB_U8 ? 1 : 2;

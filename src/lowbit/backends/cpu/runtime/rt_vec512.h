@@ -172,6 +172,11 @@ LB_V512 void lb_epilogue_v512(const lb_gemm_tile *t, int64_t m, int64_t n0, __m5
         _mm512_mask_storeu_epi32((int32_t *)t->C + at, k, x);
         return;
     }
+    if (ep->rq.method == LB_RQ_FLOAT32 && ep->out_type == LB_F32) { /* QGemm's float result */
+        __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(x), _mm512_loadu_ps(ep->rq.fmul + n0));
+        _mm512_mask_storeu_ps((float *)t->C + at, k, f);
+        return;
+    }
     if (ep->rq.method == LB_RQ_DEQUANT) {
         __m512d lo = _mm512_cvtepi32_pd(_mm512_castsi512_si256(x));
         __m512d hi = _mm512_cvtepi32_pd(_mm512_extracti64x4_epi64(x, 1));
