@@ -30,8 +30,9 @@ import numpy as np
 from lowbit.backends.cpu import toolchain
 from lowbit.backends.cpu.bundle import sources
 from lowbit.backends.cpu.bundle.targets import TARGETS, Target, host_target, library_files, target
-from lowbit.backends.cpu.codegen.lower import Lowering, find_emitter
-from lowbit.backends.cpu.executable import _batch_symbol, _forget_shapes, _name_batch
+from lowbit.backends.cpu.codegen.lower import Lowering, batch_symbol, find_emitter
+from lowbit.backends.cpu.codegen.program import BATCH, Program
+from lowbit.backends.cpu.executable import _forget_shapes, _name_batch, prepare_for_lowering
 from lowbit.backends.reference.kernels import is_quantized
 from lowbit.errors import LowbitError, UnsupportedError
 from lowbit.ir.graph import CONSTANT, Graph
@@ -187,7 +188,7 @@ def fix_dims(graph: Graph, dims: Mapping[str, int]) -> tuple[Graph, str | None]:
                               f"dimensions: {', '.join(symbols) or 'none'})")
         if int(n) < 1:
             raise BundleError(f"dimension {d!r} must be at least 1, got {n}")
-    batch = _batch_symbol(graph)
+    batch = batch_symbol(graph)
     if batch in dims:
         batch = None
     left = [d for d in symbols if d not in dims and d != batch]
@@ -241,11 +242,12 @@ def export_bundle(graph: Graph, directory: str | os.PathLike, *, target: str | N
     if missing:
         raise BundleError(f"no bundle kernel implements {'; '.join(missing)}. Keep these ops in "
                           f"float or run the model with backend='reference'")
+    graph = prepare_for_lowering(graph)
     try:
         program = Lowering(graph, name, batch, isas=frozenset({t.isa})).lower()
     except UnsupportedError as exc:
         raise BundleError(f"a bundle cannot hold this model: {exc}") from exc
-    plan = program.make_plan()
+    plan = arena_layout(program)
     blob = program.blob.bytes()
     inputs = [sources.TensorInfo.of(v, batch) for v in graph.inputs]
     outputs = [sources.TensorInfo.of(v, batch) for v in graph.outputs]
@@ -257,7 +259,8 @@ def export_bundle(graph: Graph, directory: str | os.PathLike, *, target: str | N
     texts: dict[str, str | bytes] = {
         f"{name}.h": sources.header(name, t, graph.name, inputs, outputs, blob, embedded,
                                      plan.fixed_size, plan.per_batch_size, has_batch),
-        f"{name}.c": sources.model_source(name, t, function, inputs, outputs),
+        f"{name}.c": sources.model_source(name, t, function, inputs, outputs, plan.at,
+                                          plan.per_batch),
         "example_main.c": EXAMPLE_MAIN.read_text().replace("@name@", name)
         .replace("@NAME@", name.upper()),
         "Makefile": sources.makefile(name, t, lib_sources, embedded),
@@ -282,6 +285,48 @@ def export_bundle(graph: Graph, directory: str | os.PathLike, *, target: str | N
     return Bundle(out, name, t, {k: len(v) for k, v in texts.items()}, len(blob),
                   program.blob.kinds.get("weights", 0), params, plan.fixed_size,
                   plan.per_batch_size, has_batch, embedded)
+
+
+@dataclass
+class ArenaLayout:
+    """The arena of a bundle: tensor (slot) i starts at at[i] + batch * per_batch[i]; the
+    tensors whose size does not grow with the batch come first (fixed_size bytes), then those
+    that do, each planned once for a batch of one and scaled (per_batch_size bytes per
+    sample). Tensors whose lifetimes overlap never share bytes at any batch size."""
+
+    at: list[int]
+    per_batch: list[int]
+    fixed_size: int
+    per_batch_size: int
+
+
+def arena_layout(program: Program) -> ArenaLayout:
+    """The layout of `program`'s arena for every batch size (the bundle's only run-time
+    dimension); BundleError when a tensor's size does not stay within the batch times its
+    size at batch one."""
+    if program.dim_vars != [BATCH]:
+        raise BundleError(f"the generated code has run-time dimensions "
+                          f"{', '.join(program.dim_vars)}; a bundle takes the batch alone")
+    live = program.make_liveness()
+    one = [live.bytes(i, {BATCH: 1}) for i in range(len(live.roots))]
+    fixed, scaled = [], []
+    for i, r in enumerate(live.roots):
+        sizes = {n: live.bytes(i, {BATCH: n}) for n in (2, 3, 5, 8, 64, 1000)}
+        if all(size == one[i] for size in sizes.values()):
+            fixed.append(i)
+        elif all(size <= n * one[i] for n, size in sizes.items()):
+            scaled.append(i)
+        else:
+            raise BundleError(f"arena tensor {r.name!r} grows faster than the batch size; a "
+                              f"bundle plans its arena as fixed bytes plus bytes per sample")
+    at_fixed, fixed_size = live.place(one, fixed)
+    at_scaled, per_batch_size = live.place(one, scaled)
+    n = len(at_fixed)
+    at = [int(at_fixed[i]) for i in range(n)]
+    per_batch = [0] * n
+    for i in scaled:
+        at[i], per_batch[i] = fixed_size, int(at_scaled[i])
+    return ArenaLayout(at, per_batch, fixed_size, per_batch_size)
 
 
 def target_of(name: str | None) -> Target:

@@ -362,7 +362,11 @@ int main(int argc, char **argv) {
     int status = @name@_run(ctx, weights, arena, batch, in_ptrs, out_ptrs);
     if (ctx != &single) lb_ctx_destroy(ctx);
     if (status != LB_OK) {
-        fprintf(stderr, "error: @name@_run failed: %s\n", lb_status_text(status));
+        if (status > 0)
+            fprintf(stderr, "error: @name@_run failed: step %d refused the inputs' values "
+                            "(an index out of range, say)\n", status);
+        else
+            fprintf(stderr, "error: @name@_run failed: %s\n", lb_status_text(status));
         return 1;
     }
     for (int i = 0; i < @NAME@_NUM_OUTPUTS; i++)

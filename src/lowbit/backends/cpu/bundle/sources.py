@@ -6,6 +6,7 @@ generator (codegen/), unchanged."""
 from __future__ import annotations
 
 import math
+import textwrap
 import zlib
 from dataclasses import dataclass
 
@@ -145,7 +146,9 @@ def header(name: str, t: Target, graph_name: str, inputs: list[TensorInfo],
         "",
         "/* Runs the model on `batch` samples: LB_OK, or an lb_status (lb_status_text) when an",
         f" * argument is NULL or misaligned, the batch is out of range, or ctx->isa is not "
-        f"{up}_ISA. */",
+        f"{up}_ISA;",
+        " * a positive number k when step k of the model refuses the inputs' values (an index",
+        " * out of range, say). */",
         f"int {name}_run(const lb_ctx *ctx, const void *weights, void *arena, int64_t batch,",
         f"    const void *const inputs[{up}_NUM_INPUTS], void *const outputs[{up}_NUM_OUTPUTS]);",
         "",
@@ -189,10 +192,23 @@ def _tensor_macros(prefix: str, what: str, info: TensorInfo) -> list[str]:
 
 
 def model_source(name: str, t: Target, function: str, inputs: list[TensorInfo],
-                 outputs: list[TensorInfo]) -> str:
-    """NAME.c: the I/O tables, the generated function (static) and the checked entry point."""
+                 outputs: list[TensorInfo], arena_at: list[int], arena_per_batch: list[int]
+                 ) -> str:
+    """NAME.c: the I/O tables, the generated function (static) and the checked entry point,
+    which places arena tensor i at arena_at[i] + batch * arena_per_batch[i]."""
     up = name.upper()
-    arrays: list[str] = []
+    k = len(arena_at)
+    arrays: list[str] = [
+        f"/* Where each of the {k} arena tensors starts: at[i] + batch * per_batch[i]. */",
+        f"static const int64_t {name}_arena_at[{k}] = {{",
+        *textwrap.wrap(", ".join(map(str, arena_at)), 96, initial_indent="    ",
+                       subsequent_indent="    "),
+        "};",
+        f"static const int64_t {name}_arena_per_batch[{k}] = {{",
+        *textwrap.wrap(", ".join(map(str, arena_per_batch)), 96, initial_indent="    ",
+                       subsequent_indent="    "),
+        "};",
+    ]
 
     def table(kind: str, infos: list[TensorInfo]) -> str:
         rows = []
@@ -224,6 +240,7 @@ def model_source(name: str, t: Target, function: str, inputs: list[TensorInfo],
         f'#include "{name}.h"',
         "",
         '#pragma GCC diagnostic ignored "-Wunused-parameter"',
+        '#pragma GCC diagnostic ignored "-Wunused-variable"',
         "",
         *arrays,
         "",
@@ -247,8 +264,14 @@ def model_source(name: str, t: Target, function: str, inputs: list[TensorInfo],
         f"    if (batch < 1 || (!{up}_HAS_BATCH && batch != 1)) return LB_ERR_BATCH;",
         "    if (((uintptr_t)weights | (uintptr_t)arena) % 64) return LB_ERR_ALIGNMENT;",
         f"    if (ctx->isa != {up}_ISA || ctx->threads < 1) return LB_ERR_ISA;",
-        f"    return {name}_model(ctx, (const uint8_t *)weights, (uint8_t *)arena, batch,",
-        "                        (void *const *)inputs, outputs);",
+        f"    int64_t offsets[{k}];",
+        f"    for (int i = 0; i < {k}; i++)",
+        f"        offsets[i] = {name}_arena_at[i] + batch * {name}_arena_per_batch[i];",
+        "    const int64_t dims[1] = {batch};",
+        "    int64_t detail = 0;",
+        f"    return {name}_model(ctx, (const uint8_t *)weights, (uint8_t *)arena, dims, "
+        "offsets,",
+        "                        (void *const *)inputs, outputs, &detail);",
         "}",
         "",
         f"int {name}_check_weights(const void *weights, size_t nbytes) {{",

@@ -487,4 +487,6 @@ typedef struct lb_tensor_info {
 }
 #endif
 
+#include "lowbit_rt_tf.h" /* dynamic quantization and transformer ops */
+
 #endif /* LOWBIT_RT_H */
