@@ -295,7 +295,7 @@ def conv_transpose(lw: Lowering, node) -> None:
     lw.prog.step(f"{node.name}: ConvTranspose {kh}x{kw} /{sh}, {c} -> {m}", [
         f"const lb_fconvt ct = {{{dim_c(n)}, {ih}, {iw}, {c}, {m}, {kh}, {kw}, {sh}, {sw}, "
         f"{dh}, {dw}, {fh}, {fw}, {geo.begins[0]}, {geo.begins[1]}, {oh}, {ow}, "
-        f"{lw.prog.data(wdata)}, {bias}}};",
+        f"{lw.prog.data(wdata, 'weights')}, {bias}}};",
         f"lb_fconvt_run(ctx, &ct, (const float *){x.ptr}, (float *){out.ptr});"], [x], [out])
     clamp_result(lw, node, out)
 

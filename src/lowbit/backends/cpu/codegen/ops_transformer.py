@@ -265,7 +265,7 @@ def dynamic_matmul(lw: Lowering, node) -> None:
             sb = lw.const_array(bsv).astype(np.float32)
             zb = lw.const_array(bzv)
         pb = pack_dynamic_b(codes, sb, zb, group)
-        code.append(f"const lb_dmm_b bd = {{{lw.prog.data(pb.data)}, {pb.n}, {pb.k}, "
+        code.append(f"const lb_dmm_b bd = {{{lw.prog.data(pb.data, 'weights')}, {pb.n}, {pb.k}, "
                     f"{-(-pb.k // 4)}, {lw.prog.data(pb.scale)}, {lw.prog.data(pb.corr)}, "
                     f"{lw.prog.data(pb.zero)}}};")
         b_ref, b_step = "&bd", "0"

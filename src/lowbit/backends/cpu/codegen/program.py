@@ -356,7 +356,8 @@ class Program:
                         timing: bool = True) -> str:
         """The entry function (a bundle names it after the model, makes it static and drops
         the step timing: no clock, no profile argument)."""
-        live = self.liveness or self.make_liveness()
+        if self.liveness is None:
+            self.make_liveness()  # the arena slots the addresses name
         by_id = {t.id: t for t in self.tensors}
 
         def resolve(m: re.Match) -> str:

@@ -57,11 +57,14 @@ static lb_attn_head lb_attn_head_at(const lb_attn *p, const lb_attn_layout *l, u
 }
 
 static void lb_attn_dq_rows(int isa, const lb_dq_rows *dq) {
-#if LB_HAVE_X86
+    (void)isa;
+#if LB_HAVE_AVX512
     if (isa == LB_ISA_AVX512VNNI) {
         lb_dq_rows_avx512(dq, 0, dq->rows);
         return;
     }
+#endif
+#if LB_HAVE_AVX2
     if (isa == LB_ISA_AVX2) {
         lb_dq_rows_avx2(dq, 0, dq->rows);
         return;
@@ -71,11 +74,14 @@ static void lb_attn_dq_rows(int isa, const lb_dq_rows *dq) {
 }
 
 static void lb_attn_dq_cols(int isa, const lb_dq_cols *dq) {
-#if LB_HAVE_X86
+    (void)isa;
+#if LB_HAVE_AVX512
     if (isa == LB_ISA_AVX512VNNI) {
         lb_dq_cols_avx512(dq, 0, 0, dq->c);
         return;
     }
+#endif
+#if LB_HAVE_AVX2
     if (isa == LB_ISA_AVX2) {
         lb_dq_cols_avx2(dq, 0, 0, dq->c);
         return;
@@ -148,6 +154,7 @@ static void lb_attn_prepare(void *arg, int64_t bh, int worker) {
     free(zero);
 }
 
+#if LB_HAVE_X86
 /* A-side dwords of rows [0, rows) of codes (stride ld) with per (row, group) zero points. */
 static void lb_attn_aside(int64_t rows, int64_t k, int64_t group, const uint8_t *codes,
                           int64_t ld, const uint8_t *zero, int64_t ldz, int32_t *azc) {
@@ -161,12 +168,14 @@ static void lb_attn_aside(int64_t rows, int64_t k, int64_t group, const uint8_t 
                                        ((uint32_t)(uint16_t)(int16_t)(-ra) << 16));
         }
 }
+#endif
 
 /* One product of a block: A rows (codes, scale, zero per group), B packed, into y (ldy). */
 static void lb_attn_product(int isa, int64_t rows, int64_t n, int64_t k, int64_t group,
                             const uint8_t *a, int64_t lda, const float *ascale,
                             const uint8_t *azero, int32_t *azc, const lb_dmm_b *B, float *y,
                             int64_t ldy) {
+    (void)isa;
     int64_t G = lb_ceil(k, group);
     lb_dmm mm;
     memset(&mm, 0, sizeof(mm));
@@ -197,12 +206,14 @@ static void lb_attn_product(int isa, int64_t rows, int64_t n, int64_t k, int64_t
     t.ldy = ldy;
     t.azc = azc;
     t.asa = ascale;
-#if LB_HAVE_X86
+#if LB_HAVE_AVX512
     if (isa == LB_ISA_AVX512VNNI && group % 4 == 0 && group <= 128) {
         lb_attn_aside(rows, k, group, a, lda, azero, G, azc);
         lb_dmm_tile_avx512(&t);
         return;
     }
+#endif
+#if LB_HAVE_AVX2
     if (isa == LB_ISA_AVX2 && group % 4 == 0 && group <= 128) {
         lb_attn_aside(rows, k, group, a, lda, azero, G, azc);
         lb_dmm_tile_avx2(&t);
@@ -247,10 +258,13 @@ static void lb_attn_block(void *arg, int64_t task, int worker) {
                     for (int64_t c = 0; c < S; c++) row[c] = row[c] + m[c * p->mask_s[3]];
             }
         }
-#if LB_HAVE_X86
+#if LB_HAVE_AVX512
         if (j->isa == LB_ISA_AVX512VNNI)
             lb_softmax_rows_avx512(0, R, S, scores, S, scores, S);
-        else if (j->isa == LB_ISA_AVX2)
+        else
+#endif
+#if LB_HAVE_AVX2
+        if (j->isa == LB_ISA_AVX2)
             lb_softmax_rows_avx2(0, R, S, scores, S, scores, S);
         else
 #endif

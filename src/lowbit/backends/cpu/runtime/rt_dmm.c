@@ -134,11 +134,11 @@ static void lb_dmm_task(void *arg, int64_t task, int worker) {
     t.asa = asa;
     t.aza = aza;
     t.ara = ara;
-#if LB_HAVE_X86
-    if (j->isa == LB_ISA_AVX512VNNI)
-        lb_dmm_tile_avx512(&t);
-    else
-        lb_dmm_tile_avx2(&t);
+#if LB_HAVE_AVX512
+    if (j->isa == LB_ISA_AVX512VNNI) lb_dmm_tile_avx512(&t);
+#endif
+#if LB_HAVE_AVX2
+    if (j->isa == LB_ISA_AVX2) lb_dmm_tile_avx2(&t);
 #endif
     if (rowbuf) lb_rowops_apply(j->isa, t.m0, t.m1, p->N, rowbuf, p->N, p->rows);
     free(flipped);
@@ -151,6 +151,10 @@ void lb_dmm_run(const lb_ctx *ctx, const lb_dmm *p) {
     lb_dmm_job j;
     j.p = p;
     j.isa = ctx->isa;
+    /* vector tiles exist for AVX-512 and AVX2 in builds holding them; every other ISA (64-bit
+     * ARM, a bundle's portable x86-64) takes the portable tile */
+    if (!((LB_HAVE_AVX512 && j.isa == LB_ISA_AVX512VNNI) || (LB_HAVE_AVX2 && j.isa == LB_ISA_AVX2)))
+        j.isa = LB_ISA_SCALAR;
     /* vector tiles need whole groups of 4 steps and 16-bit corrections */
     if (p->group % 4 != 0 || p->group > 128 || p->K > 65536) j.isa = LB_ISA_SCALAR;
     int64_t rows = LB_MIN(p->M, LB_DMM_ROWS);

@@ -7,11 +7,14 @@
 
 static void lb_row_layernorm(int isa, int64_t rows, int64_t n, float *buf, int64_t ldb,
                              const lb_rowop *op) {
-#if LB_HAVE_X86
+    (void)isa;
+#if LB_HAVE_AVX512
     if (isa == LB_ISA_AVX512VNNI) {
         lb_layernorm_rows_avx512(0, rows, n, buf, ldb, op->a, op->b, op->eps, buf, ldb);
         return;
     }
+#endif
+#if LB_HAVE_AVX2
     if (isa == LB_ISA_AVX2) {
         lb_layernorm_rows_avx2(0, rows, n, buf, ldb, op->a, op->b, op->eps, buf, ldb);
         return;
@@ -21,11 +24,14 @@ static void lb_row_layernorm(int isa, int64_t rows, int64_t n, float *buf, int64
 }
 
 static void lb_row_gelu(int isa, int64_t n, float *row, int32_t tanh_form) {
-#if LB_HAVE_X86
+    (void)isa;
+#if LB_HAVE_AVX512
     if (isa == LB_ISA_AVX512VNNI) {
         lb_gelu_span_avx512(n, row, tanh_form, row);
         return;
     }
+#endif
+#if LB_HAVE_AVX2
     if (isa == LB_ISA_AVX2) {
         lb_gelu_span_avx2(n, row, tanh_form, row);
         return;
@@ -36,6 +42,7 @@ static void lb_row_gelu(int isa, int64_t n, float *row, int32_t tanh_form) {
 
 static void lb_row_dq(int isa, int64_t m0, int64_t m1, int64_t n, float *buf, int64_t ldb,
                       const lb_rowop *op) {
+    (void)isa;
     lb_dq_rows dq;
     dq.rows = m1 - m0;
     dq.k = n;
@@ -50,11 +57,13 @@ static void lb_row_dq(int isa, int64_t m0, int64_t m1, int64_t n, float *buf, in
     dq.ldp = op->ldp;
     dq.qmax = op->qmax;
     dq.symmetric = op->flag;
-#if LB_HAVE_X86
+#if LB_HAVE_AVX512
     if (isa == LB_ISA_AVX512VNNI) {
         lb_dq_rows_avx512(&dq, 0, dq.rows);
         return;
     }
+#endif
+#if LB_HAVE_AVX2
     if (isa == LB_ISA_AVX2) {
         lb_dq_rows_avx2(&dq, 0, dq.rows);
         return;
