@@ -90,8 +90,9 @@ class Bundle:
                      f"{self.int8_parameter_bytes} bytes of int8 parameters)")
         lines.append(f"  weights   {self.weights_bytes} bytes"
                      f"{' embedded in ' + self.name + '_weights.c' if self.embedded else ''}: "
-                     f"weight matrices {self.weight_data_bytes}{ratio}, per-channel constants "
-                     f"{self.weights_bytes - self.weight_data_bytes}")
+                     f"weight matrices {self.weight_data_bytes}{ratio}, other constants "
+                     f"{self.weights_bytes - self.weight_data_bytes} (per-channel parameters, "
+                     f"float tensors)")
         lines.append(f"  model     parameters {params or 'none'}")
         arena = f"{self.arena_fixed} bytes"
         if self.has_batch:

@@ -1,7 +1,6 @@
 /* Chains of operations on whole rows (lowbit_rt_tf.h, lb_rowops): the elementwise steps are
  * single IEEE operations, LayerNorm, GELU and the dynamic quantization call the per-ISA row
  * kernels, so a fused chain gives the bits of the separate ops. */
-#include <stdlib.h>
 
 #include "rt_tf_internal.h"
 
@@ -122,26 +121,25 @@ typedef struct lb_rowops_job {
     const float *x;
     int64_t ldx;
     const lb_rowops *ops;
+    float *scratch;
 } lb_rowops_job;
 
 static void lb_rowops_task(void *arg, int64_t t, int worker) {
     (void)worker;
     const lb_rowops_job *j = (const lb_rowops_job *)arg;
     int64_t m0 = t * j->per_task, m1 = LB_MIN(j->rows, m0 + j->per_task);
-    float *buf = (float *)malloc((size_t)((m1 - m0) * j->n) * sizeof(float) + 64);
-    if (!buf) return;
+    float *buf = j->scratch + m0 * j->n; /* the task's rows of the caller's scratch */
     for (int64_t r = m0; r < m1; r++)
         memcpy(buf + (r - m0) * j->n, j->x + r * j->ldx, (size_t)j->n * sizeof(float));
     lb_rowops_apply(j->isa, m0, m1, j->n, buf, j->n, j->ops);
-    free(buf);
 }
 
 void lb_rowops_run(const lb_ctx *ctx, int64_t rows, int64_t n, const float *x, int64_t ldx,
-                   const lb_rowops *ops) {
+                   const lb_rowops *ops, float *scratch) {
     if (rows <= 0 || n <= 0) return;
     int64_t per = LB_MAX(1, LB_MIN(16, 8192 / n));
     int64_t want = ctx->threads > 1 ? 4 * (int64_t)ctx->threads : 1;
     while (per > 1 && (rows + per - 1) / per < want) per /= 2;
-    lb_rowops_job j = {ctx->isa, rows, n, per, x, ldx, ops};
+    lb_rowops_job j = {ctx->isa, rows, n, per, x, ldx, ops, scratch};
     lb_parallel_for(ctx, (rows + per - 1) / per, lb_rowops_task, &j);
 }
