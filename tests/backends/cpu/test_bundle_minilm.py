@@ -8,6 +8,7 @@ malloc."""
 from __future__ import annotations
 
 import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -59,3 +60,24 @@ def test_minilm_dynamic_bundle_equals_the_cpu_backend(minilm_pair, tmp_path, tar
         (got,) = run(bundle, program, inputs, args=("--threads", "2"))
         assert got.dtype == ref.dtype and got.shape == ref.shape
         np.testing.assert_array_equal(got, ref)
+
+
+def test_lowbit_compile_dynamic_cli(minilm_pair, tmp_path):
+    """`lowbit compile --dynamic --dim S=N` quantizes as `lowbit quantize --dynamic` does: the
+    same weights as export_bundle of the dynamic graph, byte for byte; a missing --dim is
+    refused naming the dimension, before any file is written."""
+    q, enc, _, _ = minilm_pair
+    model = str(minilm("eager", "dynamo"))
+    seq = enc["input_ids"].shape[1]
+    out = tmp_path / "cli"
+    command = [sys.executable, "-m", "lowbit", "compile", model, "-o", str(out), "--dynamic",
+               "--target", "aarch64", "--name", "minilm"]
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    assert done.returncode == 1 and "symbolic dimension 'S'" in done.stderr, done.stderr
+    assert not out.exists()
+    done = subprocess.run([*command, "--dim", f"S={seq}"], capture_output=True, text=True,
+                          check=False)
+    assert done.returncode == 0, done.stderr
+    same = export_bundle(q, tmp_path / "api", target="aarch64", name="minilm", dims={"S": seq})
+    assert (out / "minilm.weights").read_bytes() == (same.directory / "minilm.weights").read_bytes()
+    assert (out / "minilm.c").read_text() == (same.directory / "minilm.c").read_text()
