@@ -12,7 +12,7 @@ typedef struct lb_fb_job {
     int op;
     const float *a, *b;
     float *out;
-    int64_t rows, last, per;
+    int64_t rows, last, per, pieces; /* a task: `per` units of (row, piece of LB_FCHUNK) */
 } lb_fb_job;
 
 static inline float lb_fb_one(int op, float x, float y) {
@@ -39,8 +39,9 @@ static void lb_fbinary_task(void *arg, int64_t t, int worker) {
     const lb_fb_job *j = (const lb_fb_job *)arg;
     const lb_bcast *bc = j->bc;
     int nd = bc->nd;
-    int64_t r1 = LB_MIN(j->rows, (t + 1) * j->per);
-    for (int64_t r = t * j->per; r < r1; r++) {
+    int64_t u1 = LB_MIN(j->rows * j->pieces, (t + 1) * j->per);
+    for (int64_t u = t * j->per; u < u1; u++) {
+        int64_t r = u / j->pieces, i0 = (u % j->pieces) * LB_FCHUNK;
         int64_t rest = r, oa = 0, ob = 0;
         for (int d = nd - 2; d >= 0; d--) {
             int64_t i = rest % bc->shape[d];
@@ -48,9 +49,9 @@ static void lb_fbinary_task(void *arg, int64_t t, int worker) {
             oa += i * bc->sa[d];
             ob += i * bc->sb[d];
         }
-        const float *a = j->a + oa, *b = j->b + ob;
-        float *o = j->out + r * j->last;
-        int64_t sa = bc->sa[nd - 1], sb = bc->sb[nd - 1], n = j->last;
+        int64_t sa = bc->sa[nd - 1], sb = bc->sb[nd - 1], n = LB_MIN(LB_FCHUNK, j->last - i0);
+        const float *a = j->a + oa + i0 * sa, *b = j->b + ob + i0 * sb;
+        float *o = j->out + r * j->last + i0;
         if (sa == 1 && sb == 1) {
             switch (j->op) { /* contiguous rows: loops the compiler vectorises */
             case LB_FADD:
@@ -80,9 +81,12 @@ void lb_fbinary_run(const lb_ctx *ctx, const lb_bcast *bc, int op, const float *
     for (int d = 0; d < bc->nd - 1; d++) rows *= bc->shape[d];
     int64_t last = bc->shape[bc->nd - 1];
     if (rows * last == 0) return;
-    int64_t per = LB_MAX(1, LB_FCHUNK / LB_MAX(1, last));
-    lb_fb_job j = {bc, op, a, b, out, rows, last, per};
-    lb_parallel_for(ctx, (rows + per - 1) / per, lb_fbinary_task, &j);
+    /* long rows (an image plus an image of the same shape is one row) in pieces, so that
+     * every thread shares them; short rows grouped about LB_FCHUNK elements a task */
+    int64_t pieces = (last + LB_FCHUNK - 1) / LB_FCHUNK;
+    int64_t per = pieces > 1 ? 1 : LB_MAX(1, LB_FCHUNK / LB_MAX(1, last));
+    lb_fb_job j = {bc, op, a, b, out, rows, last, per, pieces};
+    lb_parallel_for(ctx, (rows * pieces + per - 1) / per, lb_fbinary_task, &j);
 }
 
 /* ---- unary ------------------------------------------------------------------------------- */
