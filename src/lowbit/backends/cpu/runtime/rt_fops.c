@@ -231,7 +231,9 @@ static void lb_frows_task(void *arg, int64_t t, int worker) {
 
 static void lb_frows(const lb_ctx *ctx, int kind, int64_t rows, int64_t cols, const float *x,
                      const float *scale, const float *bias, double eps, float *out) {
-    int64_t per = LB_MAX(1, LB_FCHUNK / LB_MAX(1, cols));
+    /* about LB_FCHUNK elements a task, but at least 8 tasks when there are 8 rows (a softmax
+     * of 40 rows of 40 was one task) */
+    int64_t per = LB_MAX(1, LB_MIN(LB_FCHUNK / LB_MAX(1, cols), (rows + 7) / 8));
     lb_rows_job j = {rows, cols, per, x, scale, bias, eps, out, kind};
     lb_parallel_for(ctx, (rows + per - 1) / per, lb_frows_task, &j);
 }
