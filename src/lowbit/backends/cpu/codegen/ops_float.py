@@ -1,6 +1,5 @@
 """Emitters of float nodes: Conv and Gemm/MatMul with double accumulation (the reference's
-rounding), elementwise ops in float32 as numpy computes them, means, Softmax and
-LayerNormalization in double."""
+rounding), elementwise ops in float32 as numpy computes them, means in double."""
 
 from __future__ import annotations
 
@@ -133,8 +132,8 @@ def _binary(lw: Lowering, node) -> None:
     clamp_result(lw, node, out)
 
 
-for _op in BINARY:
-    emitter(_op)(_binary)
+# registered by ops_tensor.elementwise, which hands float32 NHWC operands, fused clips and Pow
+# to `_binary`
 
 
 def clamp_result(lw: Lowering, node, out) -> None:
@@ -152,7 +151,7 @@ UNARY = {"Relu": "LB_FRELU", "LeakyRelu": "LB_FLEAKY", "Sigmoid": "LB_FSIGMOID",
          "HardSigmoid": "LB_FHARDSIGMOID", "HardSwish": "LB_FHARDSWISH", "Tanh": "LB_FTANH",
          "Exp": "LB_FEXP", "Log": "LB_FLOG", "Sqrt": "LB_FSQRT", "Abs": "LB_FABS",
          "Neg": "LB_FNEG", "Reciprocal": "LB_FRECIP", "Clip": "LB_FCLIP", "Erf": "LB_FERF",
-         "Gelu": "LB_FGELU", "Floor": "LB_FFLOOR", "Ceil": "LB_FCEIL", "Round": "LB_FROUND",
+         "Floor": "LB_FFLOOR", "Ceil": "LB_FCEIL", "Round": "LB_FROUND",
          "Softplus": "LB_FSOFTPLUS", "Elu": "LB_FELU"}
 
 
@@ -170,8 +169,6 @@ def _unary(lw: Lowering, node) -> None:
         bounds += [None] * (2 - len(bounds))
         alpha = float(bounds[0]) if bounds[0] is not None else -np.inf
         beta = float(bounds[1]) if bounds[1] is not None else np.inf
-    elif node.op_type == "Gelu" and node.attrs.get("approximate") == "tanh":
-        op = "LB_FGELU_TANH"
     lw.prog.step(f"{node.name}: {node.op_type}", [
         f"lb_funary(ctx, {numel(x.shape).c()}, {op}, {cexpr.flt(alpha)}, {cexpr.flt(beta)}, "
         f"(const float *){x.ptr}, (float *){out.ptr});"], [x], [out])
@@ -243,46 +240,8 @@ def average_pool(lw: Lowering, node) -> None:
         f"{pads[3]}, (const float *){x.ptr}, (float *){out.ptr});"], [x], [out])
 
 
-def _rows(lw: Lowering, node, axis: int):
-    shape = lw.shape(node.inputs[0])
-    axis %= len(shape)
-    if any(map(is_batch, shape[axis:])):
-        raise UnsupportedError(f"{node.op_type} along the batch axis")
-    return numel(shape[:axis]), numel(shape[axis:]).coef
-
-
-@emitter("Softmax")
-def softmax(lw: Lowering, node) -> None:
-    _float_only(node)
-    shape = lw.shape(node.inputs[0])
-    axis = int(node.attrs["axis"]) % len(shape)
-    if any(d != 1 for d in shape[axis + 1:]):
-        raise UnsupportedError("Softmax along other than the last non-unit axis")
-    rows, cols = _rows(lw, node, axis)
-    x = lw.operand(node.inputs[0], "plain")
-    out = lw.result(node.outputs[0], "plain")
-    lw.prog.step(f"{node.name}: Softmax of rows of {cols}", [
-        f"lb_fsoftmax_rows(ctx, {rows.c()}, {cols}, (const float *){x.ptr}, "
-        f"(float *){out.ptr});"], [x], [out])
-
-
-@emitter("LayerNormalization")
-def layer_normalization(lw: Lowering, node) -> None:
-    _float_only(node)
-    if any(v is not None and lw.users.get(v) for v in node.outputs[1:]) or \
-            any(v in lw.output_values for v in node.outputs[1:]):
-        raise UnsupportedError("LayerNormalization's Mean and InvStdDev outputs")
-    rows, cols = _rows(lw, node, int(node.attrs["axis"]))
-    scale = np.broadcast_to(lw.const_array(node.inputs[1]).astype(np.float32).ravel(), (cols,))
-    bv = node.input_or_none(2)
-    bias = lw.prog.data(np.broadcast_to(lw.const_array(bv).astype(np.float32).ravel(),
-                                        (cols,)).copy()) if bv is not None else "NULL"
-    x = lw.operand(node.inputs[0], "plain")
-    out = lw.result(node.outputs[0], "plain")
-    lw.prog.step(f"{node.name}: LayerNormalization of rows of {cols}", [
-        f"lb_flayernorm_rows(ctx, {rows.c()}, {cols}, (const float *){x.ptr}, "
-        f"{lw.prog.data(scale.copy())}, {bias}, {float(node.attrs['epsilon'])!r}, "
-        f"(float *){out.ptr});"], [x], [out])
+# Softmax, LayerNormalization and Gelu: ops_transformer.py (lowbit.numerics.elementary's
+# definitions, which the reference follows)
 
 
 @emitter("BatchNormalization")

@@ -450,4 +450,6 @@ LB_API void lb_fconvt_run(const lb_ctx *ctx, const lb_fconvt *p, const float *in
 }
 #endif
 
+#include "lowbit_rt_tf.h" /* dynamic quantization and transformer ops */
+
 #endif /* LOWBIT_RT_H */
