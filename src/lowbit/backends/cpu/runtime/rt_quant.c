@@ -205,17 +205,50 @@ typedef struct lb_lut_job {
     int32_t lo, hi;
 } lb_lut_job;
 
+/* A typed loop per (input, output) type: the table holds output codes. */
+#define LB_LUT_LOOP(TI, TO)                                                              \
+    do {                                                                                 \
+        const TI *q = (const TI *)j->q;                                                  \
+        const TO *tab = (const TO *)j->table;                                            \
+        TO *o = (TO *)j->out;                                                            \
+        for (int64_t i = i0; i < i1; i++) o[i] = tab[(int32_t)q[i] - j->in_min];         \
+        return;                                                                          \
+    } while (0)
+#define LB_LUT_OUT(TI)                                                                   \
+    switch (j->out_type) {                                                               \
+    case LB_U8:                                                                          \
+        LB_LUT_LOOP(TI, uint8_t);                                                        \
+    case LB_I8:                                                                          \
+        LB_LUT_LOOP(TI, int8_t);                                                         \
+    case LB_I16:                                                                         \
+        LB_LUT_LOOP(TI, int16_t);                                                        \
+    case LB_U16:                                                                         \
+        LB_LUT_LOOP(TI, uint16_t);                                                       \
+    default:                                                                             \
+        break;                                                                           \
+    }
+
 static void lb_lookup_task(void *arg, int64_t t, int worker) {
     (void)worker;
     const lb_lut_job *j = (const lb_lut_job *)arg;
     int64_t i0 = t * LB_CHUNK, i1 = LB_MIN(j->n, i0 + LB_CHUNK);
-    if (j->in_type == LB_U8 && j->out_type == LB_U8) {
-        const uint8_t *q = (const uint8_t *)j->q, *tab = (const uint8_t *)j->table;
-        uint8_t *o = (uint8_t *)j->out;
-        for (int64_t i = i0; i < i1; i++) o[i] = tab[q[i]];
-        return;
+    switch (j->in_type) {
+    case LB_U8:
+        LB_LUT_OUT(uint8_t)
+        break;
+    case LB_I8:
+        LB_LUT_OUT(int8_t)
+        break;
+    case LB_I16:
+        LB_LUT_OUT(int16_t)
+        break;
+    case LB_U16:
+        LB_LUT_OUT(uint16_t)
+        break;
+    default:
+        break;
     }
-    for (int64_t i = i0; i < i1; i++) {
+    for (int64_t i = i0; i < i1; i++) { /* other types */
         int32_t k = lb_load(j->q, j->in_type, i) - j->in_min;
         lb_store(j->out, j->out_type, i, lb_load(j->table, j->out_type, k));
     }
