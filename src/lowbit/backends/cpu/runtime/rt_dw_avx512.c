@@ -10,7 +10,7 @@
  * the epilogue. */
 #include "rt_internal.h"
 
-#if LB_HAVE_X86
+#if LB_HAVE_AVX512
 #include "rt_vec512.h"
 
 typedef struct lb_dw512_job {
@@ -222,4 +222,4 @@ LB_TARGET_AVX512 void lb_dwconv_avx512(const lb_ctx *ctx, const lb_dwconv *p,
     j.chunks = (w->c + j.chunk_c - 1) / j.chunk_c;
     lb_parallel_for(ctx, rows * j.chunks, fn, &j);
 }
-#endif /* LB_HAVE_X86 */
+#endif /* LB_HAVE_AVX512 */

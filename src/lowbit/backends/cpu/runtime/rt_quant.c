@@ -329,7 +329,7 @@ static void lb_qbinary_task(void *arg, int64_t t, int worker) {
         int64_t sa = bc->sa[nd - 1], sb = bc->sb[nd - 1], base = r * j->last + i0;
         oa += i0 * sa;
         ob += i0 * sb;
-#if LB_HAVE_X86
+#if LB_HAVE_AVX512
         if (j->isa == LB_ISA_AVX512VNNI && j->op->narrow && j->op->op != LB_QTABLE2 && sa <= 1 &&
             sb <= 1 &&
             j->op->out_type != LB_I32) {
