@@ -290,7 +290,9 @@ def conv_transpose(lw: Lowering, node) -> None:
     oh, ow = out.shape[2], out.shape[3]
     (sh, sw), (dh, dw) = win.strides, win.dilations
     fh, fw = sh * (ih - 1) + dh * (kh - 1) + 1, sw * (iw - 1) + dw * (kw - 1) + 1
-    wdata = np.ascontiguousarray(w.transpose(2, 3, 1, 0)).reshape(-1)  # [taps][m][c]
+    if kh * kw > 64:
+        raise UnsupportedError("ConvTranspose with more than 64 kernel taps")
+    wdata = np.ascontiguousarray(w.transpose(2, 3, 0, 1)).reshape(-1)  # [taps][c][m]
     bias = lw.prog.data(lw.const_array(bv).astype(np.float32)) if bv is not None else "NULL"
     lw.prog.step(f"{node.name}: ConvTranspose {kh}x{kw} /{sh}, {c} -> {m}", [
         f"const lb_fconvt ct = {{{dim_c(n)}, {ih}, {iw}, {c}, {m}, {kh}, {kw}, {sh}, {sw}, "
