@@ -116,3 +116,14 @@ def test_minilm_sequence_longer_than_the_position_table(minilm_cpu):
                                    providers=["CPUExecutionProvider"])
     ref = _embedding(session.run(None, enc)[0], enc["attention_mask"])
     assert float((got * ref).sum()) > 0.999
+
+
+def test_minilm_dynamic_file_is_at_most_25_mb(minilm_dynamic, tmp_path):
+    """The word and position tables in int8 per column (47 MB of float words before): the
+    file with its external data holds at most 25 MB (24.6 MB measured)."""
+    lowbit.save(minilm_dynamic, tmp_path / "q.onnx")
+    files = list(tmp_path.iterdir())
+    assert sum(f.stat().st_size for f in files) <= 25_000_000, [(f.name, f.stat().st_size)
+                                                                 for f in files]
+    steps = cpu.compile(minilm_dynamic, threads=1).compiled()[0].steps
+    assert any("Dequantize" in s for s in steps)  # the compiled program gathers int8 rows
