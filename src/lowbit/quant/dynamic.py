@@ -24,9 +24,9 @@ becomes a `DynamicMatMul` (`lowbit.ops.dynamic`) reading 8-bit codes:
 - the product accumulates exactly in int32 and is dequantized once with s_a * s_w; a Gemm's
   bias C is added in float;
 - a Gather along the rows of a constant float table of at least `EMBEDDING_ROWS` rows (a
-  vocabulary's or the positions' embeddings) reads the table in int8, one scale per column (`weight_scheme`):
-  `Quantize(table) -> Gather -> Dequantize`. Each gathered row holds the table's codes and
-  every column keeps its own scale and zero point, so the result is exactly
+  vocabulary's or the positions' embeddings) reads the table in int8, one scale per column
+  (`weight_scheme`): `Quantize(table) -> Gather -> Dequantize`. Each gathered row holds the
+  table's codes and every column keeps its own scale and zero point, so the result is exactly
   `dequantize(quantize(table))[ids]`, x = (q - zero_point) * scale in float32; the table
   takes a quarter of its float bytes (MiniLM's file: 61.6 MB -> 24.6 MB, 47 MB of word
   embeddings becoming 12 MB; sentence-embedding cosine to float on 25 single words 0.99967 ->

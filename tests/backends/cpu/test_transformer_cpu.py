@@ -127,3 +127,25 @@ def test_minilm_dynamic_file_is_at_most_25_mb(minilm_dynamic, tmp_path):
                                                                  for f in files]
     steps = cpu.compile(minilm_dynamic, threads=1).compiled()[0].steps
     assert any("Dequantize" in s for s in steps)  # the compiled program gathers int8 rows
+
+
+@pytest.mark.parametrize("per_channel", [True, False])
+def test_onnxruntime_quantize_dynamic_minilm_runs_bit_exact(tmp_path, per_channel):
+    """ONNX Runtime's own dynamic MiniLM (DynamicQuantizeLinear + MatMulInteger + Cast, int8
+    weights per channel or per tensor, int8 word table) on the cpu backend: the reference's
+    bits, every MatMulInteger computed by the dynamic product kernel."""
+    from onnxruntime.quantization import QuantType
+    from onnxruntime.quantization import quantize_dynamic as ort_quantize_dynamic
+
+    path = tmp_path / "ort.onnx"
+    ort_quantize_dynamic(str(minilm("eager", "dynamo")), str(path), per_channel=per_channel,
+                         weight_type=QuantType.QInt8)
+    graph = lowbit.load(path)
+    exe = cpu.compile(graph, threads=2)
+    for enc in (minilm_tokens(["Ok"]),
+                minilm_tokens(["Thanks a lot!", "The cat sat on the mat.", MINILM_TEXTS[1]])):
+        ref = lowbit.run(graph, enc)["last_hidden_state"]
+        np.testing.assert_array_equal(exe(enc)["last_hidden_state"], ref)
+    steps = exe.compiled()[0].steps
+    assert sum("DynamicMatMul" in s for s in steps) == 36
+    assert sum("DynamicQuantizeLinear" in s for s in steps) == 24

@@ -425,12 +425,14 @@ def _name_batch(graph: Graph) -> Graph:
 def compile(graph: Graph, *, threads: int | None = None, isa: str | None = None,
             name: str | None = None) -> CpuExecutable:
     """Compile `graph` for the cpu backend (see the module docstring)."""
+    from lowbit.backends.cpu.integer_products import rewrite_integer_products
     from lowbit.backends.lowering import fold_quantized_constants, has_quantized_constants
 
     if any(v.type is None or v.type.shape is None for v in graph.inputs):
         raise UnsupportedError("the cpu backend needs typed inputs with known ranks")
     if has_quantized_constants(graph):
         graph = fold_quantized_constants(graph.copy())
+    graph = rewrite_integer_products(graph)  # ONNX Runtime's dynamic files
     if any(v.type.shape and v.type.shape[0] is None for v in graph.inputs):
         graph = _name_batch(graph)
     return CpuExecutable(graph, threads=threads, isa=isa, name=name)
