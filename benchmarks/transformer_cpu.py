@@ -7,6 +7,8 @@ the same token ids: ONNX Runtime running its own `quantize_dynamic` model (per c
 weights) and the float model; OpenVINO running NNCF's int8 model of the float network
 (`nncf.quantize`, `ModelType.TRANSFORMER`, calibrated on other Lee documents; CPU plugin,
 INFERENCE_NUM_THREADS, PERFORMANCE_HINT LATENCY); PyTorch `quantize_dynamic` on nn.Linear.
+"lowbit cpu, ORT file" is ONNX Runtime's quantize_dynamic file imported and compiled by lowbit
+(bit-exact with lowbit's reference of that file), beside ONNX Runtime running the same file.
 Inputs are real text (gensim's Lee corpus) cut or padded to the sequence length.
 
 Timing: the runners take turns (interleaved rounds), medians compared as ratios to ONNX
@@ -129,7 +131,7 @@ def embedding(hidden: np.ndarray, mask: np.ndarray) -> np.ndarray:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--runs", type=int, default=15)
     parser.add_argument("--shapes", default=SHAPES, help="SEQxBATCH,...")
     parser.add_argument("--no-openvino", action="store_true")
     args = parser.parse_args()
@@ -147,9 +149,11 @@ def main() -> None:
     compile_s = time.perf_counter() - start
     ort_q = tmp / "ort-dynamic.onnx"
     quantize_dynamic(str(src), str(ort_q), per_channel=True, weight_type=QuantType.QInt8)
+    imported = cpu.compile(lowbit.load(ort_q), threads=args.threads)
     runs: dict[str, Runner] = {
         "lowbit cpu": lambda enc: exe(enc)["last_hidden_state"],
         "ORT dynamic": ort_runner(ort_q, args.threads),
+        "lowbit cpu, ORT file": lambda enc: imported(enc)["last_hidden_state"],
         "ORT fp32": ort_runner(src, args.threads),
     }
     if not args.no_openvino:
@@ -171,15 +175,15 @@ def main() -> None:
         f"{name} {c.mean():.4f}/{c.min():.4f}" for name, run in runs.items() if name != "ORT fp32"
         for c in [(embedding(run(acc), acc["attention_mask"]) * ref).sum(1)]))
     names = list(runs)
-    print(f"{'seq x batch':<12}" + "".join(f"{n:>20}" for n in names) + "   (ms; x ORT dynamic;"
+    print(f"{'seq x batch':<12}" + "".join(f"{n:>22}" for n in names) + "   (ms; x ORT dynamic;"
           " sequences/s)")
     for shape in args.shapes.split(","):
         seq, batch = (int(x) for x in shape.split("x"))
         feed = tokens((docs * 2)[:batch], seq)
         t = interleaved(runs, feed, args.runs)
         base = t["ORT dynamic"]
-        print(f"{shape:<12}" + "".join(f"{t[n] * 1e3:>9.2f} x{t[n] / base:4.2f} {batch / t[n]:4.0f}"
-                                       for n in names), flush=True)
+        print(f"{shape:<12}" + "".join(f"{t[n] * 1e3:>11.2f} x{t[n] / base:4.2f} "
+                                       f"{batch / t[n]:4.0f}" for n in names), flush=True)
     print(f"load average after: {os.getloadavg()[0]:.1f}")
 
 

@@ -433,6 +433,9 @@ def compile(graph: Graph, *, threads: int | None = None, isa: str | None = None,
     if has_quantized_constants(graph):
         graph = fold_quantized_constants(graph.copy())
     graph = rewrite_integer_products(graph)  # ONNX Runtime's dynamic files
+    if any(n.op_type in ("QuantizeLinear", "DequantizeLinear") and
+           all(v is None or v.is_constant for v in n.inputs) for n in graph.nodes):
+        graph = _fold_dequantized_constants(graph.copy())  # before runtime_capable looks
     if any(v.type.shape and v.type.shape[0] is None for v in graph.inputs):
         graph = _name_batch(graph)
     return CpuExecutable(graph, threads=threads, isa=isa, name=name)
