@@ -153,8 +153,7 @@ class CpuExecutable:
                     v.type = TensorType(v.type.dtype, shape, v.type.quant)
             _forget_shapes(graph, self.batch)
             infer_graph(graph)
-        graph = fold_constants(graph)  # shape computations over now-static sizes
-        graph = _fold_dequantized_constants(graph)
+        graph = prepare_for_lowering(graph)
         lowering = Lowering(graph, self.name, self.batch, runtime_dims=self.runtime_dims)
         program = lowering.lower()
         liveness = program.make_liveness()
@@ -385,6 +384,12 @@ def _forget_shapes(graph: Graph, batch: str | None) -> None:
                 continue
             shape = tuple(None if isinstance(d, str) and d != batch else d for d in t.shape)
             v.type = TensorType(t.dtype, shape, t.quant)
+
+
+def prepare_for_lowering(graph: Graph) -> Graph:
+    """The graph (sizes set) as the code generator takes it, here and in bundles: shape
+    computations over now-static sizes folded, and constants' Quantize/DequantizeLinear."""
+    return _fold_dequantized_constants(fold_constants(graph))
 
 
 def _fold_dequantized_constants(graph: Graph) -> Graph:

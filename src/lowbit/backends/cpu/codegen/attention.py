@@ -172,6 +172,10 @@ def match(lw: Lowering, qk: Node) -> Attention | None:
                      (q_par[1], k_par[1], v_par[1], p_par[1]), scale_op, scale, mask, nodes)
 
 
+ATTN_ROWS = 32
+"""Queries per phase-2 task of lb_attention_run (LB_ATTN_ROWS in rt_attn.c)."""
+
+
 def _al64(n: int) -> int:
     return -(-n // 64) * 64
 
@@ -208,12 +212,19 @@ def emit(lw: Lowering, a: Attention) -> None:
     lw.fused.update(a.nodes + chain.nodes)
     group, pgroup, heads, dim = a.group, a.pgroup, a.heads, a.dim
 
-    def size(values, seq=seq, batch=batch) -> int:
+    def size(values, seq=seq, batch=batch, chained=rows != "NULL") -> int:
+        """lb_attention_scratch: per head its packs and Q, and phase 1's temporaries; per
+        block of ATTN_ROWS queries phase 2's temporaries."""
         s, b = dim_size(seq).at(values), dim_size(batch).at(values)
-        gd = -(-dim // group)
+        gd, gv, gp = -(-dim // group), -(-s // pgroup), -(-s // pgroup)
         per = (_al64(_pack_bytes(s, dim, group)) + _al64(_pack_bytes(dim, s, pgroup)) +
                _al64(s * dim) + 2 * _al64(s * gd * 4) + 128)
-        return b * heads * per + 128
+        tparams = s * gd + gv * dim
+        temp = _al64(s * dim * 2) + _al64(tparams * 4) + _al64(tparams) + _al64(s * dim * 4)
+        r = ATTN_ROWS
+        block = (_al64(r * s * 4) + _al64(r * s) + _al64(r * gp * 4) + _al64(r * gp) +
+                 _al64(r * max(gp, gd) * 4) + (_al64(r * heads * dim * 4) if chained else 0))
+        return b * heads * (per + temp) + b * -(-s // r) * block + 128
 
     scratch = lw.prog.scratch(size, "attention")
     qm = a.qmax

@@ -139,13 +139,22 @@ def stored_dtype(t: TensorType) -> tuple[np.dtype, bool]:
     return np.dtype(dt), False
 
 
+ALL_ISAS = frozenset(L.ISAS)
+
+
 class Lowering:
+    """`batch`: the symbol of the batch dimension (the run-time N). `runtime_dims`: other
+    symbolic dimensions become run-time variables too. `isas`: the instruction sets the
+    generated code may run with (the cpu backend: every one the library has; a bundle: its
+    target's); emitters leave out constants in layouts only other ISAs' kernels read."""
+
     def __init__(self, graph: Graph, name: str, batch: str | None = None,
-                 runtime_dims: bool = False) -> None:
+                 runtime_dims: bool = False, isas: frozenset[str] = ALL_ISAS) -> None:
         self.graph = graph
         self.batch = batch if batch is not None else batch_symbol(graph)
         """The symbol of the batch dimension (the run-time N); without `runtime_dims`, other
         symbols are refused."""
+        self.isas = frozenset(isas)
         self.prog = Program(name)
         self.runtime_dims = runtime_dims
         self._dim_vars: dict[object, str] = {}

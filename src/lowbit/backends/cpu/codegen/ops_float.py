@@ -54,7 +54,7 @@ def conv(lw: Lowering, node) -> None:
     scratch = None if depthwise or pointwise else \
         lw.prog.scratch(Size(oh * ow * taps * c * 4), "im2col")
     code = [f"const lb_fconv conv = {{{cexpr.window(n, ih, iw, c, oh, ow, win, pads)}, {group}, "
-            f"{cg}, {mg}, {lw.prog.data(wdata)}, {bias}, {lo}, {hi}}};",
+            f"{cg}, {mg}, {lw.prog.data(wdata, 'weights')}, {bias}, {lo}, {hi}}};",
             f"lb_fconv_run(ctx, &conv, (const float *){x.ptr}, (float *){out.ptr}, "
             f"{f'(float *){scratch.ptr}' if scratch else 'NULL'});"]
     lw.prog.step(f"{node.name}: Conv {kh}x{kw} group {group}, {c} -> {m}", code, [x], [out],
@@ -69,9 +69,10 @@ def _fgemm(lw: Lowering, node, av, w_rows: np.ndarray, bias: np.ndarray | None) 
     lo, hi = _clip(node)
     b = lw.prog.data(np.broadcast_to(bias.astype(np.float32).reshape(-1), (ncols,)).copy()) \
         if bias is not None else "NULL"
+    w = lw.prog.data(np.ascontiguousarray(w_rows, np.float32), "weights")
     lw.prog.step(f"{node.name}: {node.op_type} {k} -> {ncols}", [
         f"lb_fgemm(ctx, {rows.c()}, {ncols}, {k}, (const float *){a.ptr}, {k}, "
-        f"{lw.prog.data(np.ascontiguousarray(w_rows, np.float32))}, {k}, {b}, {lo}, {hi}, "
+        f"{w}, {k}, {b}, {lo}, {hi}, "
         f"(float *){out.ptr}, {ncols});"], [a], [out])
 
 
@@ -312,7 +313,7 @@ def conv_transpose(lw: Lowering, node) -> None:
     lw.prog.step(f"{node.name}: ConvTranspose {kh}x{kw} /{sh}, {c} -> {m}", [
         f"const lb_fconvt ct = {{{dim_c(n)}, {ih}, {iw}, {c}, {m}, {kh}, {kw}, {sh}, {sw}, "
         f"{dh}, {dw}, {fh}, {fw}, {geo.begins[0]}, {geo.begins[1]}, {oh}, {ow}, "
-        f"{lw.prog.data(wdata)}, {bias}}};",
+        f"{lw.prog.data(wdata, 'weights')}, {bias}}};",
         f"lb_fconvt_run(ctx, &ct, (const float *){x.ptr}, (float *){out.ptr});"], [x], [out])
     clamp_result(lw, node, out)
 

@@ -64,10 +64,11 @@ def layer_norm(lw: Lowering, node) -> None:
         chain = row_chain(lw, node.outputs[0], x.shape, chain)
         if len(chain.ops) > 2 or chain.ops[-1].kind != "store":
             lw.fused.update(chain.nodes)
+            rows = lw.prog.scratch(numel(x.shape) * 4, "rows")
             lw.prog.step(f"{node.name}: LayerNormalization + {chain.describe() or 'store'}", [
                 chain.c(), f"lb_rowops_run(ctx, {cprod(*x.shape[:axis])}, {n}, "
-                f"(const float *){x.ptr}, {n}, &ro);"],
-                [x, gamma, beta, *chain.reads], chain.writes)
+                f"(const float *){x.ptr}, {n}, &ro, (float *){rows.ptr});"],
+                [x, gamma, beta, *chain.reads], chain.writes, [rows])
             return
     out = lw.tensors.get(node.outputs[0]) or lw.result(node.outputs[0])
     lw.prog.step(f"{node.name}: LayerNormalization", [
@@ -282,7 +283,7 @@ def dynamic_matmul(lw: Lowering, node) -> None:
             sb = lw.const_array(bsv).astype(np.float32)
             zb = lw.const_array(bzv)
         pb = pack_dynamic_b(codes, sb, zb, group)
-        code.append(f"const lb_dmm_b bd = {{{lw.prog.data(pb.data)}, {pb.n}, {pb.k}, "
+        code.append(f"const lb_dmm_b bd = {{{lw.prog.data(pb.data, 'weights')}, {pb.n}, {pb.k}, "
                     f"{-(-pb.k // 4)}, {lw.prog.data(pb.scale)}, {lw.prog.data(pb.corr)}, "
                     f"{lw.prog.data(pb.zero)}}};")
         b_ref, b_step = "&bd", "0"
@@ -370,11 +371,25 @@ def dynamic_matmul(lw: Lowering, node) -> None:
     while len(adds) < 3:
         adds.append("{NULL, 0, 0}")
     mn = cprod(ashape[-2], N) if len(ashape) >= 2 else N
+    scratch_ptr = "NULL"
+    if rows_ptr != "NULL" or a_signed:  # lb_dmm_scratch_bytes: row buffer, A's codes + 128
+        am, n_size, k_size = numel(ashape[:-1]), dim_size(N), dim_size(K)
+
+        def dmm_bytes(values, am=am, n=n_size, k=k_size, rows=rows_ptr != "NULL",
+                      signed=a_signed) -> int:
+            bm = am.at(values)
+            return (-(-bm * n.at(values) * 4 // 64) * 64 if rows else 0) + \
+                (bm * k.at(values) if signed else 0)
+
+        work = lw.prog.scratch(dmm_bytes, "dmm")
+        scratch.append(work)
+        scratch_ptr = work.ptr
     code += [
         f"const lb_dmm mm = {{{batch}, {M}, {N}, {dim_c(K)}, {group}, {a.ptr}, {dim_c(K)}, "
         f"{cprod(ashape[-2], K)}, {a_signed}, (const float *){sa.ptr}, {za.ptr}, {p_batch}, "
         f"{p_row}, {p_group}, {b_ref}, {b_step}, {{{', '.join(adds)}}}, "
-        f"{'(float *)' + out.ptr if out is not None else 'NULL'}, {N}, {mn}, {rows_ptr}}};",
+        f"{'(float *)' + out.ptr if out is not None else 'NULL'}, {N}, {mn}, {rows_ptr}, "
+        f"{scratch_ptr}}};",
         "lb_dmm_run(ctx, &mm);"]
     lw.prog.step(f"{node.name}: DynamicMatMul{f' in groups of {group}' if group else ''}"
                  f"{fused}", code, reads, writes, scratch)

@@ -166,14 +166,17 @@ class Step:
 
 
 class Blob:
-    """Constants laid out one after another, each aligned to 64 bytes."""
+    """Constants laid out one after another, each aligned to 64 bytes. `kinds` counts the bytes
+    of each kind of constant ("weights": weight matrices in the kernels' layouts; "constants":
+    per-channel parameters, tables and the rest), alignment padding included."""
 
     def __init__(self) -> None:
         self.parts: list[bytes] = []
         self.size = 0
         self._dedup: dict[bytes, int] = {}
+        self.kinds: dict[str, int] = {}
 
-    def add(self, array: np.ndarray) -> int:
+    def add(self, array: np.ndarray, kind: str = "constants") -> int:
         data = np.ascontiguousarray(array).tobytes()
         if data in self._dedup:
             return self._dedup[data]
@@ -184,6 +187,7 @@ class Blob:
         offset = self.size
         self.parts.append(data)
         self.size += len(data)
+        self.kinds[kind] = self.kinds.get(kind, 0) + pad + len(data)
         if len(data) <= 1 << 16:
             self._dedup[data] = offset
         return offset
@@ -203,9 +207,19 @@ class Liveness:
     def plan(self, values: Mapping[str, int]) -> tuple[np.ndarray, int]:
         """Best-fit offsets (int64, one per slot) of the roots for these dimension values, and
         the arena size in bytes. Tensors whose lifetimes overlap never share bytes."""
-        sizes = [max(ALIGN, -(-(r.size_fn(values) if r.size_fn else r.nbytes.at(values)) // ALIGN)
-                     * ALIGN) for r in self.roots]
-        order = sorted(range(len(self.roots)), key=lambda i: (self.first[i], -sizes[i]))
+        return self.place([self.bytes(i, values) for i in range(len(self.roots))])
+
+    def bytes(self, i: int, values: Mapping[str, int]) -> int:
+        """Bytes of root i for these dimension values, rounded up to ALIGN (at least ALIGN)."""
+        r = self.roots[i]
+        return max(ALIGN, -(-(r.size_fn(values) if r.size_fn else r.nbytes.at(values)) // ALIGN)
+                   * ALIGN)
+
+    def place(self, sizes: list[int], which: list[int] | None = None) -> tuple[np.ndarray, int]:
+        """Best-fit offsets of the roots `which` (default: all) of these sizes (entries of
+        roots not in `which` stay 0), and the bytes they span."""
+        which = range(len(self.roots)) if which is None else which
+        order = sorted(which, key=lambda i: (self.first[i], -sizes[i]))
         offsets = np.zeros(max(1, len(self.roots)), np.int64)
         live: list[tuple[int, int, int, int]] = []  # (first, last, offset, size)
         top = 0
@@ -259,9 +273,10 @@ class Program:
         t.offset = self.blob.add(array)
         return t
 
-    def data(self, array: np.ndarray) -> str:
-        """A C pointer expression to `array`'s bytes in the blob (typed by its dtype)."""
-        offset = self.blob.add(array)
+    def data(self, array: np.ndarray, kind: str = "constants") -> str:
+        """A C pointer expression to `array`'s bytes in the blob (typed by its dtype); `kind`
+        as Blob.add."""
+        offset = self.blob.add(array, kind)
         ctype = C_TYPES[np.dtype(array.dtype)]
         return f"(const {ctype} *)(blob + {offset})"
 
@@ -333,7 +348,16 @@ class Program:
         raise AssertionError(r.kind)
 
     def render(self) -> str:
+        """The C file the cpu backend compiles: `lb_model_run`, exported, with step timing."""
         live = self.liveness or self.make_liveness()
+        return HEADER.format(name=self.name, tensors=len(live.roots)) + self.render_function()
+
+    def render_function(self, entry: str = "lb_model_run", storage: str = "LB_API",
+                        timing: bool = True) -> str:
+        """The entry function (a bundle names it after the model, makes it static and drops
+        the step timing: no clock, no profile argument)."""
+        if self.liveness is None:
+            self.make_liveness()  # the arena slots the addresses name
         by_id = {t.id: t for t in self.tensors}
 
         def resolve(m: re.Match) -> str:
@@ -343,14 +367,16 @@ class Program:
         for i, s in enumerate(self.steps):
             body.append(f"    /* {s.comment} */")
             body.append("    {")
-            body.append("        double t0 = step_seconds ? lb_seconds() : 0;")
+            if timing:
+                body.append("        double t0 = step_seconds ? lb_seconds() : 0;")
             body += ["        " + re.sub(r"@T(\d+)@", resolve, line) for line in s.code]
-            body.append(f"        if (step_seconds) step_seconds[{i}] += lb_seconds() - t0;")
+            if timing:
+                body.append(f"        if (step_seconds) step_seconds[{i}] += lb_seconds() - t0;")
             body.append("    }")
         dims = "".join(f"    const int64_t {v} = dims[{i}];\n"
                        for i, v in enumerate(self.dim_vars))
-        return HEADER.format(name=self.name, tensors=len(live.roots), dims=dims,
-                             body="\n".join(body))
+        return FUNCTION.format(storage=storage, entry=entry, dims=dims, body="\n".join(body),
+                               timing=" double *step_seconds," if timing else "")
 
 
 C_TYPES = {np.dtype(np.uint8): "uint8_t", np.dtype(np.int8): "int8_t",
@@ -369,9 +395,11 @@ HEADER = """/* Generated by lowbit's cpu backend for graph '{name}'. One call ru
 #pragma GCC diagnostic ignored "-Wunused-parameter"
 #pragma GCC diagnostic ignored "-Wunused-variable"
 
-LB_API int lb_model_run(const lb_ctx *ctx, const uint8_t *blob, uint8_t *arena,
+"""
+
+FUNCTION = """{storage} int {entry}(const lb_ctx *ctx, const uint8_t *blob, uint8_t *arena,
                         const int64_t *dims, const int64_t *offsets, void *const *inputs,
-                        void *const *outputs, double *step_seconds, int64_t *err) {{
+                        void *const *outputs,{timing} int64_t *err) {{
 {dims}{body}
     return 0;
 }}

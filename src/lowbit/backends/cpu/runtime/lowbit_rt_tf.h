@@ -128,9 +128,10 @@ typedef struct lb_rowops {
     lb_rowop op[LB_MAX_ROWOPS];
 } lb_rowops;
 
-/* The chain on rows x[r * ldx] of n values, r < rows (x is not modified). */
+/* The chain on rows x[r * ldx] of n values, r < rows (x is not modified); scratch: rows * n
+ * floats (the rows are copied there, then changed in place). */
 LB_API void lb_rowops_run(const lb_ctx *ctx, int64_t rows, int64_t n, const float *x,
-                          int64_t ldx, const lb_rowops *ops);
+                          int64_t ldx, const lb_rowops *ops, float *scratch);
 
 typedef struct lb_dmm {
     int64_t batch, M, N, K, group; /* group: 0 (whole K) or a multiple of 4 */
@@ -147,8 +148,12 @@ typedef struct lb_dmm {
     int64_t ldy, y_batch;
     const lb_rowops *rows;         /* NULL, or a chain on whole rows of Y (after the adds;
                                     * batch 1; y may then be NULL: rows go through a buffer) */
+    uint8_t *scratch;              /* lb_dmm_scratch_bytes(p) bytes, 64-byte aligned */
 } lb_dmm;
 
+/* Scratch of lb_dmm_run: batch * M * N floats (the row buffer) when `rows` is set, then
+ * batch * M * K bytes (A's codes + 128) when A is signed. */
+LB_API int64_t lb_dmm_scratch_bytes(const lb_dmm *p);
 LB_API void lb_dmm_run(const lb_ctx *ctx, const lb_dmm *p);
 
 /* Pack run-time codes as the B of a dynamic product: for each of `batch` matrices, codes

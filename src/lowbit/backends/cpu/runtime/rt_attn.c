@@ -5,8 +5,6 @@
  * scale and mask, softmax, P quantized per row and group, P.V by the tiles into the output
  * rows; then the row chain on those rows. The steps call the same per-ISA kernels as the
  * separate ops, in the same order, so results keep the reference's bits. */
-#include <stdlib.h>
-
 #include "rt_tf_internal.h"
 
 #define LB_ATTN_ROWS 32 /* queries per phase-2 task */
@@ -14,9 +12,15 @@
 static inline int64_t lb_al64(int64_t n) { return (n + 63) / 64 * 64; }
 static inline int64_t lb_ceil(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-/* Per (b, h): K pack, V pack, Q codes [S][D], Q scale/zero [S][Gd] */
+/* The scratch: per (b, h) the K pack, V pack, Q codes [S][D], Q scale/zero [S][Gd]
+ * (per_head bytes each); then per (b, h) phase 1's temporaries (per_temp: K and V codes,
+ * their scales and zero points, a copy of V's columns); then per phase-2 task (b, block of
+ * LB_ATTN_ROWS queries) its temporaries (per_block: scores, P codes, scales and zero points,
+ * A-side dwords, the output rows for the row chain). Nothing is allocated while running. */
 typedef struct lb_attn_layout {
     int64_t gd, gv, kbytes, vbytes, qcodes, qparams, per_head;
+    int64_t tparams, per_temp;
+    int64_t gp, scores, pcodes, pscale, pzero, azc, per_block;
 } lb_attn_layout;
 
 static lb_attn_layout lb_attn_sizes(const lb_attn *p) {
@@ -28,11 +32,25 @@ static lb_attn_layout lb_attn_sizes(const lb_attn *p) {
     l.qcodes = lb_al64(p->S * p->D);
     l.qparams = lb_al64(p->S * l.gd * 4);
     l.per_head = lb_al64(l.kbytes) + lb_al64(l.vbytes) + l.qcodes + 2 * l.qparams + 2 * 64;
+    l.tparams = p->S * l.gd + l.gv * p->D;
+    l.per_temp = lb_al64(p->S * p->D * 2) + lb_al64(l.tparams * 4) + lb_al64(l.tparams) +
+                 lb_al64(p->S * p->D * 4);
+    const int64_t R = LB_ATTN_ROWS;
+    l.gp = lb_ceil(p->S, p->pgroup);
+    l.scores = lb_al64(R * p->S * 4);
+    l.pcodes = lb_al64(R * p->S);
+    l.pscale = lb_al64(R * l.gp * 4);
+    l.pzero = lb_al64(R * l.gp);
+    l.azc = lb_al64(R * LB_MAX(l.gp, l.gd) * 4);
+    l.per_block = l.scores + l.pcodes + l.pscale + l.pzero + l.azc +
+                  (p->rows ? lb_al64(R * p->heads * p->D * 4) : 0);
     return l;
 }
 
 int64_t lb_attention_scratch(const lb_attn *p) {
-    return p->batch * p->heads * lb_attn_sizes(p).per_head + 64;
+    lb_attn_layout l = lb_attn_sizes(p);
+    return p->batch * p->heads * (l.per_head + l.per_temp) +
+           p->batch * lb_ceil(p->S, LB_ATTN_ROWS) * l.per_block + 64;
 }
 
 typedef struct lb_attn_head {
@@ -57,11 +75,14 @@ static lb_attn_head lb_attn_head_at(const lb_attn *p, const lb_attn_layout *l, u
 }
 
 static void lb_attn_dq_rows(int isa, const lb_dq_rows *dq) {
-#if LB_HAVE_X86
+    (void)isa;
+#if LB_HAVE_AVX512
     if (isa == LB_ISA_AVX512VNNI) {
         lb_dq_rows_avx512(dq, 0, dq->rows);
         return;
     }
+#endif
+#if LB_HAVE_AVX2
     if (isa == LB_ISA_AVX2) {
         lb_dq_rows_avx2(dq, 0, dq->rows);
         return;
@@ -71,11 +92,14 @@ static void lb_attn_dq_rows(int isa, const lb_dq_rows *dq) {
 }
 
 static void lb_attn_dq_cols(int isa, const lb_dq_cols *dq) {
-#if LB_HAVE_X86
+    (void)isa;
+#if LB_HAVE_AVX512
     if (isa == LB_ISA_AVX512VNNI) {
         lb_dq_cols_avx512(dq, 0, 0, dq->c);
         return;
     }
+#endif
+#if LB_HAVE_AVX2
     if (isa == LB_ISA_AVX2) {
         lb_dq_cols_avx2(dq, 0, 0, dq->c);
         return;
@@ -102,16 +126,11 @@ static void lb_attn_prepare(void *arg, int64_t bh, int worker) {
     uint8_t *base = j->scratch + bh * l->per_head;
     uint8_t *data = base + 128;
     lb_attn_head hd = lb_attn_head_at(p, l, j->scratch, bh);
-    /* temporary codes and parameters of K and V: heap, freed below */
-    uint8_t *codes = (uint8_t *)malloc((size_t)(S * D * 2 + 64));
-    float *scale = (float *)malloc((size_t)((S * l->gd + l->gv * D) * 4 + 64));
-    uint8_t *zero = (uint8_t *)malloc((size_t)(S * l->gd + l->gv * D + 64));
-    if (!codes || !scale || !zero) {
-        free(codes);
-        free(scale);
-        free(zero);
-        return;
-    }
+    /* temporary codes and parameters of K and V: this head's part of the scratch */
+    uint8_t *codes = j->scratch + p->batch * p->heads * l->per_head + bh * l->per_temp;
+    float *scale = (float *)(codes + lb_al64(S * D * 2));
+    uint8_t *zero = (uint8_t *)scale + lb_al64(l->tparams * 4);
+    float *tmp = (float *)(zero + lb_al64(l->tparams));
     /* K per token over D (groups of `group`), as the graph's K^T DynamicQuantize */
     lb_dq_rows dq = {S, D, p->group, p->k + b * S * p->ldk + h * D, p->ldk, NULL, codes, D,
                      scale, zero, l->gd, p->k_qmax, 0};
@@ -127,13 +146,9 @@ static void lb_attn_prepare(void *arg, int64_t bh, int worker) {
         lb_dq_cols dc = {1, S, D, p->vgroup, vsrc, vcodes, vscale, vzero, p->v_qmax, 0};
         lb_attn_dq_cols(j->isa, &dc);
     } else { /* copy the head's columns out first (the kernel reads contiguous rows) */
-        float *tmp = (float *)malloc((size_t)(S * D * 4 + 64));
-        if (tmp) {
-            for (int64_t s = 0; s < S; s++) memcpy(tmp + s * D, vsrc + s * p->ldv, (size_t)D * 4);
-            lb_dq_cols dc = {1, S, D, p->vgroup, tmp, vcodes, vscale, vzero, p->v_qmax, 0};
-            lb_attn_dq_cols(j->isa, &dc);
-            free(tmp);
-        }
+        for (int64_t s = 0; s < S; s++) memcpy(tmp + s * D, vsrc + s * p->ldv, (size_t)D * 4);
+        lb_dq_cols dc = {1, S, D, p->vgroup, tmp, vcodes, vscale, vzero, p->v_qmax, 0};
+        lb_attn_dq_cols(j->isa, &dc);
     }
     lb_dmm_pack pv = {1, D, S, p->vgroup, vcodes, 0, D, 1, 0, vscale, vzero, 0, D, 1};
     lb_dmm_pack_run_one(&pv, data + lb_al64(l->kbytes), &hd.vb, 0);
@@ -143,11 +158,9 @@ static void lb_attn_prepare(void *arg, int64_t bh, int worker) {
     lb_dq_rows dqq = {S, D, p->group, p->q + b * S * p->ldq + h * D, p->ldq, NULL, hd.qcodes,
                       D, hd.qscale, hd.qzero, l->gd, p->q_qmax, 0};
     lb_attn_dq_rows(j->isa, &dqq);
-    free(codes);
-    free(scale);
-    free(zero);
 }
 
+#if LB_HAVE_X86
 /* A-side dwords of rows [0, rows) of codes (stride ld) with per (row, group) zero points. */
 static void lb_attn_aside(int64_t rows, int64_t k, int64_t group, const uint8_t *codes,
                           int64_t ld, const uint8_t *zero, int64_t ldz, int32_t *azc) {
@@ -161,12 +174,14 @@ static void lb_attn_aside(int64_t rows, int64_t k, int64_t group, const uint8_t 
                                        ((uint32_t)(uint16_t)(int16_t)(-ra) << 16));
         }
 }
+#endif
 
 /* One product of a block: A rows (codes, scale, zero per group), B packed, into y (ldy). */
 static void lb_attn_product(int isa, int64_t rows, int64_t n, int64_t k, int64_t group,
                             const uint8_t *a, int64_t lda, const float *ascale,
                             const uint8_t *azero, int32_t *azc, const lb_dmm_b *B, float *y,
                             int64_t ldy) {
+    (void)isa;
     int64_t G = lb_ceil(k, group);
     lb_dmm mm;
     memset(&mm, 0, sizeof(mm));
@@ -197,12 +212,14 @@ static void lb_attn_product(int isa, int64_t rows, int64_t n, int64_t k, int64_t
     t.ldy = ldy;
     t.azc = azc;
     t.asa = ascale;
-#if LB_HAVE_X86
+#if LB_HAVE_AVX512
     if (isa == LB_ISA_AVX512VNNI && group % 4 == 0 && group <= 128) {
         lb_attn_aside(rows, k, group, a, lda, azero, G, azc);
         lb_dmm_tile_avx512(&t);
         return;
     }
+#endif
+#if LB_HAVE_AVX2
     if (isa == LB_ISA_AVX2 && group % 4 == 0 && group <= 128) {
         lb_attn_aside(rows, k, group, a, lda, azero, G, azc);
         lb_dmm_tile_avx2(&t);
@@ -221,13 +238,14 @@ static void lb_attn_block(void *arg, int64_t task, int worker) {
     const lb_attn_layout *l = &j->l;
     const int64_t b = task / j->blocks, r0 = (task % j->blocks) * LB_ATTN_ROWS;
     const int64_t R = LB_MIN(LB_ATTN_ROWS, p->S - r0), S = p->S, D = p->D;
-    const int64_t gp = lb_ceil(S, p->pgroup);
-    float *scores = (float *)malloc((size_t)(R * S * 4 + 64));
-    uint8_t *pcodes = (uint8_t *)malloc((size_t)(R * S + 64));
-    float *pscale = (float *)malloc((size_t)(R * gp * 4 + 64));
-    uint8_t *pzero = (uint8_t *)malloc((size_t)(R * gp + 64));
-    int32_t *azc = (int32_t *)malloc((size_t)(R * LB_MAX(gp, l->gd) * 4 + 64));
-    if (!scores || !pcodes || !pscale || !pzero || !azc) goto done;
+    const int64_t gp = l->gp;
+    uint8_t *mine = j->scratch + p->batch * p->heads * (l->per_head + l->per_temp) +
+                    task * l->per_block;
+    float *scores = (float *)mine;
+    uint8_t *pcodes = mine + l->scores;
+    float *pscale = (float *)(pcodes + l->pcodes);
+    uint8_t *pzero = (uint8_t *)pscale + l->pscale;
+    int32_t *azc = (int32_t *)(pzero + l->pzero);
     for (int64_t h = 0; h < p->heads; h++) {
         lb_attn_head hd = lb_attn_head_at(p, l, j->scratch, b * p->heads + h);
         lb_attn_product(j->isa, R, S, D, p->group, hd.qcodes + r0 * D, D,
@@ -247,10 +265,13 @@ static void lb_attn_block(void *arg, int64_t task, int worker) {
                     for (int64_t c = 0; c < S; c++) row[c] = row[c] + m[c * p->mask_s[3]];
             }
         }
-#if LB_HAVE_X86
+#if LB_HAVE_AVX512
         if (j->isa == LB_ISA_AVX512VNNI)
             lb_softmax_rows_avx512(0, R, S, scores, S, scores, S);
-        else if (j->isa == LB_ISA_AVX2)
+        else
+#endif
+#if LB_HAVE_AVX2
+        if (j->isa == LB_ISA_AVX2)
             lb_softmax_rows_avx2(0, R, S, scores, S, scores, S);
         else
 #endif
@@ -263,20 +284,11 @@ static void lb_attn_block(void *arg, int64_t task, int worker) {
     }
     if (p->rows) {
         const int64_t n = p->heads * D;
-        float *buf = (float *)malloc((size_t)(R * n * 4 + 64));
-        if (buf) {
-            for (int64_t r = 0; r < R; r++)
-                memcpy(buf + r * n, p->out + (b * S + r0 + r) * p->ldo, (size_t)n * 4);
-            lb_rowops_apply(j->isa, b * S + r0, b * S + r0 + R, n, buf, n, p->rows);
-            free(buf);
-        }
+        float *buf = (float *)((uint8_t *)azc + l->azc);
+        for (int64_t r = 0; r < R; r++)
+            memcpy(buf + r * n, p->out + (b * S + r0 + r) * p->ldo, (size_t)n * 4);
+        lb_rowops_apply(j->isa, b * S + r0, b * S + r0 + R, n, buf, n, p->rows);
     }
-done:
-    free(scores);
-    free(pcodes);
-    free(pscale);
-    free(pzero);
-    free(azc);
 }
 
 void lb_attention_run(const lb_ctx *ctx, const lb_attn *p, uint8_t *scratch) {

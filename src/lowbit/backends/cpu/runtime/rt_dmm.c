@@ -1,8 +1,6 @@
 /* The dynamic product (lowbit DynamicMatMul): driver, threads, the portable tile, and packing
  * of run-time codes. The integer part is exact (int32 group sums, see lowbit_rt_tf.h); the
  * float part is the reference's sequence of float32 (grouped) or float64 (whole K) steps. */
-#include <stdlib.h>
-
 #include "rt_tf_internal.h"
 
 /* ---- packed B accessors ---------------------------------------------------------------- */
@@ -13,6 +11,13 @@ static inline int32_t lb_dmm_bval(const lb_dmm_b *B, int64_t k, int64_t n) {
 
 static inline int64_t lb_dmm_groups(int64_t k, int64_t group) {
     return group > 0 ? (k + group - 1) / group : 1;
+}
+
+static inline int64_t lb_dmm_al64(int64_t n) { return (n + 63) / 64 * 64; }
+
+/* A's codes + 128 (signed A on the vector tiles): in the scratch, after the row buffer. */
+static inline uint8_t *lb_dmm_flipped(const lb_dmm *p) {
+    return p->scratch + (p->rows ? lb_dmm_al64(p->batch * p->M * p->N * 4) : 0);
 }
 
 /* ---- the portable tile: the definition, computed directly ----------------------------- */
@@ -82,9 +87,8 @@ static void lb_dmm_task(void *arg, int64_t task, int worker) {
     t.a = p->a + b * p->a_batch + t.m0 * p->lda;
     t.lda = p->lda;
     float *rowbuf = NULL;
-    if (p->rows) { /* whole rows go through a buffer, then the row chain */
-        rowbuf = (float *)malloc((size_t)((t.m1 - t.m0) * p->N) * sizeof(float) + 64);
-        if (!rowbuf) return;
+    if (p->rows) { /* whole rows go through the scratch (no split over N), then the chain */
+        rowbuf = (float *)p->scratch + (b * p->M + t.m0) * p->N;
         t.y = rowbuf;
         t.ldy = p->N;
     } else {
@@ -94,23 +98,13 @@ static void lb_dmm_task(void *arg, int64_t task, int worker) {
     if (j->isa == LB_ISA_SCALAR) {
         lb_dmm_tile_scalar(&t);
         if (rowbuf) lb_rowops_apply(j->isa, t.m0, t.m1, p->N, rowbuf, p->N, p->rows);
-        free(rowbuf);
         return;
     }
     const int64_t G = lb_dmm_groups(p->K, p->group), g = p->group > 0 ? p->group : p->K;
     int32_t azc[LB_DMM_ASIDE], aza[LB_DMM_ROWS], ara[LB_DMM_ROWS];
     float asa[LB_DMM_ASIDE];
-    uint8_t *flipped = NULL;
-    if (p->a_signed) { /* the vector tiles read uint8: int8 codes + 128 */
-        flipped = (uint8_t *)malloc((size_t)((t.m1 - t.m0) * p->K + 64));
-        if (!flipped) {
-            free(rowbuf);
-            return;
-        }
-        for (int64_t m = t.m0; m < t.m1; m++)
-            for (int64_t k = 0; k < p->K; k++)
-                flipped[(m - t.m0) * p->K + k] = t.a[(m - t.m0) * p->lda + k] ^ 0x80;
-        t.a = flipped;
+    if (p->a_signed) { /* the vector tiles read uint8: int8 codes + 128, flipped before */
+        t.a = lb_dmm_flipped(p) + (b * p->M + t.m0) * p->K;
         t.lda = p->K;
     }
     for (int64_t m = t.m0; m < t.m1; m++) {
@@ -134,15 +128,27 @@ static void lb_dmm_task(void *arg, int64_t task, int worker) {
     t.asa = asa;
     t.aza = aza;
     t.ara = ara;
-#if LB_HAVE_X86
-    if (j->isa == LB_ISA_AVX512VNNI)
-        lb_dmm_tile_avx512(&t);
-    else
-        lb_dmm_tile_avx2(&t);
+#if LB_HAVE_AVX512
+    if (j->isa == LB_ISA_AVX512VNNI) lb_dmm_tile_avx512(&t);
+#endif
+#if LB_HAVE_AVX2
+    if (j->isa == LB_ISA_AVX2) lb_dmm_tile_avx2(&t);
 #endif
     if (rowbuf) lb_rowops_apply(j->isa, t.m0, t.m1, p->N, rowbuf, p->N, p->rows);
-    free(flipped);
-    free(rowbuf);
+}
+
+static void lb_dmm_flip_task(void *arg, int64_t task, int worker) {
+    (void)worker;
+    const lb_dmm *p = (const lb_dmm *)arg;
+    const int64_t b = task / p->M, m = task % p->M;
+    const uint8_t *a = p->a + b * p->a_batch + m * p->lda;
+    uint8_t *out = lb_dmm_flipped(p) + task * p->K;
+    for (int64_t k = 0; k < p->K; k++) out[k] = a[k] ^ 0x80;
+}
+
+int64_t lb_dmm_scratch_bytes(const lb_dmm *p) {
+    return (p->rows ? lb_dmm_al64(p->batch * p->M * p->N * 4) : 0) +
+           (p->a_signed ? p->batch * p->M * p->K : 0);
 }
 
 void lb_dmm_run(const lb_ctx *ctx, const lb_dmm *p) {
@@ -151,6 +157,10 @@ void lb_dmm_run(const lb_ctx *ctx, const lb_dmm *p) {
     lb_dmm_job j;
     j.p = p;
     j.isa = ctx->isa;
+    /* vector tiles exist for AVX-512 and AVX2 in builds holding them; every other ISA (64-bit
+     * ARM, a bundle's portable x86-64) takes the portable tile */
+    if (!((LB_HAVE_AVX512 && j.isa == LB_ISA_AVX512VNNI) || (LB_HAVE_AVX2 && j.isa == LB_ISA_AVX2)))
+        j.isa = LB_ISA_SCALAR;
     /* vector tiles need whole groups of 4 steps and 16-bit corrections */
     if (p->group % 4 != 0 || p->group > 128 || p->K > 65536) j.isa = LB_ISA_SCALAR;
     int64_t rows = LB_MIN(p->M, LB_DMM_ROWS);
@@ -168,6 +178,8 @@ void lb_dmm_run(const lb_ctx *ctx, const lb_dmm *p) {
         j.blocks = (j.blocks + 1) / 2;
         j.ntasks_n = (nblocks + j.blocks - 1) / j.blocks;
     }
+    if (p->a_signed && j.isa != LB_ISA_SCALAR)
+        lb_parallel_for(ctx, p->batch * p->M, lb_dmm_flip_task, (void *)p);
     lb_parallel_for(ctx, p->batch * j.mtasks * j.ntasks_n, lb_dmm_task, &j);
 }
 

@@ -5,7 +5,7 @@
  * 16-bit pairs, and the float steps are those of the reference, 8 lanes at a time. */
 #include "rt_tf_internal.h"
 
-#if LB_HAVE_X86
+#if LB_HAVE_AVX2
 #include <immintrin.h>
 
 LB_TARGET_AVX2 static inline int32_t lb_dmm2_a4(const uint8_t *a, int64_t s, int64_t K) {
@@ -102,4 +102,4 @@ LB_TARGET_AVX2 void lb_dmm_tile_avx2(const lb_dmm_tile *t) {
         }
     }
 }
-#endif /* LB_HAVE_X86 */
+#endif /* LB_HAVE_AVX2 */

@@ -7,7 +7,7 @@
  * float64, as the reference. */
 #include "rt_tf_internal.h"
 
-#if LB_HAVE_X86
+#if LB_HAVE_AVX512
 #include "rt_vec512.h"
 
 #define LB_DMM_MR 6
@@ -184,4 +184,4 @@ LB_TARGET_AVX512 void lb_dmm_tile_avx512(const lb_dmm_tile *t) {
         }
     }
 }
-#endif /* LB_HAVE_X86 */
+#endif /* LB_HAVE_AVX512 */

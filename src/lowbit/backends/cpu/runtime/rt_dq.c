@@ -9,7 +9,7 @@
 #undef LB_DQ_SUFFIX
 #undef LB_DQ_TARGET
 
-#if LB_HAVE_X86
+#if LB_HAVE_AVX2
 #define LB_DQ_SUFFIX avx2
 #define LB_DQ_TARGET LB_TARGET_AVX2
 #include "rt_dq_impl.h"
@@ -30,11 +30,13 @@ static void lb_dq_rows_task(void *arg, int64_t t, int worker) {
     const lb_dq_job *j = (const lb_dq_job *)arg;
     const lb_dq_rows *p = (const lb_dq_rows *)j->p;
     int64_t r0 = t * j->per_task, r1 = LB_MIN(p->rows, r0 + j->per_task);
-#if LB_HAVE_X86
+#if LB_HAVE_AVX512
     if (j->isa == LB_ISA_AVX512VNNI) {
         lb_dq_rows_avx512(p, r0, r1);
         return;
     }
+#endif
+#if LB_HAVE_AVX2
     if (j->isa == LB_ISA_AVX2) {
         lb_dq_rows_avx2(p, r0, r1);
         return;
@@ -57,11 +59,13 @@ static void lb_dq_cols_task(void *arg, int64_t t, int worker) {
     const lb_dq_cols *p = (const lb_dq_cols *)j->p;
     int64_t o = t / j->tasks_per_outer, c0 = (t % j->tasks_per_outer) * j->per_task;
     int64_t c1 = LB_MIN(p->c, c0 + j->per_task);
-#if LB_HAVE_X86
+#if LB_HAVE_AVX512
     if (j->isa == LB_ISA_AVX512VNNI) {
         lb_dq_cols_avx512(p, o, c0, c1);
         return;
     }
+#endif
+#if LB_HAVE_AVX2
     if (j->isa == LB_ISA_AVX2) {
         lb_dq_cols_avx2(p, o, c0, c1);
         return;

@@ -3,7 +3,7 @@
  * operation: division, round to nearest even (vrndscaleps), exact integer adds and clamps. */
 #include "rt_tf_internal.h"
 
-#if LB_HAVE_X86
+#if LB_HAVE_AVX512
 #include "rt_vec512.h"
 
 #define LB_RNE (_MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
@@ -136,4 +136,4 @@ LB_TARGET_AVX512 void lb_dq_cols_avx512(const lb_dq_cols *p, int64_t o, int64_t 
         }
     }
 }
-#endif /* LB_HAVE_X86 */
+#endif /* LB_HAVE_AVX512 */

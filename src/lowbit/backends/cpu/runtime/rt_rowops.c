@@ -1,17 +1,19 @@
 /* Chains of operations on whole rows (lowbit_rt_tf.h, lb_rowops): the elementwise steps are
  * single IEEE operations, LayerNorm, GELU and the dynamic quantization call the per-ISA row
  * kernels, so a fused chain gives the bits of the separate ops. */
-#include <stdlib.h>
 
 #include "rt_tf_internal.h"
 
 static void lb_row_layernorm(int isa, int64_t rows, int64_t n, float *buf, int64_t ldb,
                              const lb_rowop *op) {
-#if LB_HAVE_X86
+    (void)isa;
+#if LB_HAVE_AVX512
     if (isa == LB_ISA_AVX512VNNI) {
         lb_layernorm_rows_avx512(0, rows, n, buf, ldb, op->a, op->b, op->eps, buf, ldb);
         return;
     }
+#endif
+#if LB_HAVE_AVX2
     if (isa == LB_ISA_AVX2) {
         lb_layernorm_rows_avx2(0, rows, n, buf, ldb, op->a, op->b, op->eps, buf, ldb);
         return;
@@ -21,11 +23,14 @@ static void lb_row_layernorm(int isa, int64_t rows, int64_t n, float *buf, int64
 }
 
 static void lb_row_gelu(int isa, int64_t n, float *row, int32_t tanh_form) {
-#if LB_HAVE_X86
+    (void)isa;
+#if LB_HAVE_AVX512
     if (isa == LB_ISA_AVX512VNNI) {
         lb_gelu_span_avx512(n, row, tanh_form, row);
         return;
     }
+#endif
+#if LB_HAVE_AVX2
     if (isa == LB_ISA_AVX2) {
         lb_gelu_span_avx2(n, row, tanh_form, row);
         return;
@@ -36,6 +41,7 @@ static void lb_row_gelu(int isa, int64_t n, float *row, int32_t tanh_form) {
 
 static void lb_row_dq(int isa, int64_t m0, int64_t m1, int64_t n, float *buf, int64_t ldb,
                       const lb_rowop *op) {
+    (void)isa;
     lb_dq_rows dq;
     dq.rows = m1 - m0;
     dq.k = n;
@@ -50,11 +56,13 @@ static void lb_row_dq(int isa, int64_t m0, int64_t m1, int64_t n, float *buf, in
     dq.ldp = op->ldp;
     dq.qmax = op->qmax;
     dq.symmetric = op->flag;
-#if LB_HAVE_X86
+#if LB_HAVE_AVX512
     if (isa == LB_ISA_AVX512VNNI) {
         lb_dq_rows_avx512(&dq, 0, dq.rows);
         return;
     }
+#endif
+#if LB_HAVE_AVX2
     if (isa == LB_ISA_AVX2) {
         lb_dq_rows_avx2(&dq, 0, dq.rows);
         return;
@@ -113,26 +121,25 @@ typedef struct lb_rowops_job {
     const float *x;
     int64_t ldx;
     const lb_rowops *ops;
+    float *scratch;
 } lb_rowops_job;
 
 static void lb_rowops_task(void *arg, int64_t t, int worker) {
     (void)worker;
     const lb_rowops_job *j = (const lb_rowops_job *)arg;
     int64_t m0 = t * j->per_task, m1 = LB_MIN(j->rows, m0 + j->per_task);
-    float *buf = (float *)malloc((size_t)((m1 - m0) * j->n) * sizeof(float) + 64);
-    if (!buf) return;
+    float *buf = j->scratch + m0 * j->n; /* the task's rows of the caller's scratch */
     for (int64_t r = m0; r < m1; r++)
         memcpy(buf + (r - m0) * j->n, j->x + r * j->ldx, (size_t)j->n * sizeof(float));
     lb_rowops_apply(j->isa, m0, m1, j->n, buf, j->n, j->ops);
-    free(buf);
 }
 
 void lb_rowops_run(const lb_ctx *ctx, int64_t rows, int64_t n, const float *x, int64_t ldx,
-                   const lb_rowops *ops) {
+                   const lb_rowops *ops, float *scratch) {
     if (rows <= 0 || n <= 0) return;
     int64_t per = LB_MAX(1, LB_MIN(16, 8192 / n));
     int64_t want = ctx->threads > 1 ? 4 * (int64_t)ctx->threads : 1;
     while (per > 1 && (rows + per - 1) / per < want) per /= 2;
-    lb_rowops_job j = {ctx->isa, rows, n, per, x, ldx, ops};
+    lb_rowops_job j = {ctx->isa, rows, n, per, x, ldx, ops, scratch};
     lb_parallel_for(ctx, (rows + per - 1) / per, lb_rowops_task, &j);
 }

@@ -24,7 +24,7 @@ static inline float lb_halve16f(float *a) {
 #undef LB_TF_SUFFIX
 #undef LB_TF_TARGET
 
-#if LB_HAVE_X86
+#if LB_HAVE_AVX2
 #define LB_TF_SUFFIX avx2
 #define LB_TF_TARGET LB_TARGET_AVX2
 #include "rt_tfloat_impl.h"
@@ -50,12 +50,14 @@ static void lb_layernorm_task(void *arg, int64_t t, int worker) {
     (void)worker;
     const lb_rows_job *j = (const lb_rows_job *)arg;
     int64_t r0 = t * j->per_task, r1 = LB_MIN(j->rows, r0 + j->per_task);
-#if LB_HAVE_X86
+#if LB_HAVE_AVX512
     if (j->isa == LB_ISA_AVX512VNNI) {
         lb_layernorm_rows_avx512(r0, r1, j->n, j->x, j->ldx, j->gamma, j->beta, j->eps, j->y,
                                  j->ldy);
         return;
     }
+#endif
+#if LB_HAVE_AVX2
     if (j->isa == LB_ISA_AVX2) {
         lb_layernorm_rows_avx2(r0, r1, j->n, j->x, j->ldx, j->gamma, j->beta, j->eps, j->y,
                                j->ldy);
@@ -80,11 +82,13 @@ static void lb_softmax_task(void *arg, int64_t t, int worker) {
     (void)worker;
     const lb_rows_job *j = (const lb_rows_job *)arg;
     int64_t r0 = t * j->per_task, r1 = LB_MIN(j->rows, r0 + j->per_task);
-#if LB_HAVE_X86
+#if LB_HAVE_AVX512
     if (j->isa == LB_ISA_AVX512VNNI) {
         lb_softmax_rows_avx512(r0, r1, j->n, j->x, j->ldx, j->y, j->ldy);
         return;
     }
+#endif
+#if LB_HAVE_AVX2
     if (j->isa == LB_ISA_AVX2) {
         lb_softmax_rows_avx2(r0, r1, j->n, j->x, j->ldx, j->y, j->ldy);
         return;
@@ -106,7 +110,7 @@ static void lb_gelu_task(void *arg, int64_t t, int worker) {
     (void)worker;
     const lb_rows_job *j = (const lb_rows_job *)arg;
     int64_t i0 = t * LB_SPAN, n = LB_MIN(j->n - i0, LB_SPAN);
-#if LB_HAVE_X86
+#if LB_HAVE_AVX512
     if (j->isa == LB_ISA_AVX512VNNI) {
         if (j->flag >= 0)
             lb_gelu_span_avx512(n, j->x + i0, j->flag, j->y + i0);
@@ -114,6 +118,8 @@ static void lb_gelu_task(void *arg, int64_t t, int worker) {
             lb_exp_span_avx512(n, j->x + i0, j->y + i0);
         return;
     }
+#endif
+#if LB_HAVE_AVX2
     if (j->isa == LB_ISA_AVX2) {
         if (j->flag >= 0)
             lb_gelu_span_avx2(n, j->x + i0, j->flag, j->y + i0);

@@ -3,7 +3,7 @@
 #include "rt_tf_internal.h"
 #include "rt_elementary.h"
 
-#if LB_HAVE_X86
+#if LB_HAVE_AVX512
 #include "rt_vec512.h"
 
 #define LB_RNE (_MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
@@ -214,4 +214,4 @@ LB_TARGET_AVX512 void lb_layernorm_rows_avx512(int64_t r0, int64_t r1, int64_t n
         }
     }
 }
-#endif /* LB_HAVE_X86 */
+#endif /* LB_HAVE_AVX512 */
