@@ -89,6 +89,7 @@ def profile(
     progress: bool = True,
     channel_axis: int | None = None,
     moments: bool = True,
+    backend: str = "reference",
 ) -> Profile:
     """Run `graph` on calibration batches ({input name: array} each) and return the per-value
     statistics (ranges, histograms, and the input moments of each Conv/Gemm/MatMul that the
@@ -96,9 +97,11 @@ def profile(
     whose weights round to nearest) that quantization calibrates from. `Profile.save(path)` and
     `Profile.load(path, graph)` keep it in a file keyed by the graph's hash. Bad batches (NaN/Inf,
     wrong shape or dtype, an empty set) raise `lowbit.errors.InputError` naming batch and input.
+    `backend="cpu"` runs the batches on the compiled cpu backend ("auto": when it compiles the
+    graph), the observers reading the values it produces.
     """
     return _profile.profile(graph, batches, progress=progress, channel_axis=channel_axis,
-                            moments=moments)
+                            moments=moments, backend=backend)
 
 
 def quantize(graph: Graph, profile: Profile, config: QuantConfig | None = None, *,
