@@ -82,6 +82,8 @@ def _cached(name: str, export) -> Path:
         os.replace(tmp, folder)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
+        if model.exists():  # another test process (pytest -n) exported it first
+            return model
         raise
     return model
 
@@ -249,13 +251,20 @@ def gensim_data() -> Path:
     if all((folder / f).exists() for f in GENSIM_FILES):
         return folder
     GENSIM.mkdir(parents=True, exist_ok=True)
-    subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "gensim",
-                    "-d", str(GENSIM)], check=True)
-    wheel = sorted(GENSIM.glob("gensim-*.whl"))[-1]
-    folder.mkdir(exist_ok=True)
-    with zipfile.ZipFile(wheel) as z:
-        for f in GENSIM_FILES:
-            (folder / f).write_bytes(z.read(f"gensim/test/test_data/{f}"))
+    # each file lands by rename: test processes running side by side (pytest -n) never read
+    # a half-written one
+    tmp = Path(tempfile.mkdtemp(prefix=".gensim.", dir=GENSIM))
+    try:
+        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--quiet",
+                        "gensim", "-d", str(tmp)], check=True)
+        wheel = sorted(tmp.glob("gensim-*.whl"))[-1]
+        folder.mkdir(exist_ok=True)
+        with zipfile.ZipFile(wheel) as z:
+            for f in GENSIM_FILES:
+                (tmp / f).write_bytes(z.read(f"gensim/test/test_data/{f}"))
+                os.replace(tmp / f, folder / f)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     return folder
 
 
@@ -446,17 +455,22 @@ def ocr_quantized(name: str, data: np.ndarray, tmp: Path, configs: list[dict],
                   third: int = 0) -> tuple[list[np.ndarray], np.ndarray]:
     """A PP-OCR model's outputs on all of `data` quantized by lowbit with each of `configs`
     (QuantConfig dicts) and by ONNX Runtime's quantize_static (per channel), all calibrated
-    on data[third::3]."""
+    on data[third::3]. lowbit's models run on the compiled cpu backend, checked bit for bit
+    against the reference interpreter on the first input (the reference alone took most of
+    the detector test's time)."""
     import lowbit
     from lowbit.quant.config import QuantConfig
 
     graph = lowbit.load(ocr_model(name))
     calib = [{"x": data[i:i + 1]} for i in range(third, len(data), 3)]
     profile = lowbit.profile(graph, calib, progress=False)
+    output = graph.outputs[0].name
     ours = []
     for config in configs:
-        run = lowbit.compile(lowbit.quantize(graph, profile, QuantConfig.from_dict(config)))
-        ours.append(np.concatenate([run({"x": d[None]})[graph.outputs[0].name] for d in data]))
+        quantized = lowbit.quantize(graph, profile, QuantConfig.from_dict(config))
+        run = lowbit.compile(quantized, "cpu")
+        ours.append(np.concatenate([run({"x": d[None]})[output] for d in data]))
+        np.testing.assert_array_equal(ours[-1][:1], lowbit.run(quantized, {"x": data[:1]})[output])
     path = Path(tmp) / f"{name}_{third}.ort.onnx"
     ort_quantize(ocr_model(name), path, calib, per_channel=True)
     return ours, onnxruntime_outputs(path, data)

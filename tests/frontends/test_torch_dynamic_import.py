@@ -7,16 +7,17 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
 
 import lowbit
 from realmodels import MINILM_TEXTS, minilm_module, minilm_tokens
 
-QCONFIGS = {"per-tensor": torch.ao.quantization.default_dynamic_qconfig,
-            "per-channel": torch.ao.quantization.per_channel_dynamic_qconfig}
+QCONFIGS = {"per-tensor": "default_dynamic_qconfig",
+            "per-channel": "per_channel_dynamic_qconfig"}
+"""torch.ao.quantization's qconfig of each scheme."""
 
 
-def _quantized(model, qconfig):
+def _quantized(torch, model, scheme):
+    qconfig = getattr(torch.ao.quantization, QCONFIGS[scheme])
     with pytest.warns(Warning):  # torch.ao.quantization announces its move to torchao
         return torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear: qconfig},
                                                       dtype=torch.qint8)
@@ -29,11 +30,11 @@ def _int8_constants(graph):
 
 
 @pytest.mark.parametrize("scheme", list(QCONFIGS))
-def test_mlp_keeps_weights_and_matches_pytorch_at_every_scale(scheme):
+def test_mlp_keeps_weights_and_matches_pytorch_at_every_scale(torch, scheme):
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(),
                                 torch.nn.Linear(32, 8), torch.nn.Linear(8, 4, bias=False))
-    q = _quantized(model.eval(), QCONFIGS[scheme])
+    q = _quantized(torch, model.eval(), scheme)
     graph = lowbit.from_torch(q, (torch.randn(2, 16),), dynamic_axes={"input_0": {0: "n"}})
     weights = _int8_constants(graph)
     expected = [m.weight().int_repr().numpy().T for m in q if hasattr(m, "weight")]
@@ -49,9 +50,9 @@ def test_mlp_keeps_weights_and_matches_pytorch_at_every_scale(scheme):
 
 
 @pytest.mark.realmodel
-def test_minilm_from_pytorch_quantize_dynamic():
+def test_minilm_from_pytorch_quantize_dynamic(torch):
     model = minilm_module("eager")
-    q = _quantized(model, QCONFIGS["per-channel"])
+    q = _quantized(torch, model, "per-channel")
     names = ["input_ids", "attention_mask", "token_type_ids"]
     example = minilm_tokens(["Ok", "A longer sentence about quantization."])
     graph = lowbit.from_torch(q, tuple(torch.from_numpy(example[k]) for k in names),

@@ -6,27 +6,31 @@ import builtins
 
 import numpy as np
 import pytest
-import torch
 
 import lowbit
 from lowbit.errors import UnsupportedError
 
 
-class Small(torch.nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
-        self.bn = torch.nn.BatchNorm2d(8)
-        self.fc = torch.nn.Linear(8, 4)
+def small(torch):
+    """conv -> batch norm -> ReLU -> mean -> linear."""
 
-    def forward(self, x):
-        y = torch.relu(self.bn(self.conv(x)))
-        return self.fc(y.mean(dim=(2, 3)))
+    class Small(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
+            self.bn = torch.nn.BatchNorm2d(8)
+            self.fc = torch.nn.Linear(8, 4)
+
+        def forward(self, x):
+            y = torch.relu(self.bn(self.conv(x)))
+            return self.fc(y.mean(dim=(2, 3)))
+
+    return Small()
 
 
-def test_module_matches_pytorch_with_dynamic_batch():
+def test_module_matches_pytorch_with_dynamic_batch(torch):
     torch.manual_seed(0)
-    model = Small().eval()
+    model = small(torch).eval()
     graph = lowbit.from_torch(model, (torch.randn(2, 3, 8, 8),), input_names=["x"],
                               output_names=["y"], dynamic_axes={"x": {0: "N"}})
     assert graph.inputs[0].type.shape == ("N", 3, 8, 8)

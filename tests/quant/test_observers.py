@@ -176,6 +176,25 @@ def test_merge_equals_observing_everything():
     np.testing.assert_array_equal(left.histogram.counts, both.histogram.counts)
 
 
+@pytest.mark.parametrize("bins", [1024, 2048, 4096])
+def test_merging_into_fewer_bins_equals_observing_with_fewer_bins(bins):
+    """What the entropy-calibration tests rely on to compare resolutions from one profile."""
+    rng = np.random.default_rng(bins)
+    batches = [(rng.gamma(1.5, 0.3, size=5000) * (1 + i)).astype(np.float32) - 0.2
+               for i in range(4)]
+    fine, coarse = StatsObserver("x"), StatsObserver("x", bins)
+    for b in batches:
+        fine.observe(b)
+        coarse.observe(b)
+    derived = StatsObserver("x", bins)
+    derived.merge(fine)
+    assert (derived.histogram.exponent, derived.histogram.offset) == (
+        coarse.histogram.exponent, coarse.histogram.offset)
+    np.testing.assert_array_equal(derived.histogram.counts, coarse.histogram.counts)
+    assert (derived.min, derived.max, derived.count, derived.zeros) == (
+        coarse.min, coarse.max, coarse.count, coarse.zeros)
+
+
 def test_fold_is_the_histogram_of_magnitudes():
     rng = np.random.default_rng(5)
     data = (rng.normal(size=20000) * 2 - 0.5).astype(np.float32)

@@ -30,6 +30,14 @@ def mnist(mnist_profiled):
     return graph, prof, [{"input": x[i:i + 25]} for i in range(200, 250, 25)]
 
 
+@pytest.fixture(scope="module")
+def ranked_defaults(mnist):
+    """The ranking with default settings, which three tests read (each call ranks every layer
+    by quantizing and running the model once per layer)."""
+    graph, prof, data = mnist
+    return lowbit.sensitivity(graph, data, profile=prof, progress=False)
+
+
 def _sqnr(graph, quant, data) -> float:
     signal = noise = 0.0
     for batch in data:
@@ -40,9 +48,9 @@ def _sqnr(graph, quant, data) -> float:
     return 10 * math.log10(signal / noise)
 
 
-def test_each_figure_is_the_output_sqnr_with_that_layer_alone_quantized(mnist):
+def test_each_figure_is_the_output_sqnr_with_that_layer_alone_quantized(mnist, ranked_defaults):
     graph, prof, data = mnist
-    ranked = lowbit.sensitivity(graph, data, profile=prof, progress=False)
+    ranked = ranked_defaults
     weighted = {n.name for n in graph.nodes if n.op_type in ("Conv", "Gemm")}
     assert weighted <= {s.name for s in ranked.layers}
     assert [s.sqnr for s in ranked.layers] == sorted(s.sqnr for s in ranked.layers)
@@ -80,18 +88,18 @@ def test_the_one_int8_layer_among_int16_ranks_first_and_the_config_raises_it(mni
     assert after > before + 20
 
 
-def test_keeping_the_top_layers_of_defaults_lowers_the_error(mnist):
+def test_keeping_the_top_layers_of_defaults_lowers_the_error(mnist, ranked_defaults):
     graph, prof, data = mnist
-    ranked = lowbit.sensitivity(graph, data, profile=prof, progress=False)
+    ranked = ranked_defaults
     errors = [_sqnr(graph, lowbit.quantize(graph, prof, ranked.config(top)), data)
               for top in (0, 2)]
     assert errors[0] == pytest.approx(ranked.all_quantized_sqnr, rel=1e-9)
     assert errors[1] > errors[0] + 1
 
 
-def test_yaml_rules_paste_under_rules(mnist):
-    graph, prof, data = mnist
-    ranked = lowbit.sensitivity(graph, data, profile=prof, progress=False)
+def test_yaml_rules_paste_under_rules(mnist, ranked_defaults):
+    graph, _, _ = mnist
+    ranked = ranked_defaults
     snippet = ranked.yaml_rules(3)
     text = "rules:\n" + "".join(f"  {line}\n" for line in snippet.splitlines())
     config = QuantConfig.from_yaml_text(text)

@@ -344,6 +344,7 @@ class StatsObserver:
                 current.min = np.fmin(current.min, lo)
                 current.max = np.fmax(current.max, hi)
                 current.sum, current.count = _add(current.sum, total), _add(current.count, count)
+        return extremes
 
     def merge(self, other: StatsObserver) -> None:
         """Add the statistics of `other` (same value, other data) to this one, exactly."""

@@ -65,6 +65,7 @@ from lowbit.fileio import write_atomically
 from lowbit.ir.graph import CONSTANT, Graph, Node, Value
 from lowbit.ir.hashing import graph_hash
 from lowbit.ops.product import integer_product
+from lowbit.quant.blas_threads import one_blas_thread
 from lowbit.quant.input_moments import (
     InputMoments,
     moments_shape,
@@ -322,6 +323,7 @@ def _check_batch(graph: Graph, batch: Any, index: int) -> list[np.ndarray]:
     return arrays
 
 
+@one_blas_thread
 def profile(graph: Graph, batches: Iterable[Mapping[str, np.ndarray]], *, progress: bool = True,
             channel_axis: int | None = None, bins: int = DEFAULT_BINS,
             moments: bool = True, backend: str = "reference") -> Profile:

@@ -75,6 +75,7 @@ from lowbit.quant import (
     smoothing,
     weight_rounding,
 )
+from lowbit.quant.blas_threads import one_blas_thread
 from lowbit.quant.config import NodeSettings, QuantConfig
 from lowbit.quant.input_moments import moments_problem, moments_shape
 from lowbit.quant.observers import divided_stats
@@ -157,6 +158,7 @@ class QuantResult:
     summary: QuantSummary
 
 
+@one_blas_thread
 def quantize(graph: Graph, profile: Profile, config: QuantConfig | None = None, *,
              assert_all_quantized: bool = False,
              plan_config: QuantConfig | None = None) -> QuantResult:

@@ -36,6 +36,7 @@ from lowbit.ir.graph import Graph
 from lowbit.ops.registry import lookup
 from lowbit.quant import dynamic as _dynamic
 from lowbit.quant import static as _static
+from lowbit.quant.blas_threads import one_blas_thread
 from lowbit.quant.config import QuantConfig, Rule
 from lowbit.quant.profile import Profile
 
@@ -100,6 +101,7 @@ class Sensitivity:
         return table
 
 
+@one_blas_thread
 def sensitivity(
     float_graph: Graph,
     batches: Sequence[Mapping[str, np.ndarray]],
