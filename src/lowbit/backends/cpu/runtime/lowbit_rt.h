@@ -416,14 +416,6 @@ LB_API void lb_fmean_rows(const lb_ctx *ctx, int64_t rows, int64_t cols, const f
                           float *out);
 LB_API void lb_fmean_nhwc(const lb_ctx *ctx, int64_t n, int64_t pixels, int64_t c,
                           const float *x, float *out);
-/* Softmax along rows of `cols` values, in double after subtracting the row's maximum. */
-LB_API void lb_fsoftmax_rows(const lb_ctx *ctx, int64_t rows, int64_t cols, const float *x,
-                             float *out);
-/* LayerNormalization over rows of `cols` values, in double; scale and bias per column (bias
- * may be NULL). */
-LB_API void lb_flayernorm_rows(const lb_ctx *ctx, int64_t rows, int64_t cols, const float *x,
-                               const float *scale, const float *bias, double epsilon,
-                               float *out);
 /* Float average pooling over NHWC windows: the sum in double divided by the element count
  * (pads counted with count_pad, never ceil_mode's overhang beyond pb/pr). */
 LB_API void lb_favgpool(const lb_ctx *ctx, const lb_window *w, int count_pad, int64_t pb,

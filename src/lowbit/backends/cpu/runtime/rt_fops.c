@@ -181,75 +181,31 @@ void lb_funary(const lb_ctx *ctx, int64_t n, int op, float alpha, float beta, co
     lb_parallel_for(ctx, (n + LB_FCHUNK - 1) / LB_FCHUNK, lb_funary_task, &j);
 }
 
-/* ---- row reductions, Softmax, LayerNormalization ----------------------------------------- */
+/* ---- row means ------------------------------------------------------------------------- */
 
 typedef struct lb_rows_job {
     int64_t rows, cols, per;
     const float *x;
-    const float *scale, *bias;
-    double eps;
     float *out;
-    int kind;
 } lb_rows_job;
 
-static void lb_frows_task(void *arg, int64_t t, int worker) {
+static void lb_fmean_rows_task(void *arg, int64_t t, int worker) {
     (void)worker;
     const lb_rows_job *j = (const lb_rows_job *)arg;
     int64_t r1 = LB_MIN(j->rows, (t + 1) * j->per), n = j->cols;
     for (int64_t r = t * j->per; r < r1; r++) {
         const float *x = j->x + r * n;
-        if (j->kind == 0) { /* mean */
-            double s = 0;
-            for (int64_t i = 0; i < n; i++) s += x[i];
-            j->out[r] = (float)(s / (double)n);
-            continue;
-        }
-        float *o = j->out + r * n;
-        if (j->kind == 1) { /* softmax */
-            double mx = -INFINITY, s = 0;
-            for (int64_t i = 0; i < n; i++)
-                if (x[i] > mx || x[i] != x[i]) mx = x[i];
-            for (int64_t i = 0; i < n; i++) s += exp((double)x[i] - mx);
-            for (int64_t i = 0; i < n; i++) o[i] = (float)(exp((double)x[i] - mx) / s);
-            continue;
-        }
-        double mean = 0, var = 0; /* layer normalization */
-        for (int64_t i = 0; i < n; i++) mean += x[i];
-        mean /= (double)n;
-        for (int64_t i = 0; i < n; i++) {
-            double d = x[i] - mean;
-            var += d * d;
-        }
-        double inv = 1.0 / sqrt(var / (double)n + j->eps);
-        for (int64_t i = 0; i < n; i++) {
-            double y = ((double)x[i] - mean) * inv * (double)j->scale[i];
-            if (j->bias) y += (double)j->bias[i];
-            o[i] = (float)y;
-        }
+        double s = 0;
+        for (int64_t i = 0; i < n; i++) s += x[i];
+        j->out[r] = (float)(s / (double)n);
     }
 }
 
-static void lb_frows(const lb_ctx *ctx, int kind, int64_t rows, int64_t cols, const float *x,
-                     const float *scale, const float *bias, double eps, float *out) {
-    /* about LB_FCHUNK elements a task, but at least 8 tasks when there are 8 rows (a softmax
-     * of 40 rows of 40 was one task) */
-    int64_t per = LB_MAX(1, LB_MIN(LB_FCHUNK / LB_MAX(1, cols), (rows + 7) / 8));
-    lb_rows_job j = {rows, cols, per, x, scale, bias, eps, out, kind};
-    lb_parallel_for(ctx, (rows + per - 1) / per, lb_frows_task, &j);
-}
-
 void lb_fmean_rows(const lb_ctx *ctx, int64_t rows, int64_t cols, const float *x, float *out) {
-    lb_frows(ctx, 0, rows, cols, x, NULL, NULL, 0, out);
-}
-
-void lb_fsoftmax_rows(const lb_ctx *ctx, int64_t rows, int64_t cols, const float *x,
-                      float *out) {
-    lb_frows(ctx, 1, rows, cols, x, NULL, NULL, 0, out);
-}
-
-void lb_flayernorm_rows(const lb_ctx *ctx, int64_t rows, int64_t cols, const float *x,
-                        const float *scale, const float *bias, double epsilon, float *out) {
-    lb_frows(ctx, 2, rows, cols, x, scale, bias, epsilon, out);
+    /* about LB_FCHUNK elements a task, but at least 8 tasks when there are 8 rows */
+    int64_t per = LB_MAX(1, LB_MIN(LB_FCHUNK / LB_MAX(1, cols), (rows + 7) / 8));
+    lb_rows_job j = {rows, cols, per, x, out};
+    lb_parallel_for(ctx, (rows + per - 1) / per, lb_fmean_rows_task, &j);
 }
 
 typedef struct lb_gm_job {
