@@ -30,11 +30,12 @@ from dataclasses import dataclass, field
 import numpy as np
 import yaml
 
-from lowbit.backends.reference.interpreter import Interpreter
+from lowbit.backends.reference.resume import RecordedRun
 from lowbit.errors import InputError
 from lowbit.ir.graph import Graph
 from lowbit.quant import dynamic as _dynamic
 from lowbit.quant import static as _static
+from lowbit.quant.cache import QuantCache
 from lowbit.quant.config import QuantConfig, Rule
 from lowbit.quant.profile import Profile
 
@@ -114,11 +115,19 @@ def sensitivity(
     config: QuantConfig | None = None,
     dynamic: bool = False,
     progress: bool = True,
+    cache: QuantCache | None = None,
+    record: RecordedRun | None = None,
 ) -> Sensitivity:
     """Rank the layers of `float_graph` by the error quantizing each alone puts on its outputs
     (module docstring). Static quantization needs the `profile` taken on `float_graph`; with
     `dynamic`, `lowbit.quant.dynamic` quantizes and no profile is used. `batches` is run once
-    per layer, so it must be a sequence, not a one-shot iterator."""
+    per layer, so it must be a sequence, not a one-shot iterator.
+
+    Each layer's run resumes from the float model's run on the same batch (the values before
+    the layer are the float model's: `lowbit.backends.reference.resume`), so a layer costs the
+    part of the model from it to the outputs. `cache` (static: a `QuantCache` of `profile`)
+    keeps each layer's weight rounding and ranges for later quantizations; `record` is a
+    `RecordedRun` of `float_graph` on `batches` already made."""
     config = config or QuantConfig()
     batches = list(batches)
     if not batches:
@@ -126,8 +135,10 @@ def sensitivity(
     if not dynamic and profile is None:
         raise InputError("sensitivity of static quantization needs the calibration profile "
                          "taken on the float model (lowbit.profile, or --profile/--calib)")
-    quantize = _quantizer(profile, dynamic)
-    reference = [_outputs(float_graph, b) for b in batches]
+    if not dynamic and cache is None:
+        cache = QuantCache(profile)
+    quantize = _quantizer(profile, dynamic, cache)
+    record = record or RecordedRun(float_graph, batches)
     full = quantize(float_graph, config)
     candidates = [(r.name, r.op_type) for r in full.summary.integer_nodes
                   if r.op_type not in DATA_MOVEMENT]
@@ -136,32 +147,37 @@ def sensitivity(
                          f"config: nothing to rank")
     layers = []
     for name, op_type in _progress(candidates, progress):
-        node = next(n for n in float_graph.nodes if n.name == name)
-        own = config.settings_for(node).precision
-        alone = QuantConfig(config.default, (*config.rules, Rule(regex=".*", precision="float"),
-                                             Rule(name=name, precision=own)), config.source)
-        sqnr, cosine = _output_error(quantize(float_graph, alone, config).graph, batches,
-                                     reference)
+        sqnr, cosine = output_error(record, quantize(float_graph, alone_config(
+            float_graph, config, name), config).graph)
         layers.append(LayerSensitivity(name, op_type, sqnr, cosine))
     layers.sort(key=lambda s: (s.sqnr, s.name))
-    everything, _ = _output_error(full.graph, batches, reference)
+    everything, _ = output_error(record, full.graph)
     return Sensitivity(layers, config, "dynamic" if dynamic else "static", everything)
 
 
-def _quantizer(profile: Profile | None, dynamic: bool) -> Callable:
+def alone_config(graph: Graph, config: QuantConfig, name: str) -> QuantConfig:
+    """`config` with node `name` alone quantized (its own settings), the rest float."""
+    node = next(n for n in graph.nodes if n.name == name)
+    own = config.settings_for(node).precision
+    return QuantConfig(config.default, (*config.rules, Rule(regex=".*", precision="float"),
+                                        Rule(name=name, precision=own)), config.source)
+
+
+def _quantizer(profile: Profile | None, dynamic: bool, cache: QuantCache | None) -> Callable:
     if dynamic:
         return lambda g, c, whole=None: _dynamic.quantize_dynamic(g, c)
-    return lambda g, c, whole=None: _static.quantize(g, profile, c, plan_config=whole)
+    return lambda g, c, whole=None: _static.quantize(g, profile, c, plan_config=whole,
+                                                     cache=cache)
 
 
-def _outputs(graph: Graph, batch: Mapping[str, np.ndarray]) -> list[np.ndarray]:
-    return [np.asarray(a, np.float64) for a in Interpreter(graph)(batch).values()]
-
-
-def _output_error(graph: Graph, batches, reference) -> tuple[float, float]:
+def output_error(record: RecordedRun, graph: Graph) -> tuple[float, float]:
+    """(SQNR, cosine) of `graph`'s outputs against the recorded float outputs, over all
+    outputs and batches (module docstring)."""
     signal = noise = dot = energy = 0.0
-    for batch, ref in zip(batches, reference, strict=True):
-        for f, q in zip(ref, _outputs(graph, batch), strict=True):
+    run = record.runner(graph)
+    for i, ref in enumerate(record.outputs_of):
+        for f, q in zip(ref, run(i), strict=True):
+            f, q = np.asarray(f, np.float64), np.asarray(q, np.float64)
             signal += float((f * f).sum())
             noise += float(((q - f) ** 2).sum())
             dot += float((f * q).sum())
