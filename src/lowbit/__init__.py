@@ -15,10 +15,13 @@ from lowbit.api import (
     profile,
     quantize,
     quantize_dynamic,
+    quantize_to_budget,
     run,
     save,
     sensitivity,
 )
+from lowbit.budget.metrics import Budget
+from lowbit.budget.search import BudgetNotMet, BudgetResult
 from lowbit.errors import LowbitError
 from lowbit.ir import Graph, Node, QuantParams, TensorType, Value
 from lowbit.quant.config import QuantConfig
@@ -26,6 +29,9 @@ from lowbit.quant.profile import Profile
 from lowbit.version import __version__
 
 __all__ = [
+    "Budget",
+    "BudgetNotMet",
+    "BudgetResult",
     "Graph",
     "LowbitError",
     "Node",
@@ -42,6 +48,7 @@ __all__ = [
     "profile",
     "quantize",
     "quantize_dynamic",
+    "quantize_to_budget",
     "run",
     "save",
     "sensitivity",

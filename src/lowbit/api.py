@@ -10,6 +10,10 @@ from pathlib import Path
 import numpy as np
 
 from lowbit import backends
+from lowbit.budget import search as _budget
+from lowbit.budget.metrics import Budget
+from lowbit.budget.search import BudgetNotMet, BudgetResult
+from lowbit.errors import InputError
 from lowbit.exporters import onnx_export
 from lowbit.frontends import onnx_import
 from lowbit.ir.graph import Graph
@@ -78,23 +82,62 @@ def profile(
 
 
 def quantize(graph: Graph, profile: Profile, config: QuantConfig | None = None, *,
-             assert_all_quantized: bool = False) -> Graph:
+             assert_all_quantized: bool = False, budget: Budget | None = None,
+             progress: bool = True) -> Graph:
     """Statically quantize `graph` with the ranges of `profile` (taken on this graph) and the
     settings of `config` (lowbit's defaults when None): returns a new graph whose value types
     carry quantization parameters. `lowbit.quant.static.quantize` also returns the per-node
-    summary. With `assert_all_quantized`, a node left in float raises QuantizationError."""
+    summary. With `assert_all_quantized`, a node left in float raises QuantizationError.
+
+    With a `budget` (`lowbit.Budget`), the fewest layers are raised above `config` (to int16,
+    then float) that make the model meet it on the budget's data (`quantize_to_budget` returns
+    what was chosen and measured); `BudgetNotMet` when no choice meets it."""
+    if budget is not None:
+        return _budget_graph(graph, budget, profile, config, False, assert_all_quantized,
+                             progress)
     return _static.quantize(graph, profile, config,
                             assert_all_quantized=assert_all_quantized).graph
 
 
 def quantize_dynamic(graph: Graph, config: QuantConfig | None = None, *,
-                     assert_all_quantized: bool = False) -> Graph:
+                     assert_all_quantized: bool = False, budget: Budget | None = None,
+                     progress: bool = True) -> Graph:
     """Dynamically quantize `graph`: no calibration data; MatMul/Gemm with constant weights (and,
     by default, attention's activation products) compute in 8-bit integers with activation
     parameters computed at run time, per token by default (`lowbit.quant.dynamic`).
-    `lowbit.quant.dynamic.quantize_dynamic` also returns the per-node summary."""
+    `lowbit.quant.dynamic.quantize_dynamic` also returns the per-node summary. With a
+    `budget`, the fewest products stay in float that make the model meet it (as `quantize`)."""
+    if budget is not None:
+        return _budget_graph(graph, budget, None, config, True, assert_all_quantized, progress)
     return _dynamic.quantize_dynamic(graph, config,
                                      assert_all_quantized=assert_all_quantized).graph
+
+
+def quantize_to_budget(graph: Graph, budget: Budget, *, profile: Profile | None = None,
+                       config: QuantConfig | None = None, dynamic: bool = False,
+                       data: Iterable[Mapping[str, np.ndarray]] | None = None,
+                       progress: bool = True, latency: bool = True) -> BudgetResult:
+    """Quantize `graph` (statically with `profile`, or `dynamic`) with `config` plus the fewest
+    layers raised to higher precision that meet `budget` on its data (or `data`)
+    (`lowbit.budget.search`). The result holds the chosen config and graph, the metric before
+    and after, the sizes (and cpu-backend latencies when available), and every configuration
+    tried; `result.met` is False, and `result.graph` None, when no choice meets the budget."""
+    return _budget.search(graph, budget, profile=profile, config=config, dynamic=dynamic,
+                          data=None if data is None else list(data), progress=progress,
+                          latency=latency)
+
+
+def _budget_graph(graph: Graph, budget: Budget, profile: Profile | None,
+                  config: QuantConfig | None, dynamic: bool, assert_all_quantized: bool,
+                  progress: bool) -> Graph:
+    if assert_all_quantized:
+        raise InputError("a budget may keep layers in float: it does not go with "
+                         "assert_all_quantized")
+    result = _budget.search(graph, budget, profile=profile, config=config, dynamic=dynamic,
+                            progress=progress, latency=False)
+    if not result.met or result.graph is None:
+        raise BudgetNotMet(result)
+    return result.graph
 
 
 def compare(float_graph: Graph, quant_graph: Graph,

@@ -18,11 +18,17 @@ so the search can re-evaluate the samples at risk (`risk`: below 0 for a sample 
 misses the threshold: it disagrees, or its own cosine or SQNR is below it) and keep the others'
 records.
 
-A user metric is any function `metric(quantized, reference) -> float` of two lists with one
-{output name: array} per batch of `Budget.data` (the quantized model's outputs and the float
-model's, in the order of the data): accuracy against labels, a task score, an embedding
-cosine. Its value is computed on all the data every time; `at_most=True` makes the threshold an
-upper bound (an error rate).
+A user metric is a function, in one of two forms:
+
+- `metric(quantized, reference) -> float`, of two lists with one {output name: array} per batch
+  of the data (the quantized model's outputs and the float model's, in the order of the data):
+  accuracy against labels, a task score. Its value is computed on all the data every time.
+- with `reduce="min"` or `"mean"`: `metric(quantized, reference) -> scores` of ONE batch's
+  {output name: array} dicts, one score per sample (an embedding's cosine to the float one);
+  the budget's value is the minimum or the mean over all samples, and the search re-evaluates
+  only the samples at risk, as for the built-in metrics (risk: score - threshold).
+
+`at_most=True` makes the threshold an upper bound (an error rate).
 """
 
 from __future__ import annotations
@@ -51,16 +57,17 @@ class Budget:
         Budget.parse("agreement>=0.97")
         Budget(metric=top1_accuracy, threshold=0.75, data=batches)   # a user metric
 
-    `metric` is "agreement", "sqnr", "cosine" or a function `(quantized, reference) -> float`;
-    the value must be >= `threshold` (<= with `at_most`, user metrics only). `data` is the
-    evaluation batches ({input name: array} each); the CLI's `--eval` gives them, the Python API
-    takes them here or as `lowbit.quantize(..., eval_data=...)`.
+    `metric` is "agreement", "sqnr", "cosine" or a function (module docstring: over all the
+    data, or per sample with `reduce` "min" or "mean"); the value must be >= `threshold` (<=
+    with `at_most`, user metrics only). `data` is the evaluation batches ({input name: array}
+    each); the CLI's `--eval` gives them.
     """
 
-    metric: str | Callable[[list[dict], list[dict]], float]
+    metric: str | Callable
     threshold: float
     data: Sequence[Mapping[str, np.ndarray]] | None = field(default=None, repr=False)
     at_most: bool = False
+    reduce: str | None = None
     name: str = ""
 
     def __post_init__(self) -> None:
@@ -72,9 +79,14 @@ class Budget:
             if self.at_most:
                 raise InputError(f"{self.metric} is better when higher: a budget on it is a "
                                  f"lower bound ({self.metric}>=...)")
+            if self.reduce is not None:
+                raise InputError(f"reduce is for a metric of your own; {self.metric} is built in")
         elif not callable(self.metric):
             raise InputError(f"a budget metric is a name ({', '.join(BUILTIN)}) or a function, "
                              f"got {type(self.metric).__name__}")
+        elif self.reduce not in (None, "min", "mean"):
+            raise InputError(f"reduce {self.reduce!r}: a per-sample metric's scores reduce by "
+                             f"'min' or 'mean'")
         try:
             threshold = float(self.threshold)
         except (TypeError, ValueError):
@@ -116,6 +128,12 @@ class Budget:
     def builtin(self) -> bool:
         return isinstance(self.metric, str)
 
+    @property
+    def per_sample(self) -> bool:
+        """Whether the value reduces per-sample records (built-in, or a user metric with
+        `reduce`): then samples can be re-evaluated apart."""
+        return self.builtin or self.reduce is not None
+
     def met(self, value: float) -> bool:
         """Whether a metric value meets the budget (NaN never does)."""
         if math.isnan(value):
@@ -135,21 +153,31 @@ class Budget:
             return f"{value:.6f}"
         return f"{value:.6g}"
 
-    # -- built-in metrics: per-sample records ----------------------------------------------------
-    def records(self, reference: Outputs, got: Outputs) -> np.ndarray:
-        """One batch's per-sample records [samples, fields] (RECORD_FIELDS) of a built-in
-        metric."""
-        samples = _samples(reference)
+    # -- per-sample records ----------------------------------------------------------------------
+    def records(self, reference: Mapping[str, np.ndarray],
+                got: Mapping[str, np.ndarray]) -> np.ndarray:
+        """One batch's per-sample records [samples, fields] (`RECORD_FIELDS`; a user metric's
+        scores as one field) from the float and the quantized model's outputs."""
+        if not self.builtin:
+            scores = np.asarray(self.metric(dict(got), dict(reference)), np.float64).reshape(-1)
+            if scores.size == 0 or not np.all(np.isfinite(scores) | np.isinf(scores)):
+                raise InputError(f"budget metric {self.name} returned {scores!r}: one number "
+                                 f"per sample of the batch")
+            return scores[:, None]
+        f_list, q_list = list(reference.values()), [got[k] for k in reference]
+        samples = _samples(f_list)
         rows = []
         for i in range(samples):
-            f = [_sample(a, i, samples) for a in reference]
-            q = [_sample(a, i, samples) for a in got]
+            f = [_sample(a, i, samples) for a in f_list]
+            q = [_sample(a, i, samples) for a in q_list]
             rows.append(_RECORDS[self.metric](f, q))
         return np.array(rows, np.float64).reshape(samples, len(RECORD_FIELDS[self.metric]))
 
     def value(self, records: np.ndarray) -> float:
-        """A built-in metric over all the records given."""
+        """The metric over all the records given."""
         r = np.asarray(records, np.float64)
+        if not self.builtin:
+            return float(r[:, 0].min() if self.reduce == "min" else r[:, 0].mean())
         if self.metric == "agreement":
             rows = r[:, 1].sum()
             return float(r[:, 0].sum() / rows) if rows else 1.0
@@ -161,11 +189,22 @@ class Budget:
         """Per sample, how far it is from failing: below 0 when it misses the threshold alone
         (module docstring); the lowest are re-evaluated first."""
         r = np.asarray(records, np.float64)
+        if not self.builtin:
+            return self.threshold - r[:, 0] if self.at_most else r[:, 0] - self.threshold
         if self.metric == "agreement":
             return np.where(r[:, 0] < r[:, 1], np.minimum(r[:, 2], 0.0) - 1.0, r[:, 2])
         if self.metric == "sqnr":
             return np.array([_sqnr(s, n) for s, n in r[:, :2]]) - self.threshold
         return _cosines(r) - self.threshold
+
+    def over_all(self, quantized: list[dict], reference: list[dict]) -> float:
+        """A whole-data user metric's value."""
+        value = self.metric(quantized, reference)
+        try:
+            return float(value)
+        except (TypeError, ValueError):
+            raise InputError(f"budget metric {self.name} returned {value!r}, not a number") \
+                from None
 
 
 def _samples(outputs: Outputs) -> int:

@@ -39,10 +39,20 @@ def add_calibration_args(p, required: bool, flag: str = "--calib") -> None:
 
 
 def batches_from_args(args, graph: Graph) -> list:
+    return _batches(args, graph, args.calib, args.limit)
+
+
+def eval_batches_from_args(args, graph: Graph) -> list:
+    """The `--eval` data, read with the calibration options (batch size, image size, mean, std,
+    layout); `--limit` is for calibration only."""
+    return _batches(args, graph, args.eval, None)
+
+
+def _batches(args, graph: Graph, source: str, limit: int | None) -> list:
     if args.batch_size is not None and args.batch_size < 1:
         raise InputError(f"--batch-size must be 1 or more, got {args.batch_size}")
     batch_size = args.batch_size or model_batch_size(graph) or DEFAULT_BATCH_SIZE
-    return calibration_batches(args.calib, graph, batch_size=batch_size,
+    return calibration_batches(source, graph, batch_size=batch_size,
                                image_size=tuple(args.image_size) if args.image_size else None,
                                mean=args.mean, std=args.std, layout=args.layout,
-                               limit=args.limit)
+                               limit=limit)
