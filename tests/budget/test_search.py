@@ -77,7 +77,7 @@ def test_an_unreachable_budget_is_never_claimed(mnist):
                                        progress=False)
     assert not result.met and result.graph is None
     assert "NOT MET" in result.text() and "no choice can meet it" in result.text()
-    with pytest.raises(BudgetNotMet, match="cosine>=1.01"):
+    with pytest.raises(BudgetNotMet, match=r"cosine>=1\.01"):
         lowbit.quantize(graph, prof, COARSE, budget=budget, progress=False)
 
 
