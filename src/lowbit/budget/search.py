@@ -9,18 +9,18 @@ The search, in order:
    own (every layer raised to float gives back the float model); a user metric is computed
    with every layer raised to the top rung.
 3. Find the batches at risk: those whose own samples miss the threshold, then the next
-   riskiest, `SUBSET` at least. A configuration is estimated by running these batches only,
-   the others keeping the base's scores (raising precision seldom hurts a sample that was far
-   from the threshold); one whose estimate meets the budget is run on every batch, and the
-   batches that then fail join the batches at risk. A whole-data user metric is always run on
-   every batch.
+   riskiest, `SUBSET` at least. Steps 5 and 6 estimate a configuration by running these
+   batches only, the others keeping the base's scores (raising precision seldom hurts a sample
+   that was far from the threshold). A whole-data user metric runs every batch every time.
 4. Rank the layers by sensitivity (`lowbit.tools.sensitivity`: each layer quantized alone, the
    rest float, resumed from the float model's run) on the `RANK_BATCHES` riskiest batches.
 5. Try sets of top-ranked layers, smallest first: for k = 1 .. `SMALL`, the top k at the first
    rung (static: int16), then with the top 1, 2, .. k of them at the next (float). Past
    `SMALL` layers, bisect on k, all k at one rung, rung by rung.
-6. Prune the set found: drop each layer, least sensitive first, when the budget holds without
-   it; then lower each layer above the first rung when it holds.
+6. Prune the set found: drop each layer, least sensitive first, when the budget is estimated
+   to hold without it; then lower each layer above the first rung when it is.
+7. Run the set on every batch. When it misses the budget there, the batches that failed join
+   the batches at risk and steps 5 to 7 run again.
 
 Static quantization reuses every layer's GPTQ rounding and calibrated ranges across the
 configurations tried (`lowbit.quant.cache`). The budget is claimed only for a configuration
@@ -182,10 +182,9 @@ class _Search:
         self.best_any: tuple[dict[str, str], QuantResult, float] = ({}, quantizer.base,
                                                                    float("nan"))
         """The configuration with the best value on every batch so far."""
-        self._complete: dict[tuple, bool] = {}
-        """Configurations run on every batch, and whether they met the budget."""
-        self._estimated: set[tuple] = set()
-        """(configuration, batches at risk) estimated to miss it."""
+        self._estimates: dict[tuple, tuple[float, Scores]] = {}
+        """Per (configuration, batches at risk): the estimated value and the scores of the
+        batches at risk."""
 
     def result(self, met: bool, before: float, reason: str = "",
                ranking: Sensitivity | None = None) -> BudgetResult:
@@ -215,12 +214,14 @@ class _Search:
         self.at_risk = self._riskiest(self.base, SUBSET)
         ranked = self._rank()
         order = [layer.name for layer in ranked.layers]
-        found = self._smallest(order)
-        if found is None:
-            return self.result(False, before, reason="no set of top-ranked layers tried meets "
-                               "it on every batch", ranking=ranked)
-        self._prune(found, order)
-        return self.result(True, before, ranking=ranked)
+        while True:
+            found = self._smallest(order)
+            if found is None:
+                return self.result(False, before, reason="no set of top-ranked layers tried "
+                                   "meets it on every batch", ranking=ranked)
+            if self._verify(self._prune(found, order)):
+                return self.result(True, before, ranking=ranked)
+            # batches that failed joined the batches at risk: estimates change, search again
 
     # -- steps -----------------------------------------------------------------------------------
     def _ceiling(self) -> float:
@@ -230,7 +231,7 @@ class _Search:
         result = self.q.quantize(top)
         value = self.ev.value(self.ev.scores(result.graph, range(len(self.ev)),
                                              "every layer raised"))
-        met = self._complete[tuple(sorted(top.items()))] = self.budget.met(value)
+        met = self.budget.met(value)
         self._note(top, value, len(self.ev), True, met)
         if self._better(value, self.best_any[2]):
             self.best_any = (top, result, value)
@@ -259,35 +260,38 @@ class _Search:
                            progress=self.show.enabled, cache=self.q.cache)
 
     def _smallest(self, order: list[str]) -> dict[str, str] | None:
-        """The first set of top-ranked layers that meets the budget (module docstring)."""
+        """The first set of top-ranked layers estimated to meet the budget (module
+        docstring)."""
         ladder = self.q.ladder
         n = len(order)
         for k in range(1, min(SMALL, n) + 1):
             for upper in range(k + 1 if len(ladder) > 1 else 1):
                 raised = {name: ladder[-1] if j < upper else ladder[0]
                           for j, name in enumerate(order[:k])}
-                if self._attempt(raised):
+                if self._estimate(raised):
                     return raised
         for rung in ladder:
-            lo, hi = SMALL, n  # lo fails (or is below what was tried), hi is to be checked
-            if not self._attempt(dict.fromkeys(order[:hi], rung)):
+            lo, hi = SMALL, n  # lo misses (or was tried), hi is to be checked
+            if hi <= lo or not self._estimate(dict.fromkeys(order[:hi], rung)):
                 continue
             while hi - lo > 1:
                 mid = (lo + hi) // 2
-                if self._attempt(dict.fromkeys(order[:mid], rung)):
+                if self._estimate(dict.fromkeys(order[:mid], rung)):
                     hi = mid
                 else:
                     lo = mid
             return dict.fromkeys(order[:hi], rung)
         return None
 
-    def _prune(self, raised: dict[str, str], order: list[str]) -> None:
+    def _prune(self, raised: dict[str, str], order: list[str]) -> dict[str, str]:
+        """`raised` without the layers it is estimated not to need, then each remaining layer
+        at the lowest rung estimated to keep the budget, least sensitive first."""
         current = dict(raised)
         for name in sorted(current, key=order.index, reverse=True):
             if len(current) == 1:
                 break
             smaller = {k: v for k, v in current.items() if k != name}
-            if self._attempt(smaller):
+            if self._estimate(smaller):
                 current = smaller
         ladder = self.q.ladder
         for name in sorted(current, key=order.index, reverse=True):
@@ -295,43 +299,47 @@ class _Search:
             if position == 0:
                 continue
             lower = {**current, name: ladder[position - 1]}
-            if self._attempt(lower):
+            if self._estimate(lower):
                 current = lower
+        return current
 
-    def _attempt(self, raised: dict[str, str]) -> bool:
-        """Whether `raised` meets the budget on every batch (estimated on the batches at risk
-        first; those that fail a complete run join them)."""
-        key = tuple(sorted(raised.items()))
-        if key in self._complete:
-            return self._complete[key]
-        if (key, tuple(self.at_risk)) in self._estimated:
-            return False
+    def _estimate(self, raised: dict[str, str]) -> bool:
+        """Whether `raised` is estimated to meet the budget: run on the batches at risk, the
+        base's scores for the others (exact when every batch is at risk)."""
+        key = (tuple(sorted(raised.items())), tuple(self.at_risk))
+        if key not in self._estimates:
+            graph = self.q.quantize(raised).graph
+            scores = self.ev.scores(graph, self.at_risk,
+                                    f"{_describe(raised)}: batches at risk")
+            value = self.ev.value({**self.base, **scores})
+            complete = len(self.at_risk) == len(self.ev)
+            self._estimates[key] = (value, scores)
+            self._note(raised, value, len(self.at_risk), complete)
+        return self.budget.met(self._estimates[key][0])
+
+    def _verify(self, raised: dict[str, str]) -> bool:
+        """Whether `raised` (estimated to meet the budget) meets it on every batch; when it
+        does not, the batches that fail join the batches at risk."""
+        _, scores = self._estimates[(tuple(sorted(raised.items())), tuple(self.at_risk))]
         result = self.q.quantize(raised)
-        label = _describe(raised)
-        scores = dict(self.base)
-        partial = len(self.at_risk) < len(self.ev)
-        if partial:
-            scores.update(self.ev.scores(result.graph, self.at_risk, f"{label}: batches at risk"))
-            estimate = self.ev.value(scores)
-            self._note(raised, estimate, len(self.at_risk), False)
-            if not self.budget.met(estimate):
-                self._estimated.add((key, tuple(self.at_risk)))
-                return False
-        rest = [i for i in range(len(self.ev)) if i not in set(self.at_risk)] if partial else \
-            list(range(len(self.ev)))
-        scores.update(self.ev.scores(result.graph, rest, f"{label}: every batch"))
+        rest = [i for i in range(len(self.ev)) if i not in scores]
+        if rest:
+            scores = {**scores, **self.ev.scores(result.graph, rest,
+                                                 f"{_describe(raised)}: every batch")}
         value = self.ev.value(scores)
-        met = self._complete[key] = self.budget.met(value)
-        self._note(raised, value, len(self.ev), True, met)
+        met = self.budget.met(value)
+        if rest:
+            self._note(raised, value, len(self.ev), True, met)
         if self._better(value, self.best_any[2]):
             self.best_any = (dict(raised), result, value)
         if met:
             self.best = (dict(raised), result, value)
-        elif self.budget.per_sample:
-            risk = self.ev.batch_risk({i: scores[i] for i in rest})
-            new = [i for i in rest if risk[i] < 0] or [min(rest, key=lambda i: risk[i])]
-            self.at_risk = sorted(set(self.at_risk) | set(new))
-        return met
+            return True
+        risk = self.ev.batch_risk({i: scores[i] for i in rest})
+        new = [i for i in rest if risk[i] < 0] or [min(rest, key=lambda i: risk[i])]
+        self.at_risk = sorted(set(self.at_risk) | set(new))
+        self.show.note(f"{len(new)} more batches at risk ({len(self.at_risk)} in all)")
+        return False
 
     def _better(self, value: float, than: float) -> bool:
         if np.isnan(than):
