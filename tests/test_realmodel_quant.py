@@ -9,6 +9,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
+from params_check import check_dump_matches_kernels
 from test_realmodel_dynamic import TEXTS, _embed_each
 
 import lowbit
@@ -100,7 +101,19 @@ def test_exports_agree_with_onnxruntime(digits, quantized, tmp_path, form):
     assert (logits.argmax(1) == theirs["logits"].argmax(1)).mean() >= 0.998
 
 
-def test_efficientnet_lite0_keeps_top1_on_real_photos():
+@pytest.fixture(scope="module")
+def efficientnet_int8():
+    """(photos, EfficientNet-Lite0, its quantization with default settings calibrated on every
+    third photo)."""
+    photos = load_photos()
+    graph = lowbit.load(efficientnet(True))
+    calib = [{"input": photos[i:i + 1]} for i in range(0, len(photos), 3)]
+    result = quantize(graph, lowbit.profile(graph, calib, progress=False),
+                      assert_all_quantized=True)
+    return photos, graph, result
+
+
+def test_efficientnet_lite0_keeps_top1_on_real_photos(efficientnet_int8):
     """EfficientNet-Lite0 with default settings, calibrated on every third photo: the depthwise
     convolutions with all-zero and 1e-9-wide weight channels that wreck per-tensor int8 get their
     own valid scales, every node computes in int8, weights are rounded so that their errors
@@ -112,11 +125,7 @@ def test_efficientnet_lite0_keeps_top1_on_real_photos():
     expected from the margins' error) and 100 % with margin >= 0.2; nearest rounding 21.9 dB,
     88.5 % and 98.6 %; ONNX Runtime's per-channel QDQ 16.0 dB, 83.9 % and 89.2 %
     (benchmarks/static_vs_onnxruntime.py, benchmarks/efficientnet_precision.py)."""
-    photos = load_photos()
-    graph = lowbit.load(efficientnet(True))
-    calib = [{"input": photos[i:i + 1]} for i in range(0, len(photos), 3)]
-    result = quantize(graph, lowbit.profile(graph, calib, progress=False),
-                      assert_all_quantized=True)
+    photos, graph, result = efficientnet_int8
     assert {r.mode for r in result.summary.rows} == {"int8"}
     assert sum("bias-corrected" in r.detail for r in result.summary.rows) == 50  # 49 Conv, Gemm
     assert sum("GPTQ rounding" in r.detail for r in result.summary.rows) == 50
@@ -132,6 +141,15 @@ def test_efficientnet_lite0_keeps_top1_on_real_photos():
     assert sqnr >= 23.0, sqnr
     assert agree[decisive].mean() >= 0.98, agree[decisive].mean()
     assert agree.mean() >= 0.9, agree.mean()
+
+
+def test_efficientnet_lite0_dump_prints_the_kernels_parameters(efficientnet_int8, monkeypatch):
+    """On every quantized node of EfficientNet-Lite0 (49 convolutions, the classifier, the
+    residual Adds, the global average), `lowbit dump` prints the parameters the reference
+    kernel computed with, number by number."""
+    photos, _, result = efficientnet_int8
+    compared = check_dump_matches_kernels(result.graph, {"input": photos[1:2]}, monkeypatch)
+    assert compared.get("Conv") == 49 and sum(compared.values()) > 49, compared
 
 
 def test_efficientnet_lite0_sensitivity_config_keeps_the_first_block_in_int16():

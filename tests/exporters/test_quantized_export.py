@@ -291,3 +291,36 @@ def test_a_sixteen_bit_graph_output_keeps_its_name_and_values(tmp_path, form):
     diff = np.abs(theirs - lowbit.run(q, x)["y"])
     assert np.mean(diff <= step * 1.001) >= 0.99
     assert diff.max() <= conv_step / 4 + 2 * step
+
+
+def _reducing_cnn() -> lowbit.Graph:
+    """x -> Conv -> ReduceMax (over the width) -> Flatten -> MatMul -> y; ReduceMax only
+    moves values (`OpDef.moves_data`)."""
+    inits = [numpy_helper.from_array(a.astype(np.float32), n) for n, a in (
+        ("w", RNG.normal(size=(4, 3, 3, 3)) * 0.4), ("b", RNG.normal(size=4) * 0.1),
+        ("wm", RNG.normal(size=(4 * 6, 5)) * 0.2))]
+    inits.append(numpy_helper.from_array(np.array([3], np.int64), "axes"))
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], name="conv"),
+             helper.make_node("ReduceMax", ["c", "axes"], ["r"], keepdims=1, name="max"),
+             helper.make_node("Flatten", ["r"], ["f"]),
+             helper.make_node("MatMul", ["f", "wm"], ["y"], name="head")]
+    g = helper.make_graph(nodes, "reducing", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, ["N", 3, 8, 8])], [helper.make_tensor_value_info(
+            "y", TensorProto.FLOAT, ["N", 5])], inits)
+    return optimize(import_model(helper.make_model(
+        g, opset_imports=[helper.make_opsetid("", 21)]), "reducing"))
+
+
+def test_qoperator_moves_codes_through_every_op_onnx_defines_on_them(tmp_path):
+    """An op that only moves values (ReduceMax here) runs on the uint8 codes in the QOperator
+    export, since ONNX's schema defines it on 8-bit integers, and ONNX Runtime agrees."""
+    graph = _reducing_cnn()
+    q = lowbit.quantize(graph, lowbit.profile(graph, [_x(4) for _ in range(4)], progress=False),
+                        assert_all_quantized=True)
+    path = tmp_path / "m.onnx"
+    lowbit.save(q, path, format="qoperator")
+    model = onnx.shape_inference.infer_shapes(onnx.load(path))
+    types = {v.name: v.type.tensor_type.elem_type for v in model.graph.value_info}
+    reduce = next(n for n in model.graph.node if n.op_type == "ReduceMax")
+    assert types[reduce.input[0]] == types[reduce.output[0]] == TensorProto.UINT8
+    _check_onnxruntime_agrees(q, path)

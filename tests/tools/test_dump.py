@@ -8,6 +8,7 @@ import sys
 
 import numpy as np
 import pytest
+from params_check import check_dump_matches_kernels
 
 import lowbit
 from lowbit.backends.reference.interpreter import Interpreter
@@ -114,6 +115,25 @@ def test_tables_and_float_outputs_are_described(quantized):
     gemm = next(n for n in q.nodes if n.name == last.name)
     want = gemm.inputs[0].type.quant.scale * gemm.inputs[1].type.quant.scale
     assert np.allclose(tensors[f"{last.name}.dequantize_scale"], want)
+
+
+def test_dump_prints_the_parameters_every_kernel_computes_with(quantized, mnist_profiled,
+                                                               monkeypatch):
+    """On every quantized node of MNISTNet (default int8, and int16 activations with int16
+    weights, whose wide accumulators narrow by a shift that depends on the bias), the
+    parameters `lowbit dump` prints are, number by number, the ones the reference kernel
+    computed with."""
+    q, x = quantized
+    compared = check_dump_matches_kernels(q, {"input": x}, monkeypatch)
+    assert compared == {"Conv": 2, "Gemm": 2}
+    graph, prof, _ = mnist_profiled
+    wide = lowbit.quantize(graph, prof, lowbit.QuantConfig.from_dict(
+        {"default": {"precision": "int16", "weight_precision": "int16"}}))
+    compared = check_dump_matches_kernels(wide, {"input": x}, monkeypatch)
+    assert compared == {"Conv": 2, "Gemm": 2}
+    records, _ = dump(wide, {"input": x}, nodes="Conv")
+    assert all(any(line.startswith("wide operands: acc = (acc + 2**") for line in r.integer)
+               for r in records)
 
 
 def test_bad_node_patterns_are_refused(quantized):

@@ -30,7 +30,7 @@ from lowbit.quant.cache import QuantCache
 from lowbit.quant.config import QuantConfig, Rule
 from lowbit.quant.profile import Profile
 from lowbit.quant.static import QuantResult
-from lowbit.tools.sensitivity import DATA_MOVEMENT
+from lowbit.tools.sensitivity import moves_data
 
 LADDERS = {"static": ("int16", "float"), "dynamic": ("float",)}
 """The precisions a layer is raised to, in order."""
@@ -66,7 +66,7 @@ class Quantizer:
         self.cache = None if dynamic else QuantCache(profile)
         self.base = self.quantize({})
         self.layers = [Layer(r.name, r.op_type, r.mode) for r in self.base.summary.integer_nodes
-                       if r.op_type not in DATA_MOVEMENT]
+                       if not moves_data(r.op_type)]
         """The layers that compute in integers with the user's config: those a search may
         raise (ops that only move values add no error of their own)."""
         if not self.layers:

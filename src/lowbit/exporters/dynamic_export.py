@@ -34,6 +34,7 @@ from __future__ import annotations
 import numpy as np
 
 from lowbit.backends.lowering import fold_quantized_constants
+from lowbit.backends.reference.kernels import integer_params
 from lowbit.errors import ModelError
 from lowbit.ir import dtypes
 from lowbit.ir.dead_code import eliminate_dead_code
@@ -55,12 +56,9 @@ def lower_dynamic(graph: Graph) -> Graph:
     floats: dict[Value, Value] = {}
     grouped: dict[Value, tuple[Value, Value]] = {}
     for node in list(g.nodes):
-        if node.domain != QUANT_DOMAIN:
-            continue
-        if node.op_type == "DynamicQuantize":
-            _Emit(g, node, floats, grouped).quantize()
-        elif node.op_type == "DynamicMatMul":
-            _Emit(g, node, floats, grouped).matmul()
+        lowering = _LOWERINGS.get(node.op_type) if node.domain == QUANT_DOMAIN else None
+        if lowering is not None:
+            lowering(_Emit(g, node, floats, grouped))
     g = eliminate_dead_code(g)
     infer_graph(g, keep_quant=False)
     return g
@@ -226,17 +224,16 @@ class _Emit:
             return
         za = self.one("Cast", a_zero, to=i32)
         if b.is_constant:
-            w = b.type
-            wz = w.quant.zero_point.astype(np.int64) if w.quant is not None else np.int64(0)
-            centred = b.const_value.astype(np.int64) - wz
-            colsum = centred.sum(axis=-2).astype(np.int32)
+            p = integer_params(self.node, [None if v is None else v.const_value
+                                           for v in self.node.inputs])
             plain = self.const(np.asarray(b.const_value), "weight")
             bz = None
-            if np.any(wz != 0):
-                bz = self.const(np.asarray(wz).astype(w.dtype.np_dtype), "weight_zero_point")
+            if np.any(p.weight_zero != 0):
+                bz = self.const(p.weight_zero.astype(b.type.dtype.np_dtype), "weight_zero_point")
             acc = self.one("Sub", self.op("MatMulInteger", [a, plain, None, bz])[0],
-                           self.one("Mul", za, self.const(colsum, "colsum")))
-            scale_b = self.const(w.quant.scale.astype(np.float32), "weight_scale")
+                           self.one("Mul", za, self.const(p.weight_sums.astype(np.int32),
+                                                          "colsum")))
+            scale_b = self.const(p.weight_scale.astype(np.float32), "weight_scale")
         else:  # two activations: QDQ form, ONNX Runtime has no fast int32 MatMul
             real = [self.one("Mul", self.one("Sub", self.real(q), self.real(zero)), scale)
                     for q, zero, scale in ((a, a_zero, a_scale), (b, b_zero, b_scale))]
@@ -292,3 +289,7 @@ class _Emit:
                                      "weight_scale"))
         return self.one("Reshape", real_w, self.const(np.array([count * g, n], np.int64),
                                                       "weight_shape"))
+
+
+_LOWERINGS = {"DynamicQuantize": _Emit.quantize, "DynamicMatMul": _Emit.matmul}
+"""How each of lowbit's dynamic ops is written in standard ONNX ops."""

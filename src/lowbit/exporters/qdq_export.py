@@ -27,8 +27,10 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import onnx
 
 from lowbit.backends.lowering import fold_quantized_constants
+from lowbit.backends.reference.kernels import integer_params
 from lowbit.errors import UnsupportedError
 from lowbit.exporters.uint8_activations import move_activations_to_uint8
 from lowbit.ir import dtypes
@@ -36,23 +38,12 @@ from lowbit.ir.dead_code import eliminate_dead_code
 from lowbit.ir.graph import CONSTANT, Graph, Node, Value
 from lowbit.ir.types import TensorType
 from lowbit.numerics import arith
+from lowbit.ops.product import integer_product
 from lowbit.ops.quantized import ONNX_QUANTIZED_OPS
 from lowbit.ops.registry import FUSED_CLIP, KEEP, QUANT_DOMAIN, REQUANT, lookup
 
 MS_DOMAIN = "com.microsoft"
 FORMATS = ("qdq", "qoperator")
-
-_INTEGER_EXACT = {
-    "Reshape", "Transpose", "Flatten", "Squeeze", "Unsqueeze", "Slice", "Gather", "MaxPool",
-    "Identity", "Expand", "Split", "Tile", "DepthToSpace", "SpaceToDepth", "Pad",
-}
-"""KEEP ops ONNX defines on int8/uint8 tensors with the same meaning (values moved, not
-computed)."""
-
-_MIXED_TYPES = {"Conv", "MatMul", "Gemm"}
-"""Ops whose QLinear form takes its weight in another 8-bit type than its activation and result
-(which share one); the others take one type for every operand and the result."""
-
 
 class _Lowering:
     def __init__(self, graph: Graph, form: str) -> None:
@@ -182,9 +173,11 @@ class _Lowering:
         DequantizeLinear would compute from the integers (float32(q - z) * scale, one rounding,
         as in ONNX Runtime and the ONNX reference): the same model, and the runtime can
         prepack the weight as it does a float model's instead of dequantizing it every run."""
-        if node.op_type not in _MIXED_TYPES or not node.inputs[1].is_constant:
+        geometry = integer_product(node)
+        if geometry is None or not node.inputs[geometry.weight_input].is_constant:
             return False
-        if any(_quantized(v) and v.type.dtype.bits == 16 for v in node.inputs[:2]):
+        operands = (node.inputs[geometry.data_input], node.inputs[geometry.weight_input])
+        if any(_quantized(v) and v.type.dtype.bits == 16 for v in operands):
             return True
         return node.op_type == "Conv" and _quantized(node.outputs[0]) and \
             node.outputs[0].type.dtype.bits == 16
@@ -215,17 +208,21 @@ class _Lowering:
         if not _quantized(out) or not all(_quantized(v) or v is None or not _float(v)
                                           for v in ins):
             return False
-        data = ins[:2] if node.op_type in ("Conv", "Gemm") else ins  # not the int32 bias
+        geometry = integer_product(node)
+        bias_at = geometry.bias_input if geometry is not None else None
+        data = [v for i, v in enumerate(ins) if i != bias_at]  # not the int32 bias
         if not all(_eight_bit(v) for v in (*data, out)):
             return False  # ONNX Runtime's integer operators (and its MaxPool, Clip) take 8 bits
         op = lookup(node.op_type, node.domain)
         rule = op.quant_rule if op is not None else None
         if node.op_type in ("Relu", "Clip"):
             return self._integer_clamp(node)
-        same_type = (data[0], out) if node.op_type in _MIXED_TYPES else (*data, out)
+        # a product's QLinear form takes its weight in another 8-bit type than its activation
+        # and result (which share one); the others take one type for every operand and result
+        same_type = (data[0], out) if geometry is not None else (*data, out)
         if len({v.type.dtype for v in same_type if _quantized(v)}) > 1:
             return False  # a graph input or output kept int8 next to uint8 activations
-        if rule == KEEP and node.op_type in _INTEGER_EXACT:
+        if rule == KEEP and op.moves_data is not None and _onnx_takes(node, self.g.opset):
             return not node.attrs.get(FUSED_CLIP) and ins[0].type.quant == out.type.quant
         if node.attrs.get(FUSED_CLIP) is not None:
             bounds = arith.output_bounds(node, out.type)
@@ -239,9 +236,9 @@ class _Lowering:
             return self._replace(node, "QLinearConv", "", new_in, attrs)
         if node.op_type == "MatMul" and ins[0].type.quant.per_tensor:
             return self._replace(node, "QLinearMatMul", "", [*pq[0], *pq[1], *y], {})
-        if node.op_type == "Gemm" and not attrs.get("transA"):
+        if node.op_type == "Gemm" and not geometry.trans_a:
             c = [ins[2]] if len(ins) > 2 and ins[2] is not None else [None]
-            gemm_attrs = {"transA": 0, "transB": int(attrs.get("transB", 0)),
+            gemm_attrs = {"transA": 0, "transB": int(geometry.trans_b),
                           "alpha": float(attrs.get("alpha", 1.0))}
             return self._replace(node, "QGemm", MS_DOMAIN, [*pq[0], *pq[1], *c, *y], gemm_attrs)
         if node.op_type in ("Add", "Mul") and all(v.type.quant.per_tensor for v in ins):
@@ -273,23 +270,17 @@ class _Lowering:
         return True
 
     def _integer_clamp(self, node: Node) -> bool:
+        """Relu / Clip as an integer Clip at the bounds their integer kernel clamps to
+        (`int_activation.ClampParams`), when the output keeps the input's type."""
         x, out = node.inputs[0], node.outputs[0]
         if x.type.dtype != out.type.dtype or x.type.quant != out.type.quant or \
                 not out.type.quant.per_tensor:
             return False
-        s, z = float(arith.scale_of(out.type)), int(arith.zero_of(out.type))
-        lo, hi = 0.0, math.inf
-        if node.op_type == "Clip":
-            lo = -math.inf if len(node.inputs) < 2 or node.inputs[1] is None else \
-                float(node.inputs[1].const_value)
-            hi = math.inf if len(node.inputs) < 3 or node.inputs[2] is None else \
-                float(node.inputs[2].const_value)
+        p = integer_params(node, [None if v is None else v.const_value for v in node.inputs])
         dt = out.type.dtype
-        qlo = dt.qmin if math.isinf(lo) else max(dt.qmin, z + math.ceil(lo / s - 1e-9))
-        qhi = dt.qmax if math.isinf(hi) else min(dt.qmax, z + math.floor(hi / s + 1e-9))
         bounds = [self.g.add_constant(np.asarray(b, dt.np_dtype),
                                       f"{out.name}_{k}", before=node)
-                  for b, k in ((qlo, "qmin"), (max(qlo, qhi), "qmax"))]
+                  for b, k in ((p.qmin, "qmin"), (p.qmax, "qmax"))]
         node.op_type = "Clip"
         node.inputs = [x, *bounds]
         node.attrs = {}
@@ -327,6 +318,20 @@ def _float_between_float_ops(g: Graph) -> Graph:
     for node in g.nodes:
         node.inputs = [real.get(v, v) if v is not None else None for v in node.inputs]
     return g
+
+
+def _onnx_takes(node: Node, opset: int) -> bool:
+    """Whether ONNX's schema of `node`'s op at `opset` defines it on its data input's integer
+    dtype (ONNX Runtime then moves the codes itself: MaxPool, Gather, ... on int8 and uint8, but
+    GlobalMaxPool only on floats)."""
+    try:
+        schema = onnx.defs.get_schema(node.op_type, opset, "")
+    except onnx.defs.SchemaError:
+        return False
+    formal = schema.inputs[0].type_str
+    allowed = next((c.allowed_type_strs for c in schema.type_constraints
+                    if c.type_param_str == formal), [formal])
+    return f"tensor({node.inputs[0].type.dtype.name})" in allowed
 
 
 def _quantized(v: Value | None) -> bool:

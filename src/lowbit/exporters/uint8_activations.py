@@ -34,8 +34,8 @@ import numpy as np
 from lowbit.ir import dtypes
 from lowbit.ir.graph import Graph, Node, Value
 from lowbit.ir.types import QuantParams, TensorType
+from lowbit.ops.product import integer_product
 
-_WEIGHT_OPERAND = {"Conv": 1, "MatMul": 1, "Gemm": 1}
 SHIFT = 128
 
 
@@ -56,7 +56,8 @@ def _moved_array(a: np.ndarray) -> np.ndarray:
 
 
 def _is_weight(node: Node, index: int) -> bool:
-    return node.domain == "" and _WEIGHT_OPERAND.get(node.op_type) == index
+    geometry = integer_product(node) if node.domain == "" else None
+    return geometry is not None and geometry.weight_input == index
 
 
 def move_activations_to_uint8(g: Graph, keep_symmetric: bool = False) -> Graph:

@@ -10,11 +10,13 @@ derived integers and a user can reproduce a kernel by hand.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
 from lowbit.errors import KernelError
 from lowbit.ir.attrs import FUSED_CLIP, REQUANT
+from lowbit.ir.dtypes import DType
 from lowbit.ir.graph import Node
 from lowbit.ir.types import TensorType
 from lowbit.numerics import fixed_point
@@ -73,18 +75,52 @@ def saturate_int32(acc: np.ndarray) -> np.ndarray:
     return np.clip(acc, INT32_MIN, INT32_MAX)
 
 
-def requantize(node: Node, acc: np.ndarray, M, out: TensorType, *, axis: int | None = None,
-               bounds: tuple[int, int] | None = None) -> np.ndarray:
-    """`saturate(requantize(acc, M) + zero_point)` into the output dtype, in integers only."""
+@dataclass(frozen=True, eq=False)
+class Requant:
+    """One requantization of int32 accumulators into an integer output, as integers:
+
+        y = clamp(requantize(saturate_int32(acc), encoding) + zero_point, qmin, qmax)
+
+    `requantize` is the integer expression of `encoding.method` (`lowbit.numerics.fixed_point`:
+    q31 multiplier and shifts, or prescale pre-shift / scale / post-shift / clip), whose arrays
+    are 0-d (per tensor) or 1-D (per channel, along `axis` of the accumulator), as is
+    `zero_point` (int64). [qmin, qmax] is the output dtype's range narrowed by a fused Relu /
+    Clip; `encoding.real` is the real factor M the integers approximate (reports only)."""
+
+    encoding: RequantParams
+    zero_point: np.ndarray
+    qmin: int
+    qmax: int
+    dtype: DType
+    axis: int | None = None
+
+    @property
+    def multiplier(self) -> np.ndarray:
+        """M, the real factor (float64) the encoding approximates."""
+        return self.encoding.real
+
+    def apply(self, acc: np.ndarray) -> np.ndarray:
+        """y of the class docstring, in the output dtype. (Saturating to the dtype's range
+        first and then to [qmin, qmax], which lies inside it, is the one clamp above.)"""
+        y = fixed_point.requantize(saturate_int32(np.asarray(acc, np.int64)), self.encoding,
+                                   self.zero_point, self.dtype.qmin, self.dtype.qmax,
+                                   axis=self.axis)
+        return np.clip(y, self.qmin, self.qmax).astype(self.dtype.np_dtype)
+
+
+def output_requant(node: Node, M, out: TensorType, *, axis: int | None = None,
+                   bounds: tuple[int, int] | None = None) -> Requant:
+    """The requantization of `node`'s accumulators by the real factor(s) M into output type
+    `out`: M encoded in the node's encoding (`encode`), the output zero point, and the clamp
+    bounds `bounds` (default `output_bounds`: a fused clip narrows them). Per-channel M runs
+    along `axis` of the accumulator, or along the output type's axis when its zero point is
+    per channel."""
     qmin, qmax = bounds if bounds is not None else output_bounds(node, out)
-    params = encode(node, M, out)
     zp = zero_of(out)
     q_axis = out.quant.axis if out.quant is not None else None
     if zp.ndim and q_axis is not None:
         axis = q_axis
-    y = fixed_point.requantize(saturate_int32(np.asarray(acc, np.int64)), params, zp,
-                               out.dtype.qmin, out.dtype.qmax, axis=axis)
-    return np.clip(y, qmin, qmax).astype(out.dtype.np_dtype)
+    return Requant(encode(node, M, out), zp, int(qmin), int(qmax), out.dtype, axis)
 
 
 def quantize(x: np.ndarray, out: TensorType) -> np.ndarray:
@@ -136,6 +172,23 @@ def lookup_table(f: Callable[[np.ndarray], np.ndarray], x: TensorType,
     codes = np.arange(x.dtype.qmin, x.dtype.qmax + 1, dtype=np.int64)
     real = dequantize(codes.astype(x.dtype.np_dtype), x)
     return quantize(np.asarray(f(real), np.float32), out)
+
+
+def float32_multiplier(s_in, s_w, s_out=None, alpha: float = 1.0) -> np.ndarray:
+    """ONNX Runtime's requantization multiplier of an int32 accumulator, in float32 (MLAS):
+    `float32(float32(float32(alpha * s_in) * s_w) / s_out)`, elementwise with broadcasting
+    (per output channel with per-channel s_w); without `s_out`, the dequantization factor
+    `float32(float32(alpha * s_in) * s_w)`. Scales of narrower float types widen to float32
+    first (exact); NaN and infinities propagate."""
+    f = np.float32
+    with np.errstate(all="ignore"):
+        m = np.asarray(s_in).astype(f)
+        if alpha != 1.0:
+            m = (f(alpha) * m).astype(f)
+        m = m * np.asarray(s_w).astype(f)
+        if s_out is not None:
+            m = m / np.asarray(s_out).astype(f).reshape(())
+    return np.asarray(m, f)
 
 
 def bias_scale_matches(bias: TensorType, expected: np.ndarray) -> bool:

@@ -17,7 +17,17 @@ from lowbit.ir.graph import Node
 from lowbit.ir.types import Dim, QuantParams, TensorType
 from lowbit.ops.common import broadcast_shapes, normalize_axis
 from lowbit.ops.elementwise_rules import known_types, same_dtype
-from lowbit.ops.registry import KEEP, REQUIRED, RESCALE, Attr, OpDef, fail, register
+from lowbit.ops.registry import (
+    KEEP,
+    REARRANGES,
+    REQUIRED,
+    RESCALE,
+    SELECTS,
+    Attr,
+    OpDef,
+    fail,
+    register,
+)
 from lowbit.ops.shape import shape_from_input
 from lowbit.ops.shape_values import static_value, symbolic_value
 from lowbit.ops.symbolic import clamped_slice, dim_add, dim_div, dim_mul, dims_equal, merge_dim
@@ -42,6 +52,7 @@ class Concat(OpDef):
 
     op_type = "Concat"
     quant_rule = RESCALE
+    moves_data = REARRANGES
     inputs = ("inputs*",)
     outputs = ("concat_result",)
     attrs: ClassVar[dict[str, Attr]] = {"axis": Attr("int", REQUIRED)}
@@ -86,6 +97,7 @@ class Split(OpDef):
 
     op_type = "Split"
     quant_rule = KEEP
+    moves_data = SELECTS
     inputs = ("input", "split?")
     outputs = ("outputs*",)
     attrs: ClassVar[dict[str, Attr]] = {"axis": Attr("int", 0), "num_outputs": Attr("int")}
@@ -193,6 +205,7 @@ class Slice(OpDef):
 
     op_type = "Slice"
     quant_rule = KEEP
+    moves_data = SELECTS
     inputs = ("data", "starts", "ends", "axes?", "steps?")
     outputs = ("output",)
 
@@ -237,6 +250,7 @@ class Tile(OpDef):
 
     op_type = "Tile"
     quant_rule = KEEP
+    moves_data = REARRANGES
     inputs = ("input", "repeats")
     outputs = ("output",)
 
@@ -275,6 +289,7 @@ class Expand(OpDef):
 
     op_type = "Expand"
     quant_rule = KEEP
+    moves_data = REARRANGES
     inputs = ("input", "shape")
     outputs = ("output",)
 
@@ -319,6 +334,7 @@ class Pad(OpDef):
 
     op_type = "Pad"
     quant_rule = KEEP
+    moves_data = REARRANGES
     inputs = ("data", "pads", "constant_value?", "axes?")
     outputs = ("output",)
     attrs: ClassVar[dict[str, Attr]] = {"mode": Attr("string", "constant")}

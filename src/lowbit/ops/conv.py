@@ -17,6 +17,7 @@ from lowbit.ops.conv_geometry import (
     window_from_attrs,
 )
 from lowbit.ops.elementwise_rules import FLOATS, check_dtype, known_types, same_dtype
+from lowbit.ops.product import ProductGeometry, weight_rank
 from lowbit.ops.registry import COMPUTE, Attr, OpDef, fail, register
 
 
@@ -110,6 +111,15 @@ class Conv(OpDef):
     fusable = True
     quant_rule = COMPUTE
 
+    def product(self, node: Node) -> ProductGeometry:
+        """W (M, C / group, k1, ..., kn) reduces over every axis but the first: K = C / group *
+        k1 * ... * kn, the receptive field of one output element."""
+        rank = weight_rank(node, 1) or weight_rank(node, 0)
+        return ProductGeometry(1, 2, 0, tuple(range(1, rank)) if rank else None,
+                               input_channel_axis=1,
+                               output_channel_axis=1, groups=int(node.attrs.get("group", 1)),
+                               windowed=True)
+
     def infer(self, node: Node, in_types: list[TensorType | None]) -> list[TensorType]:
         x, w, window = conv_operands(node, in_types)
         m = w.shape[0]  # type: ignore[index]
@@ -140,6 +150,13 @@ class ConvTranspose(OpDef):
     attrs = {**WINDOW_ATTRS, "group": Attr("int", 1), "output_padding": Attr("ints"),
              "output_shape": Attr("ints")}
     fusable = True
+
+    def product(self, node: Node) -> ProductGeometry:
+        """W (C, M / group, k...): its axis 1 runs along the output channels with one group
+        only; the taps of neighbouring inputs overlap, so no weight axes multiply to K."""
+        group = int(node.attrs.get("group", 1))
+        return ProductGeometry(1, 2, 1 if group == 1 else None, None, input_channel_axis=1,
+                               output_channel_axis=1, groups=group, windowed=True)
 
     def infer(self, node: Node, in_types: list[TensorType | None]) -> list[TensorType]:
         x, w, window = conv_operands(node, in_types)

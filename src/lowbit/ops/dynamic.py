@@ -29,6 +29,7 @@ from lowbit.ir.graph import Node
 from lowbit.ir.types import Dim, TensorType
 from lowbit.numerics.dynamic_params import group_count, normalize_axes
 from lowbit.ops.linalg import matmul_shape
+from lowbit.ops.product import ProductGeometry, matrix_product
 from lowbit.ops.registry import QUANT_DOMAIN, REQUIRED, Attr, OpDef, fail, register
 
 CODES = (dt.UINT8, dt.INT8)
@@ -125,6 +126,10 @@ class DynamicMatMul(OpDef):
         if c is not None and c.dtype != dt.FLOAT32:
             raise fail(node, "the bias C must be float32")
         return [TensorType(dt.FLOAT32, matmul_shape(node, a.shape, b.shape))]
+
+    def product(self, node: Node) -> ProductGeometry:
+        """B (input 3) is (..., K, N), C (input 6) the float32 bias."""
+        return matrix_product(node, 3, 6)
 
     @staticmethod
     def _check_param(node: Node, x: TensorType, scale: TensorType | None,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from lowbit.ir import dtypes
 from lowbit.ir.graph import Node
 from lowbit.ir.types import TensorType
-from lowbit.ops.registry import KEEP, Attr, OpDef, fail, register
+from lowbit.ops.registry import KEEP, REARRANGES, Attr, OpDef, fail, register
 
 
 @register
@@ -14,6 +14,7 @@ class Identity(OpDef):
 
     op_type = "Identity"
     quant_rule = KEEP
+    moves_data = REARRANGES
     inputs = ("input",)
     outputs = ("output",)
 

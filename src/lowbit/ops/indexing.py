@@ -18,7 +18,7 @@ from lowbit.ir.graph import Node
 from lowbit.ir.types import Dim, QuantParams, TensorType
 from lowbit.ops.common import normalize_axis
 from lowbit.ops.elementwise_rules import NUMERIC, check_dtype, known_types, same_dtype
-from lowbit.ops.registry import KEEP, Attr, OpDef, fail, register
+from lowbit.ops.registry import KEEP, SELECTS, Attr, OpDef, fail, register
 from lowbit.ops.shape_values import static_value
 from lowbit.ops.symbolic import merge_dim
 from lowbit.ops.tensor_rules import INDEX_DTYPES, check_index_dtype, moved_quant, refuse_axis
@@ -34,6 +34,7 @@ class Gather(OpDef):
 
     op_type = "Gather"
     quant_rule = KEEP
+    moves_data = SELECTS
     inputs = ("data", "indices")
     outputs = ("output",)
     attrs: ClassVar[dict[str, Attr]] = {"axis": Attr("int", 0)}
@@ -81,6 +82,7 @@ class GatherND(OpDef):
 
     op_type = "GatherND"
     quant_rule = KEEP
+    moves_data = SELECTS
     inputs = ("data", "indices")
     outputs = ("output",)
     attrs: ClassVar[dict[str, Attr]] = {"batch_dims": Attr("int", 0)}
@@ -127,6 +129,7 @@ class GatherElements(OpDef):
 
     op_type = "GatherElements"
     quant_rule = KEEP
+    moves_data = SELECTS
     inputs = ("data", "indices")
     outputs = ("output",)
     attrs: ClassVar[dict[str, Attr]] = {"axis": Attr("int", 0)}

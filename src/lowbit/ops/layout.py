@@ -16,7 +16,7 @@ from lowbit.ir.graph import Node
 from lowbit.ir.types import Dim, QuantParams, TensorType
 from lowbit.ops.common import normalize_axis
 from lowbit.ops.elementwise_rules import known_types
-from lowbit.ops.registry import KEEP, REQUIRED, Attr, OpDef, fail, register
+from lowbit.ops.registry import KEEP, REARRANGES, REQUIRED, Attr, OpDef, fail, register
 from lowbit.ops.shape_values import static_value, symbolic_value
 from lowbit.ops.symbolic import dim_div, dim_mul, dim_product
 from lowbit.ops.tensor_rules import check_index_dtype, moved_quant, refuse_axis, reshaped_quant
@@ -32,6 +32,7 @@ class Reshape(OpDef):
 
     op_type = "Reshape"
     quant_rule = KEEP
+    moves_data = REARRANGES
     inputs = ("data", "shape")
     outputs = ("reshaped",)
     attrs: ClassVar[dict[str, Attr]] = {"allowzero": Attr("int", 0)}
@@ -100,6 +101,7 @@ class Flatten(OpDef):
 
     op_type = "Flatten"
     quant_rule = KEEP
+    moves_data = REARRANGES
     inputs = ("input",)
     outputs = ("output",)
     attrs: ClassVar[dict[str, Attr]] = {"axis": Attr("int", 1)}
@@ -125,6 +127,7 @@ class Transpose(OpDef):
 
     op_type = "Transpose"
     quant_rule = KEEP
+    moves_data = REARRANGES
     inputs = ("data",)
     outputs = ("transposed",)
     attrs: ClassVar[dict[str, Attr]] = {"perm": Attr("ints")}
@@ -167,6 +170,7 @@ class Squeeze(OpDef):
 
     op_type = "Squeeze"
     quant_rule = KEEP
+    moves_data = REARRANGES
     inputs = ("data", "axes?")
     outputs = ("squeezed",)
 
@@ -214,6 +218,7 @@ class Unsqueeze(OpDef):
 
     op_type = "Unsqueeze"
     quant_rule = KEEP
+    moves_data = REARRANGES
     inputs = ("data", "axes")
     outputs = ("expanded",)
 
@@ -279,6 +284,7 @@ class DepthToSpace(_BlockRearrange):
 
     op_type = "DepthToSpace"
     quant_rule = KEEP
+    moves_data = REARRANGES
 
     def out_shape(self, node: Node, shape: tuple[Dim, ...]) -> tuple[Dim, ...]:
         n, c, h, w = shape
@@ -296,6 +302,7 @@ class SpaceToDepth(_BlockRearrange):
 
     op_type = "SpaceToDepth"
     quant_rule = KEEP
+    moves_data = REARRANGES
     attrs: ClassVar[dict[str, Attr]] = {"blocksize": Attr("int", REQUIRED),
                                         "mode": Attr("string")}
 

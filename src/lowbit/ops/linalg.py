@@ -19,6 +19,7 @@ from lowbit.ops.elementwise_rules import (
     known_types,
     same_dtype,
 )
+from lowbit.ops.product import ProductGeometry, gemm_product, matrix_product
 from lowbit.ops.registry import COMPUTE, Attr, OpDef, fail, register
 
 MATMUL_TYPES = FLOATS | {dt.INT32, dt.INT64, dt.UINT32, dt.UINT64}
@@ -73,14 +74,30 @@ class Gemm(OpDef):
         for label, t in (("A", a), ("B", b)):
             if len(t.shape) != 2:  # type: ignore[arg-type]
                 raise fail(node, f"{label} must be a matrix, got shape {t.shape}")
-        m, k1 = reversed(a.shape) if node.attrs.get("transA", 0) else a.shape
-        k2, n = reversed(b.shape) if node.attrs.get("transB", 0) else b.shape
+        geometry = self.product(node)
+        m, k1 = reversed(a.shape) if geometry.trans_a else a.shape
+        k2, n = reversed(b.shape) if geometry.trans_b else b.shape
         _inner_dims_agree(node, k1, k2, a.shape, b.shape)
         shape: tuple[Dim, ...] | None = (m, n)
         c = types[2] if len(types) > 2 else None
         if c is not None:
             shape = broadcast_to(node, shape, c, "C")
         return [TensorType(a.dtype, shape)]
+
+    def product(self, node: Node) -> ProductGeometry:
+        """B (input 1) is (K, N), or (N, K) with transB; C (input 2) the bias."""
+        return gemm_product(node, 1, 2)
+
+    def integer_problem(self, node: Node) -> str | None:
+        """An integer product has no room for alpha or beta other than 1 (they would scale the
+        int32 accumulator) nor for transA (A is quantized per tensor along its rows)."""
+        c = node.input_or_none(2)
+        if float(node.attrs.get("alpha", 1.0)) != 1.0 or (
+                c is not None and float(node.attrs.get("beta", 1.0)) != 1.0):
+            return "Gemm with alpha or beta other than 1"
+        if self.product(node).trans_a:
+            return "Gemm with transA"
+        return None
 
 
 @register
@@ -100,6 +117,10 @@ class MatMul(OpDef):
         check_dtype(node, 1, b, MATMUL_TYPES)
         _same_unless_quantized(node, [a, b])
         return [TensorType(a.dtype, matmul_shape(node, a.shape, b.shape))]
+
+    def product(self, node: Node) -> ProductGeometry:
+        """B is (..., K, N): its last axis runs along the output channels."""
+        return matrix_product(node, 1, None)
 
 
 def matmul_shape(node: Node, a: tuple[Dim, ...] | None, b: tuple[Dim, ...] | None

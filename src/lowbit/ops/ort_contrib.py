@@ -12,6 +12,7 @@ from lowbit.ir import dtypes as dt
 from lowbit.ir.graph import Node
 from lowbit.ir.types import Dim, TensorType
 from lowbit.ops.elementwise_rules import known_types
+from lowbit.ops.product import ProductGeometry, gemm_product
 from lowbit.ops.quantized import (
     EIGHT_BIT,
     _output_quant,
@@ -53,6 +54,10 @@ class QGemm(OpDef):
               "y_scale?", "y_zero_point?")
     attrs = {"alpha": Attr("float", 1.0), "transA": Attr("int", 0), "transB": Attr("int", 0)}
 
+    def product(self, node: Node) -> ProductGeometry:
+        """B (input 3) is (K, N), or (N, K) with transB; C (input 6) the int32 bias."""
+        return gemm_product(node, 3, 6)
+
     def infer(self, node: Node, in_types: list[TensorType | None]) -> list[TensorType]:
         types = (known_types(node, in_types) + [None] * 9)[:9]
         a, b = types[0], types[3]
@@ -76,8 +81,9 @@ class QGemm(OpDef):
             if len(a.shape) != 2 or len(b.shape) != 2:
                 raise fail(node, f"A and B must be 2-D, got shapes {list(a.shape)} and "
                                  f"{list(b.shape)}")
-            m, k = a.shape[::-1] if node.attrs["transA"] else a.shape
-            kb, n = b.shape[::-1] if node.attrs["transB"] else b.shape
+            geometry = self.product(node)
+            m, k = a.shape[::-1] if geometry.trans_a else a.shape
+            kb, n = b.shape[::-1] if geometry.trans_b else b.shape
             if isinstance(k, int) and isinstance(kb, int) and k != kb:
                 raise fail(node, f"inner dimensions differ: A gives {k}, B gives {kb}")
         _single_or_columns(node, types[4], 4, n)

@@ -14,7 +14,7 @@ from lowbit.ir.graph import Node
 from lowbit.ir.types import TensorType
 from lowbit.ops.conv_geometry import WINDOW_ATTRS, Window, window_from_attrs
 from lowbit.ops.elementwise_rules import FLOATS, check_dtype, known_types
-from lowbit.ops.registry import KEEP, REQUIRED, RESCALE, Attr, OpDef, fail, register
+from lowbit.ops.registry import KEEP, REQUIRED, RESCALE, SELECTS, Attr, OpDef, fail, register
 
 POOL_ATTRS = {**WINDOW_ATTRS, "kernel_shape": Attr("ints", REQUIRED),
               "ceil_mode": Attr("int", 0)}
@@ -70,6 +70,7 @@ class MaxPool(WindowPool):
     attrs = {**POOL_ATTRS, "storage_order": Attr("int", 0)}
     allowed = FLOATS | {dt.INT8, dt.UINT8}
     quant_rule = KEEP
+    moves_data = SELECTS
 
     def check(self, node: Node, in_types: list[TensorType | None]) -> None:
         super().check(node, in_types)
@@ -127,6 +128,7 @@ class GlobalMaxPool(GlobalPool):
 
     op_type = "GlobalMaxPool"
     quant_rule = KEEP
+    moves_data = SELECTS
 
 
 @register

@@ -24,7 +24,7 @@ from lowbit.ir.graph import Node
 from lowbit.ir.types import Dim, TensorType
 from lowbit.ops.common import normalize_axis
 from lowbit.ops.elementwise_rules import BOOL, FLOATS, check_dtype, known_types
-from lowbit.ops.registry import KEEP, RESCALE, Attr, OpDef, fail, register
+from lowbit.ops.registry import KEEP, RESCALE, SELECTS, Attr, OpDef, fail, register
 
 WIDE_NUMERIC = FLOATS | {dt.INT32, dt.INT64, dt.UINT32, dt.UINT64}
 ORDERED = WIDE_NUMERIC | {dt.INT8, dt.UINT8} | BOOL
@@ -105,6 +105,7 @@ class ReduceMax(Reduce):
     op_type = "ReduceMax"
     allowed = ORDERED
     quant_rule = KEEP
+    moves_data = SELECTS
 
 
 @register
@@ -114,6 +115,7 @@ class ReduceMin(Reduce):
     op_type = "ReduceMin"
     allowed = ORDERED
     quant_rule = KEEP
+    moves_data = SELECTS
 
 
 @register

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
@@ -21,6 +21,9 @@ from lowbit.errors import ModelError, UnsupportedError
 from lowbit.ir.attrs import FUSED_CLIP, REQUANT
 from lowbit.ir.graph import Node
 from lowbit.ir.types import TensorType
+
+if TYPE_CHECKING:
+    from lowbit.ops.product import ProductGeometry
 
 REQUIRED = object()
 """Default marker for an attribute that must be present."""
@@ -39,6 +42,13 @@ to output parameters from the profile."""
 TABLE = "table"
 """A float function of one input: a lookup table over every input code (256 entries for 8 bits,
 65536 for 16)."""
+
+# Data movement (`OpDef.moves_data`): the op's outputs are elements of its data input, unchanged.
+REARRANGES = "rearranges"
+"""Every input element reaches the output, reshaped, transposed, repeated or concatenated, and
+padding adds only a constant (a range that holds the input's holds the output's)."""
+SELECTS = "selects"
+"""The output holds some of the input elements (slices, gathers, splits, maxima, minima)."""
 
 
 @dataclass(frozen=True)
@@ -72,6 +82,10 @@ class OpDef:
     quant_rule: ClassVar[str | None] = None
     """How the op computes on quantized inputs (COMPUTE, KEEP, RESCALE, TABLE), or None if it
     only computes in float."""
+    moves_data: ClassVar[str | None] = None
+    """REARRANGES or SELECTS when the op only moves its data input's elements (on quantized
+    codes it is exact and adds no error of its own), None when it computes. The one list of
+    data-movement ops: quantization, sensitivity ranking and the exporters ask it."""
 
     @classmethod
     def all_attrs(cls) -> dict[str, Attr]:
@@ -113,6 +127,16 @@ class OpDef:
         """Output types from input types. Constant inputs are available as
         `node.inputs[i].const_value`. Unknown dimensions are None, unknown rank is shape None."""
         raise NotImplementedError(f"{self.op_type} has no type inference")
+
+    def product(self, node: Node) -> ProductGeometry | None:
+        """Where `node`'s weight, bias and channels are, if the op is a product
+        (`lowbit.ops.product`); None for every other op (the default)."""
+        return None
+
+    def integer_problem(self, node: Node) -> str | None:
+        """Why `node` cannot compute in integers although its settings ask for them (a Gemm
+        with alpha other than 1), or None (the default)."""
+        return None
 
 
 _REGISTRY: dict[tuple[str, str], OpDef] = {}

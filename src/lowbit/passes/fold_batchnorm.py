@@ -7,6 +7,8 @@ import numpy as np
 
 from lowbit.ir.dead_code import eliminate_dead_code
 from lowbit.ir.graph import Graph, Node, Value
+from lowbit.ops.product import product_of
+from lowbit.ops.registry import lookup
 
 
 def _single_user(graph_users: dict, value: Value, graph: Graph) -> bool:
@@ -25,17 +27,16 @@ def _bn_factors(bn: Node) -> tuple[np.ndarray, np.ndarray] | None:
 
 
 def _weight_axis(producer: Node, weight: np.ndarray) -> int | None:
-    """The axis of the weight that runs along output channels, when folding is possible."""
-    op = producer.op_type
-    if op == "Conv":
-        return 0
-    if op == "ConvTranspose":
-        return 1 if int(producer.attrs.get("group", 1)) == 1 else None
-    if op == "Gemm":
-        if producer.attrs.get("transA", 0) or weight.ndim != 2:
-            return None
-        return 0 if producer.attrs.get("transB", 0) else 1
-    return None
+    """The axis of the weight that runs along output channels, when folding is possible: a
+    product with a bias input (Conv, ConvTranspose, Gemm) whose output channels are one axis of
+    its weight (not a grouped ConvTranspose) and whose result rows are its data input's rows
+    (not a Gemm with transA)."""
+    geometry = product_of(producer)
+    if geometry is None or geometry.bias_input is None or geometry.trans_a:
+        return None
+    if not geometry.windowed and weight.ndim != 2:
+        return None
+    return geometry.weight_channel_axis
 
 
 def _foldable_producer(graph: Graph, users: dict, x: Value | None) -> Node | None:
@@ -43,27 +44,27 @@ def _foldable_producer(graph: Graph, users: dict, x: Value | None) -> Node | Non
     shift of `x` can move into its constant weight and bias: `x` is its only output, nothing
     else reads it, and it has no fused clamp."""
     producer = x.producer if x is not None else None
-    if producer is None or producer.op_type not in ("Conv", "ConvTranspose", "Gemm"):
+    onnx = producer is not None and producer.domain in ("", "ai.onnx")  # float products
+    geometry = product_of(producer) if onnx else None
+    if geometry is None or geometry.bias_input is None:
         return None
     if not _single_user(users, x, graph) or producer.attrs.get("fused_clip") is not None:
         return None
-    if producer.op_type == "Gemm" and x.type is not None and x.type.rank != 2:
-        return None
-    w = producer.inputs[1].const_value if producer.inputs[1] is not None else None
-    b_in = producer.input_or_none(2)
+    w = producer.inputs[geometry.weight_input].const_value \
+        if producer.inputs[geometry.weight_input] is not None else None
+    b_in = producer.input_or_none(geometry.bias_input)
     if w is None or (b_in is not None and b_in.const_value is None):
         return None
     axis = _weight_axis(producer, w)
     if axis is None:
         return None
-    if producer.op_type == "Gemm" and b_in is not None and \
-            np.asarray(b_in.const_value).size not in (1, w.shape[axis]):
+    if b_in is not None and np.asarray(b_in.const_value).size not in (1, w.shape[axis]):
         return None
     return producer
 
 
 def _output_channels(producer: Node) -> int:
-    w = producer.inputs[1].const_value
+    w = producer.inputs[product_of(producer).weight_input].const_value
     return int(w.shape[_weight_axis(producer, w)])
 
 
@@ -72,31 +73,31 @@ def _scale_and_shift(graph: Graph, producer: Node, factor: np.ndarray, shift: np
     """Make `producer` compute factor * y + shift per output channel, y its old result, and
     write `out`: W' = W * factor along the output-channel axis, b' = b * factor + shift
     (float64, stored in the weight's dtype)."""
-    w = producer.inputs[1].const_value
-    b_in = producer.input_or_none(2)
+    geometry = product_of(producer)
+    w = producer.inputs[geometry.weight_input].const_value
+    b_in = producer.input_or_none(geometry.bias_input)
     b = b_in.const_value if b_in is not None else None
     axis = _weight_axis(producer, w)
     channels = w.shape[axis]
-    if producer.op_type == "Gemm":
-        alpha = float(producer.attrs.get("alpha", 1.0))
-        beta = float(producer.attrs.get("beta", 1.0))
-    else:
-        alpha, beta = 1.0, 1.0
+    # a Gemm computes alpha * A B + beta * C: C' = beta * C * factor + shift, then beta = 1
+    scaled = "beta" in lookup(producer.op_type, producer.domain).attrs
+    alpha = float(producer.attrs.get("alpha", 1.0))
+    beta = float(producer.attrs.get("beta", 1.0))
     shape = [1] * w.ndim
     shape[axis] = channels
     new_w = (w.astype(np.float64) * factor.reshape(shape)).astype(w.dtype)
     bias = np.zeros(channels) if b is None else np.broadcast_to(
         np.asarray(b, dtype=np.float64).reshape(-1), (channels,)) * beta
     new_b = (bias * factor + shift).astype(w.dtype)
-    # Gemm computes alpha*A*B + beta*C: fold the new bias into C with beta = 1.
-    if producer.op_type == "Gemm":
+    if scaled:
         producer.attrs["beta"] = 1.0
         producer.attrs["alpha"] = alpha
-    producer.inputs[1] = graph.add_constant(new_w, f"{producer.name}_{tag}_w", before=producer)
+    producer.inputs[geometry.weight_input] = graph.add_constant(
+        new_w, f"{producer.name}_{tag}_w", before=producer)
     b_value = graph.add_constant(new_b, f"{producer.name}_{tag}_b", before=producer)
-    while len(producer.inputs) < 3:
+    while len(producer.inputs) <= geometry.bias_input:
         producer.inputs.append(None)
-    producer.inputs[2] = b_value
+    producer.inputs[geometry.bias_input] = b_value
     producer.outputs[0] = out
     out.producer = producer
 
@@ -190,7 +191,7 @@ def fold_channel_affine(graph: Graph) -> Graph:
                 producer = _foldable_producer(graph, users, x)
                 if producer is None:
                     continue
-                axis = 1 if producer.op_type != "Gemm" else x.type.rank - 1
+                axis = product_of(producer).output_channel_axis % x.type.rank
                 affine = _affine_of(node, x, c.const_value, _output_channels(producer),
                                     x.type.rank, axis)
                 if affine is None or not np.all(np.isfinite(affine[0]) & np.isfinite(affine[1])):

@@ -25,6 +25,7 @@ import numpy as np
 from lowbit.ir.graph import Node
 from lowbit.ir.types import TensorType
 from lowbit.numerics import arith
+from lowbit.ops.product import integer_product
 
 
 def weight_error(node: Node, weight: np.ndarray, wt: TensorType, mean: np.ndarray,
@@ -40,17 +41,18 @@ def weight_error(node: Node, weight: np.ndarray, wt: TensorType, mean: np.ndarra
     mean = np.asarray(mean, np.float64).reshape(-1)
     if not np.all(np.isfinite(mean)):
         return None
-    if node.op_type == "Conv":
-        groups = int(node.attrs.get("group", 1))
+    geometry = integer_product(node)
+    if geometry is None or geometry.bias_input is None:
+        return None
+    if geometry.windowed:
+        groups = geometry.groups
         c_out, c_in_g = dw.shape[0], dw.shape[1]
         if mean.size != groups * c_in_g or c_out % groups:
             return None
         taps = dw.reshape(c_out, c_in_g, -1).sum(axis=2)
         per_group = taps.reshape(groups, c_out // groups, c_in_g)
         return np.einsum("gok,gk->go", per_group, mean.reshape(groups, c_in_g)).reshape(c_out)
-    if node.op_type == "Gemm":
-        kn = dw.T if node.attrs.get("transB") else dw
-        if mean.size != kn.shape[0]:
-            return None
-        return mean @ kn
-    return None
+    kn = geometry.weight_kn(dw)
+    if mean.size != kn.shape[0]:
+        return None
+    return mean @ kn

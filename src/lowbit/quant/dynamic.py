@@ -56,6 +56,7 @@ from lowbit.ir.types import TensorType
 from lowbit.numerics import arith
 from lowbit.numerics.dynamic_params import split_groups
 from lowbit.ops import infer_node
+from lowbit.ops.product import integer_product
 from lowbit.ops.registry import FUSED_CLIP, QUANT_DOMAIN
 from lowbit.passes.verifier import verify
 from lowbit.quant import calibration, smoothing
@@ -65,10 +66,16 @@ from lowbit.quant.static import (
     QuantizationError,
     QuantResult,
     QuantSummary,
-    gemm_problem,
+    integer_problem,
 )
 
-PRODUCTS = ("MatMul", "Gemm")
+
+def _dense_product(node: Node) -> bool:
+    """Whether `node` is a product dynamic quantization computes in integers: an integer
+    product (`ops.product.integer_product`) of a weight matrix, not a convolution (MatMul,
+    Gemm)."""
+    geometry = integer_product(node)
+    return geometry is not None and not geometry.windowed
 
 
 def quantize_dynamic(graph: Graph, config: QuantConfig | None = None, *,
@@ -84,7 +91,7 @@ def quantize_dynamic(graph: Graph, config: QuantConfig | None = None, *,
                              f"takes a float graph")
     g = graph.copy()
     builder = _Builder(g, config)
-    products = [n for n in g.nodes if n.op_type in PRODUCTS and n.domain in ("", "ai.onnx")]
+    products = [n for n in g.nodes if _dense_product(n)]
     for node in products:  # estimated from the float up-projections, before they change
         builder.find_outliers(node)
     for node in products:
@@ -188,10 +195,11 @@ class _Builder:
         if reason is not None:
             self.rows.append(NodeReport(node.name, node.op_type, "float", reason))
             return
-        a = node.inputs[0]
-        b = node.inputs[1]
-        if node.op_type == "Gemm" and node.attrs.get("transB"):
-            b = self.g.add_constant(np.ascontiguousarray(b.const_value.T),
+        geometry = integer_product(node)
+        a = node.inputs[geometry.data_input]
+        b = node.inputs[geometry.weight_input]
+        if b.is_constant and geometry.weight_kn(b.const_value) is not b.const_value:
+            b = self.g.add_constant(np.ascontiguousarray(geometry.weight_kn(b.const_value)),
                                     self.g.unique_name(f"{b.name}_t"), before=node)
         smooth = self._smoothing(a, s, node) if b.is_constant else None
         if smooth is not None:
@@ -200,7 +208,8 @@ class _Builder:
         outliers = None
         if b.is_constant and smooth is None and len(b.type.shape) == 2:
             outliers = self._outliers.get(node.name)
-        bias = node.input_or_none(2) if node.op_type == "Gemm" else None
+        bias = node.input_or_none(geometry.bias_input) if geometry.bias_input is not None \
+            else None
         group = s.group_size if s.granularity == "group" else 0
         if outliers is not None:
             self._split_product(node, a, b, bias, outliers, s, group)
@@ -302,7 +311,8 @@ class _Builder:
         if s.weight_precision != "int8":
             raise QuantizationError(f"{node.describe()}: dynamic quantization takes int8 "
                                     f"weights, not {s.weight_precision}")
-        a, b = node.inputs[0], node.inputs[1]
+        geometry = integer_product(node)
+        a, b = node.inputs[geometry.data_input], node.inputs[geometry.weight_input]
         for v in (a, b):
             if v.type is None or v.type.dtype != dtypes.FLOAT32 or v.type.shape is None:
                 return "an operand is not float32 of known rank"
@@ -310,7 +320,7 @@ class _Builder:
             return "the left operand is constant"
         if len(a.type.shape) < 2 or len(b.type.shape) < 2:
             return "a 1-D operand"
-        problem = gemm_problem(node)
+        problem = integer_problem(node)
         if problem is not None:
             return problem
         if node.op_type == "Gemm" and not b.is_constant:

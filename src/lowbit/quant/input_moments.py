@@ -32,6 +32,7 @@ import numpy as np
 
 from lowbit.ir.graph import Node
 from lowbit.ops.conv_geometry import window_from_attrs
+from lowbit.ops.product import integer_product
 
 CHUNK = 1 << 22
 """Numbers of input vectors formed at once while profiling (float64: 32 MiB)."""
@@ -87,13 +88,14 @@ class InputMoments:
 
 def moments_problem(node: Node) -> str | None:
     """Why `node` (a Conv, Gemm or MatMul) has no input moments, or None when it has."""
-    if node.op_type not in ("Conv", "Gemm", "MatMul"):
+    geometry = integer_product(node)
+    if geometry is None:
         return f"{node.op_type} is not a product"
-    w = node.inputs[1] if len(node.inputs) > 1 else None
+    w = node.input_or_none(geometry.weight_input)
     if w is None or w.const_value is None:
         return "its weight is not constant"
     ndim = w.const_value.ndim
-    if ndim < 3 if node.op_type == "Conv" else ndim != 2:
+    if ndim < 3 if geometry.windowed else ndim != 2:
         return f"no input vectors for a {ndim}-D {node.op_type} weight"
     size = _shape(node)[1]
     if size > MAX_SIZE:
@@ -107,23 +109,21 @@ def moments_shape(node: Node) -> tuple[int, int] | None:
 
 
 def _shape(node: Node) -> tuple[int, int]:
-    w = node.inputs[1].const_value
-    if node.op_type == "Conv":
-        return int(node.attrs.get("group", 1)), int(np.prod(w.shape[1:]))
-    if node.op_type == "Gemm":
-        return 1, int(w.shape[1] if node.attrs.get("transB") else w.shape[0])
-    return 1, int(w.shape[0])
+    """(groups, K) of a product with a constant weight."""
+    geometry = integer_product(node)
+    w = node.inputs[geometry.weight_input].const_value
+    return geometry.groups, int(geometry.reduction_size(w.shape))
 
 
 def vector_layout(node: Node) -> tuple:
     """What decides `node`'s input vectors besides the input itself: products reading one value
     with equal layouts (a transformer's Q, K and V projections) have the same moments."""
-    if node.op_type == "Conv":
-        geometry = ("group", "kernel_shape", "strides", "dilations", "pads", "auto_pad")
-        return ("Conv", tuple(node.inputs[1].const_value.shape[1:]),
-                *(repr(node.attrs.get(k)) for k in geometry))
-    columns = node.op_type == "Gemm" and bool(node.attrs.get("transA"))
-    return ("columns" if columns else "rows", _shape(node)[1])
+    geometry = integer_product(node)
+    if geometry.windowed:
+        window = ("group", "kernel_shape", "strides", "dilations", "pads", "auto_pad")
+        return ("Conv", tuple(node.inputs[geometry.weight_input].const_value.shape[1:]),
+                *(repr(node.attrs.get(k)) for k in window))
+    return ("columns" if geometry.input_channel_axis == 0 else "rows", _shape(node)[1])
 
 
 def observe_input(moments: InputMoments, node: Node, x: np.ndarray) -> None:
@@ -137,18 +137,18 @@ def input_vectors(node: Node, x: np.ndarray) -> Iterator[np.ndarray]:
     of about `CHUNK` numbers (float32 for float32 data, else float64; often a strided view)."""
     x = np.asarray(x)
     dtype = np.float32 if x.dtype == np.float32 else np.float64
-    if node.op_type == "Conv":
+    geometry = integer_product(node)
+    if geometry.windowed:
         yield from _receptive_fields(node, x.astype(dtype, copy=False))
         return
-    rows = x.T if node.op_type == "Gemm" and node.attrs.get("transA") else \
-        x.reshape(-1, x.shape[-1])
+    rows = geometry.input_rows(x)
     step = max(1, CHUNK // max(rows.shape[1], 1))
     for start in range(0, rows.shape[0], step):
         yield np.asarray(rows[start:start + step], dtype).T[None]
 
 
 def _receptive_fields(node: Node, x: np.ndarray) -> Iterator[np.ndarray]:
-    w = node.inputs[1].const_value
+    w = node.inputs[integer_product(node).weight_input].const_value
     spatial = x.ndim - 2
     window = window_from_attrs(node, w.shape[2:], spatial)
     pads = window.resolved_pads(x.shape[2:])

@@ -63,6 +63,7 @@ from lowbit.errors import InputError, LowbitError
 from lowbit.fileio import write_atomically
 from lowbit.ir.graph import CONSTANT, Graph, Node, Value
 from lowbit.ir.hashing import graph_hash
+from lowbit.ops.product import integer_product
 from lowbit.quant.input_moments import (
     InputMoments,
     moments_shape,
@@ -279,16 +280,15 @@ class _Recorder:
 
 def product_input_axis(node: Node) -> int | None:
     """The axis of a Conv/Gemm/MatMul's data input that its constant weight reduces over (the
-    input channels), or None for other nodes and products without a constant weight."""
-    if node.op_type not in ("Conv", "Gemm", "MatMul") or node.domain not in ("", "ai.onnx"):
+    input channels: `ProductGeometry.input_channel_axis`), or None for other nodes and products
+    without a constant weight."""
+    geometry = integer_product(node)
+    if geometry is None:
         return None
-    if len(node.inputs) < 2 or node.inputs[1] is None or not node.inputs[1].is_constant:
+    w = node.input_or_none(geometry.weight_input)
+    if w is None or not w.is_constant:
         return None
-    if node.op_type == "Conv":
-        return 1
-    if node.op_type == "Gemm":
-        return 0 if node.attrs.get("transA") else 1
-    return -1
+    return geometry.input_channel_axis
 
 
 def _check_batch(graph: Graph, batch: Any, index: int) -> list[np.ndarray]:

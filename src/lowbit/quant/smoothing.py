@@ -44,6 +44,7 @@ from __future__ import annotations
 import numpy as np
 
 from lowbit.ir.graph import Node, Value, constant_operand
+from lowbit.ops.product import integer_product
 
 FLOOR = 1e-5
 
@@ -89,13 +90,14 @@ def migration(ranges: np.ndarray, weights: np.ndarray, alpha: float) -> np.ndarr
 
 
 def weight_of(node: Node) -> np.ndarray | None:
-    """The constant weight of a MatMul/Gemm as [K, N], or None."""
-    b = node.input_or_none(1)
+    """The constant 2-D weight of a MatMul/Gemm as [K, N] (`ProductGeometry.weight_kn`), or
+    None (other nodes, other weights)."""
+    geometry = integer_product(node)
+    b = node.input_or_none(geometry.weight_input) if geometry is not None else None
     if b is None or not b.is_constant or b.type is None or b.type.shape is None or \
-            len(b.type.shape) != 2:
+            len(b.type.shape) != 2 or geometry.windowed:
         return None
-    w = np.asarray(b.const_value)
-    return w.T if node.op_type == "Gemm" and node.attrs.get("transB") else w
+    return geometry.weight_kn(np.asarray(b.const_value))
 
 
 def gelu_outlier_channels(v: Value, count: int) -> np.ndarray | None:
@@ -108,11 +110,11 @@ def gelu_outlier_channels(v: Value, count: int) -> np.ndarray | None:
     if up is not None and up.op_type == "Add":
         other = constant_operand(up)
         up = other[1].producer if other is not None else None
-    if up is None or up.op_type not in ("MatMul", "Gemm"):
+    w = weight_of(up) if up is not None else None
+    if w is None:
         return None
     ranges = layernorm_ranges(up.inputs[0])
-    w = weight_of(up)
-    if ranges is None or w is None or w.shape[0] != ranges.size or count >= w.shape[1]:
+    if ranges is None or w.shape[0] != ranges.size or count >= w.shape[1]:
         return None
     e = (np.abs(np.asarray(w, np.float64)) * ranges[:, None]).max(axis=0)
     return np.sort(np.argsort(-e, kind="stable")[:count]).astype(np.int64)

@@ -55,7 +55,16 @@ from lowbit.ir.dtypes import DType
 from lowbit.ir.graph import CONSTANT, Graph, Node, Value
 from lowbit.ir.types import QuantParams, TensorType
 from lowbit.ops import infer_node, lookup
-from lowbit.ops.registry import COMPUTE, KEEP, QUANT_DOMAIN, REQUANT, RESCALE, TABLE
+from lowbit.ops.product import integer_product
+from lowbit.ops.registry import (
+    COMPUTE,
+    KEEP,
+    QUANT_DOMAIN,
+    REARRANGES,
+    REQUANT,
+    RESCALE,
+    TABLE,
+)
 from lowbit.passes.quant_cleanup import simplify_quantize
 from lowbit.passes.verifier import verify
 from lowbit.quant import (
@@ -79,13 +88,6 @@ FIXED_RANGES: dict[str, tuple[float, float]] = {
     "Tanh": (-1.0, 1.0),
 }
 """Ops whose output range is known without calibration."""
-
-LAYOUT_OPS = frozenset({"Pad", "Reshape", "Transpose", "Flatten", "Squeeze", "Unsqueeze",
-                        "Identity"})
-"""KEEP ops that only rearrange their input (Pad adds zeros, which every range holds)."""
-
-WEIGHT_INPUT = {"Conv": 1, "Gemm": 1, "MatMul": 1}
-BIAS_INPUT = {"Conv": 2, "Gemm": 2}
 
 
 class QuantizationError(ModelError):
@@ -280,11 +282,14 @@ class _Builder:
         return f"unknown quantization rule {rule!r}"
 
     def _layout_of_profiled(self, node: Node) -> bool:
-        """Whether `node` only rearranges (or zero-pads) a float value the profile has
-        statistics of, e.g. the explicit Pad legacy exporters put on a model's input: its input
-        is then quantized with those statistics, as its result would be, and it moves codes."""
+        """Whether `node` only rearranges (or zero-pads: `ops.registry.REARRANGES`) a float
+        value the profile has statistics of, e.g. the explicit Pad legacy exporters put on a
+        model's input: its input is then quantized with those statistics, as its result would
+        be, and it moves codes."""
         x = node.inputs[0]
-        return node.op_type in LAYOUT_OPS and _is_float(x) and x.name in self.profile
+        op = lookup(node.op_type, node.domain)
+        return op is not None and op.moves_data == REARRANGES and _is_float(x) and \
+            x.name in self.profile
 
     def _compute_reason(self, node: Node) -> str | None:
         x = node.inputs[0]
@@ -292,20 +297,20 @@ class _Builder:
             return f"no profile statistics for input '{x.name}'"
         if node.outputs[0].name not in self.profile:
             return f"no profile statistics for '{node.outputs[0].name}'"
-        problem = gemm_problem(node)
+        problem = integer_problem(node)
         if problem is not None:
             return problem
-        w = node.inputs[1]
+        geometry = integer_product(node)
+        w = node.inputs[geometry.weight_input]
         if not w.is_constant and _is_float(w) and w.name not in self.profile:
             return f"no profile statistics for weight '{w.name}'"
-        bias_at = BIAS_INPUT.get(node.op_type)
-        if bias_at is not None:
-            b = node.input_or_none(bias_at)
-            if b is not None and not b.is_constant:
-                return "the bias is not constant"
-            if b is not None and node.op_type == "Gemm" and _channels(node) is not None and \
-                    int(np.prod(b.type.shape)) not in (1, _channels(node)):
-                return "the bias is not a vector over output channels"
+        b = node.input_or_none(geometry.bias_input) if geometry.bias_input is not None else None
+        if b is not None and not b.is_constant:
+            return "the bias is not constant"
+        channels = _channels(node)
+        if b is not None and channels is not None and \
+                int(np.prod(b.type.shape)) not in (1, channels):
+            return "the bias is not a vector over output channels"
         return None
 
     # -- integer nodes --------------------------------------------------------------------------
@@ -351,7 +356,8 @@ class _Builder:
         if s.dtype.bits != 8 or rule == KEEP or len(node.outputs) != 1 or not readers or \
                 out in self.g.outputs:
             return None
-        if s.int16_before_bias and rule == COMPUTE and node.inputs[1].is_constant and \
+        if s.int16_before_bias and rule == COMPUTE and \
+                node.inputs[integer_product(node).weight_input].is_constant and \
                 len(readers) == 1 and readers[0].op_type == "Add":
             other = [v for v in readers[0].inputs if v is not out]
             if len(other) == 1 and other[0] is not None and other[0].is_constant:
@@ -399,16 +405,17 @@ class _Builder:
                 f"{eq.t.min():.3g}..{eq.t.max():.3g})"
         x_name = node.inputs[0].name
         x = self._int_input(node, 0, s)
-        w_at = WEIGHT_INPUT[node.op_type]
+        geometry = integer_product(node)
+        w_at = geometry.weight_input
         w = node.inputs[w_at]
-        axis = _weight_axis(node) if s.per_channel and w.is_constant else None
+        axis = geometry.weight_channel_axis if s.per_channel and w.is_constant else None
         if w.is_constant:
             w_params = calibration.weight_params(w.const_value, dtype=s.weight_dtype,
                                                  scheme=s.weight_scheme, axis=axis)
         else:
             self._int_input(node, w_at, s)
             w_params = None
-        bias_at = BIAS_INPUT.get(node.op_type)
+        bias_at = geometry.bias_input
         b = node.input_or_none(bias_at) if bias_at is not None else None
         s_in = x.type.quant.scale
         corrected = ""
@@ -452,12 +459,14 @@ class _Builder:
         x carry over exactly to x / t: channel ranges and means divided by t, the input moments
         scaled by 1 / t, the tensor range the extremes of the channel ranges (min-max: there
         is no histogram of x / t). Returns the summary's words, or "" when not smoothed."""
-        x, w = node.inputs[0], node.input_or_none(1)
+        x = node.inputs[0]
         weight = smoothing.weight_of(node)
         axis = product_input_axis(node)
         if s.smoothing == 0 or weight is None or axis is None or not _is_float(x) or \
                 smoothing.layernorm_ranges(x) is None or x.name not in self.profile:
             return ""
+        geometry = integer_product(node)
+        w = node.inputs[geometry.weight_input]
         stats = self.profile[x.name]
         channel = stats.channels.get(axis)
         ranges = None if channel is None else smoothing.calibrated_ranges(channel.min,
@@ -472,10 +481,9 @@ class _Builder:
             output_types=[x.type], before=node)
         node.inputs[0] = mul.output
         scaled = np.asarray(weight, np.float64) * t[:, None]  # [K, N], as weight_of gives it
-        if node.op_type == "Gemm" and node.attrs.get("transB"):
-            scaled = scaled.T
-        node.inputs[1] = self.g.add_constant(scaled.astype(np.float32), self.g.unique_name(
-            f"{w.name}_smoothed"), before=node)
+        scaled = geometry.weight_from_matrix(scaled.T, w.type.shape)
+        node.inputs[geometry.weight_input] = self.g.add_constant(
+            scaled.astype(np.float32), self.g.unique_name(f"{w.name}_smoothed"), before=node)
         self.profile.stats[mul.output.name] = divided_stats(stats, axis, t, mul.output.name)
         moments = self.profile.moments.get(node.name)
         if moments is not None:
@@ -498,7 +506,7 @@ class _Builder:
             problem = "the profile's input moments do not match its weight"
         if problem is not None:
             return None, f" (rounded to nearest: {problem})"
-        weight = node.inputs[WEIGHT_INPUT[node.op_type]].const_value
+        weight = node.inputs[integer_product(node).weight_input].const_value
         done: dict[bytes, np.ndarray] = {}
 
         def rounder(wt: TensorType) -> np.ndarray:
@@ -660,18 +668,11 @@ class _Builder:
             self.g.outputs[i] = d
 
 
-def gemm_problem(node: Node) -> str | None:
-    """Why a Gemm cannot become an integer product (alpha or beta other than 1, transA), or
-    None; None for every other op."""
-    if node.op_type != "Gemm":
-        return None
-    c = node.input_or_none(2)
-    if float(node.attrs.get("alpha", 1.0)) != 1.0 or (
-            c is not None and float(node.attrs.get("beta", 1.0)) != 1.0):
-        return "Gemm with alpha or beta other than 1"
-    if node.attrs.get("transA"):
-        return "Gemm with transA"
-    return None
+def integer_problem(node: Node) -> str | None:
+    """Why `node` cannot compute in integers although its settings ask for them (its op's
+    `OpDef.integer_problem`: a Gemm with alpha or beta other than 1, or transA), or None."""
+    op = lookup(node.op_type, node.domain)
+    return None if op is None else op.integer_problem(node)
 
 
 def _is_float(v: Value | None) -> bool:
@@ -719,21 +720,11 @@ def _scheme(s: NodeSettings, dtype: DType) -> str:
     return s.scheme
 
 
-def _weight_axis(node: Node) -> int:
-    w = node.inputs[WEIGHT_INPUT[node.op_type]]
-    if node.op_type == "Conv":
-        return 0
-    if node.op_type == "Gemm":
-        return 0 if node.attrs.get("transB") else 1
-    return len(w.type.shape) - 1
-
-
 def _channels(node: Node) -> int | None:
-    w = node.inputs[WEIGHT_INPUT[node.op_type]]
-    if w.type is None or w.type.shape is None:
-        return None
-    d = w.type.shape[_weight_axis(node)]
-    return d if isinstance(d, int) else None
+    """The number of output channels of product `node`'s weight, when static."""
+    geometry = integer_product(node)
+    w = node.inputs[geometry.weight_input]
+    return geometry.output_channels(w.type.shape if w.type is not None else None)
 
 
 def _fit_for_bias(weight: np.ndarray, bias: np.ndarray, s_in, params: QuantParams,

@@ -38,6 +38,7 @@ import numpy as np
 
 from lowbit.ir.graph import Node
 from lowbit.ir.types import TensorType
+from lowbit.ops.product import integer_product
 from lowbit.quant.input_moments import InputMoments
 
 EXHAUSTIVE_MAX = 9
@@ -125,12 +126,7 @@ def weight_rows(node: Node, weight: np.ndarray) -> np.ndarray:
     """The rows [N, K] of `node`'s constant weight, one per output channel, in the order of
     the input vectors of `lowbit.quant.input_moments`: Conv W.reshape(C_out, -1), Gemm B^T
     (B with transB), MatMul B^T."""
-    w = np.asarray(weight)
-    if node.op_type == "Conv":
-        return w.reshape(w.shape[0], -1)
-    if node.op_type == "Gemm" and node.attrs.get("transB"):
-        return w
-    return w.T
+    return integer_product(node).weight_matrix(np.asarray(weight))
 
 
 def round_weight(node: Node, weight: np.ndarray, wt: TensorType,
@@ -149,6 +145,4 @@ def round_weight(node: Node, weight: np.ndarray, wt: TensorType,
                        zero.reshape(groups, -1), wt.dtype.qmin, wt.dtype.qmax,
                        moments.correlation()).reshape(rows.shape)
     values = (codes - zero[:, None]) * scale[:, None]
-    if node.op_type == "Conv":
-        return values.reshape(np.shape(weight))
-    return values if node.op_type == "Gemm" and node.attrs.get("transB") else values.T
+    return integer_product(node).weight_from_matrix(values, np.shape(weight))

@@ -33,18 +33,12 @@ import yaml
 from lowbit.backends.reference.resume import RecordedRun
 from lowbit.errors import InputError
 from lowbit.ir.graph import Graph
+from lowbit.ops.registry import lookup
 from lowbit.quant import dynamic as _dynamic
 from lowbit.quant import static as _static
 from lowbit.quant.cache import QuantCache
 from lowbit.quant.config import QuantConfig, Rule
 from lowbit.quant.profile import Profile
-
-DATA_MOVEMENT = frozenset({
-    "Reshape", "Transpose", "Flatten", "Squeeze", "Unsqueeze", "Slice", "Gather", "Concat",
-    "Split", "MaxPool", "Identity", "Expand", "Tile", "Pad", "DepthToSpace", "SpaceToDepth",
-})  # fmt: skip
-"""Ops that keep their input's parameters (or only unify them): they add no error of their own
-and are not ranked."""
 
 HIGHER_PRECISION = {
     "static": {"precision": "int16", "weight_precision": "int16"},
@@ -141,7 +135,7 @@ def sensitivity(
     record = record or RecordedRun(float_graph, batches)
     full = quantize(float_graph, config)
     candidates = [(r.name, r.op_type) for r in full.summary.integer_nodes
-                  if r.op_type not in DATA_MOVEMENT]
+                  if not moves_data(r.op_type)]
     if not candidates:
         raise InputError(f"no node of graph '{float_graph.name}' computes in integers with this "
                          f"config: nothing to rank")
@@ -161,6 +155,13 @@ def alone_config(graph: Graph, config: QuantConfig, name: str) -> QuantConfig:
     own = config.settings_for(node).precision
     return QuantConfig(config.default, (*config.rules, Rule(regex=".*", precision="float"),
                                         Rule(name=name, precision=own)), config.source)
+
+
+def moves_data(op_type: str) -> bool:
+    """Whether the (ONNX) op only moves values (`OpDef.moves_data`): it keeps its input's
+    parameters (or only unifies them, Concat), adds no error of its own and is not ranked."""
+    op = lookup(op_type)
+    return op is not None and op.moves_data is not None
 
 
 def _quantizer(profile: Profile | None, dynamic: bool, cache: QuantCache | None) -> Callable:

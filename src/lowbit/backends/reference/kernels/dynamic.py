@@ -20,14 +20,18 @@ adds nothing.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
-from lowbit.backends.reference.kernels import kernel
-from lowbit.backends.reference.kernels.int_linear import matmul_exact
+from lowbit.backends.reference.kernels import Inputs, integer_params, kernel, params
+from lowbit.backends.reference.kernels.int_linear import matmul_exact, weight_sums
 from lowbit.errors import KernelError
+from lowbit.ir.graph import Node
 from lowbit.numerics import arith
 from lowbit.numerics.dynamic_params import dynamic_params, split_groups
 from lowbit.numerics.fixed_point import INT32_MAX, INT32_MIN
+from lowbit.ops.product import product_of
 from lowbit.ops.registry import QUANT_DOMAIN
 
 
@@ -42,18 +46,54 @@ def dynamic_quantize(node, inputs):
     return [q, scale, zero]
 
 
+@dataclass(frozen=True, eq=False)
+class DynamicMatMulParams:
+    """The static integers of a DynamicMatMul (module docstring) whose B has its parameters in
+    its type (int8 weights), per tensor or per output channel (B's last axis):
+
+        acc[n] = sum_k (a[k] - A_zero) * (b[k, n] - weight_zero[n])          exact, in int32
+               = sum_k a[k] * (b[k, n] - weight_zero[n]) - A_zero * weight_sums[n]
+        y[n]   = float32(float64(acc[n]) * (float64(A_scale) * weight_scale[n])) + C[n]
+
+    with A_scale, A_zero computed at run time (DynamicQuantize). With B's parameters given as
+    run-time inputs (B_scale, B_zero_point: activations or grouped weights) the fields are None
+    and only `group_size` (g, 0 without groups) is static."""
+
+    weight_zero: np.ndarray | None
+    """int64, 0-d or [N]."""
+    weight_scale: np.ndarray | None
+    """float64, 0-d or [N]."""
+    weight_sums: np.ndarray | None
+    """sum over K of (b - weight_zero) per output channel, int64 [..., N]."""
+    group_size: int
+
+
+@params("DynamicMatMul", domain=QUANT_DOMAIN, typed=False)
+def dynamic_matmul_params(node: Node, inputs: Inputs) -> DynamicMatMulParams:
+    """`DynamicMatMulParams` of a DynamicMatMul for its inputs (B's codes for `weight_sums`)."""
+    group = int(node.attrs.get("group_size", 0))
+    geometry = product_of(node)
+    tb = node.inputs[geometry.weight_input].type
+    if group or tb.quant is None:
+        return DynamicMatMulParams(None, None, None, group)
+    zero = arith.zero_of(tb)
+    return DynamicMatMulParams(zero, arith.scale_of(tb),
+                               weight_sums(inputs[geometry.weight_input], zero, geometry), group)
+
+
 @kernel("DynamicMatMul", QUANT_DOMAIN)
 def dynamic_matmul(node, inputs):
     a, a_scale, a_zero, b = inputs[:4]
     b_scale, b_zero, c = (list(inputs[4:]) + [None] * 3)[:3]
-    tb = node.inputs[3].type
-    g = node.attrs.get("group_size", 0)
+    p = integer_params(node, inputs)
+    g = p.group_size
     if g:
         return [_grouped(node, g, a, a_scale, a_zero, b, b_scale, b_zero, c)]
     ca = a.astype(np.int64) - a_zero.astype(np.int64)
-    if tb.quant is not None:
-        cb = arith.centred(b, tb)
-        s_b = arith.scale_of(tb)
+    if p.weight_zero is not None:
+        zero = p.weight_zero
+        cb = b.astype(np.int64) - (zero if zero.ndim == 0 else zero.reshape(-1))
+        s_b = p.weight_scale
     else:
         cb = b.astype(np.int64) - b_zero.astype(np.int64)
         s_b = np.asarray(b_scale, np.float64)

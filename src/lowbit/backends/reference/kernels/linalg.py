@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from lowbit.backends.reference.kernels import kernel
+from lowbit.ops.product import product_of
 
 
 def _wide(x: np.ndarray) -> np.ndarray:
@@ -35,11 +36,7 @@ def _scale(y: np.ndarray, factor: float) -> np.ndarray:
 def gemm(node, inputs):
     a, b = inputs[0], inputs[1]
     c = inputs[2] if len(inputs) > 2 else None
-    aw, bw = _wide(a), _wide(b)
-    if node.attrs["transA"]:
-        aw = aw.T
-    if node.attrs["transB"]:
-        bw = bw.T
+    aw, bw = product_of(node).operands(_wide(a), _wide(b))
     with np.errstate(over="ignore"):
         y = _scale(np.matmul(aw, bw), float(node.attrs["alpha"]))
         if c is not None:

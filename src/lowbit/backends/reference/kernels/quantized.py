@@ -20,14 +20,17 @@ QLinearMatMul-21) are widened to float32 first, which is exact.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
-from lowbit.backends.reference.kernels import kernel
+from lowbit.backends.reference.kernels import Inputs, integer_params, kernel, params
 from lowbit.backends.reference.kernels.cast import convert
 from lowbit.backends.reference.windows import conv_nd
 from lowbit.errors import KernelError
 from lowbit.ir import dtypes
 from lowbit.ir.graph import Node
+from lowbit.numerics.arith import float32_multiplier
 from lowbit.ops.conv_geometry import window_from_attrs
 from lowbit.ops.quantized import (
     FLOAT_CODES,
@@ -181,12 +184,21 @@ def requantize(acc: np.ndarray, multiplier: np.ndarray, zero: int, dtype: np.dty
     return y.astype(dtype)
 
 
-def _multiplier(s_in: np.ndarray, s_w: np.ndarray, s_out: np.ndarray) -> np.ndarray:
-    """float32(float32(s_in * s_w) / s_out), elementwise with broadcasting."""
-    f = np.float32
-    with np.errstate(all="ignore"):
-        return (np.asarray(s_in).astype(f) * np.asarray(s_w).astype(f)) / \
-            np.asarray(s_out).astype(f).reshape(())
+@dataclass(frozen=True, eq=False)
+class QLinearParams:
+    """ONNX Runtime's float32 requantization of an int32 accumulator (module docstring):
+
+        y = clamp(rint(float32(acc) * multiplier), qmin - output_zero, qmax - output_zero)
+            + output_zero                                         quantized output
+        y = float32(acc) * multiplier                              float output (QGemm only)
+
+    `multiplier` = float32(float32(float32(alpha * s_x) * s_w) / s_y) (`arith.
+    float32_multiplier`), shaped to broadcast against the accumulator; `output_zero` and
+    `output_dtype` are None for a float output."""
+
+    multiplier: np.ndarray
+    output_zero: int | None
+    output_dtype: np.dtype | None
 
 
 def _scalar(a: np.ndarray) -> np.ndarray:
@@ -215,19 +227,27 @@ def conv_integer(node, inputs):
     return [wrap_int32(_conv_acc(node, x, w, x_zero, w_zero)).astype(np.int32)]
 
 
+@params("QLinearConv", typed=False)
+def qlinear_conv_params(node: Node, inputs: Inputs) -> QLinearParams:
+    """`QLinearParams` of QLinearConv: M[m] = x_scale * w_scale[m] / y_scale along the output
+    channels (axis 1)."""
+    x, x_scale, _, _, w_scale, _, y_scale, y_zero = inputs[:8]
+    m = float32_multiplier(_scalar(x_scale), np.asarray(w_scale).reshape(-1), y_scale)
+    channel = (1, -1) + (1,) * (x.ndim - 2)
+    m = m.reshape(channel) if m.size > 1 else m.reshape(())
+    return QLinearParams(m, int(_scalar(y_zero)), y_zero.dtype)
+
+
 @kernel("QLinearConv")
 def qlinear_conv(node, inputs):
     """acc = wrap_int32(conv(x - x_zero_point, w - w_zero_point) + B) per output channel m;
     y = requantize(acc, M[m] = x_scale * w_scale[m] / y_scale) (module docstring)."""
-    x, x_scale, x_zero, w, w_scale, w_zero, y_scale, y_zero, bias = (list(inputs) + [None])[:9]
+    x, _, x_zero, w, _, w_zero, _, _, bias = (list(inputs) + [None])[:9]
+    p = integer_params(node, inputs)
     acc = _conv_acc(node, x, w, x_zero, w_zero)
-    channel = (1, -1) + (1,) * (acc.ndim - 2)
     if bias is not None:
-        acc = acc + _int64(bias).reshape(channel)
-    m = _multiplier(_scalar(x_scale), np.asarray(w_scale).reshape(-1), y_scale)
-    m = m.reshape(channel) if m.size > 1 else m.reshape(())
-    y = requantize(wrap_int32(acc), m, int(_scalar(y_zero)), y_zero.dtype)
-    return [y]
+        acc = acc + _int64(bias).reshape((1, -1) + (1,) * (acc.ndim - 2))
+    return [requantize(wrap_int32(acc), p.multiplier, p.output_zero, p.output_dtype)]
 
 
 def _row_param(p: np.ndarray) -> np.ndarray:
@@ -258,11 +278,20 @@ def matmul_integer(node, inputs):
     return [wrap_int32(_matmul_acc(a, b, a_zero, b_zero)).astype(np.int32)]
 
 
+@params("QLinearMatMul", typed=False)
+def qlinear_matmul_params(node: Node, inputs: Inputs) -> QLinearParams:
+    """`QLinearParams` of QLinearMatMul: M[r, c] = a_scale[r] * b_scale[c] / y_scale (per
+    tensor, per row of A, per column of B)."""
+    _, a_scale, _, _, b_scale, _, y_scale, y_zero = inputs
+    m = float32_multiplier(_row_param(a_scale), _col_param(b_scale), y_scale)
+    return QLinearParams(m, int(_scalar(y_zero)), y_zero.dtype)
+
+
 @kernel("QLinearMatMul")
 def qlinear_matmul(node, inputs):
     """acc = wrap_int32((a - a_zero_point) @ (b - b_zero_point));
     y = requantize(acc, M[r, c] = a_scale[r] * b_scale[c] / y_scale) (module docstring)."""
-    a, a_scale, a_zero, b, b_scale, b_zero, y_scale, y_zero = inputs
+    a, _, a_zero, b, _, b_zero, _, _ = inputs
+    p = integer_params(node, inputs)
     acc = wrap_int32(_matmul_acc(a, b, a_zero, b_zero))
-    m = _multiplier(_row_param(a_scale), _col_param(b_scale), y_scale)
-    return [requantize(acc, m, int(_scalar(y_zero)), y_zero.dtype)]
+    return [requantize(acc, p.multiplier, p.output_zero, p.output_dtype)]

@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
-from lowbit.backends.reference.kernels import kernel
+from dataclasses import dataclass
+
+import numpy as np
+
+from lowbit.backends.reference.kernels import Inputs, integer_params, kernel, params
+from lowbit.ir.graph import Node
 from lowbit.numerics import arith
+from lowbit.numerics.arith import Requant
 from lowbit.ops.registry import QUANT_DOMAIN
 
 
@@ -17,9 +23,25 @@ def dequantize(node, inputs):
     return [arith.dequantize(inputs[0], node.inputs[0].type)]
 
 
-@kernel("Requantize", QUANT_DOMAIN)
-def requantize(node, inputs):
+@dataclass(frozen=True, eq=False)
+class RequantizeParams:
+    """Requantize: `y = requant.apply(q - input_zero)`, M = s_x / s_y; per-channel zero
+    points and factors run along `requant.axis` (the input's or the output's channel axis)."""
+
+    input_zero: np.ndarray
+    requant: Requant
+
+
+@params("Requantize", domain=QUANT_DOMAIN, typed=False)
+def requantize_params(node: Node, inputs: Inputs) -> RequantizeParams:
+    """`RequantizeParams` of a Requantize node."""
     src, out = node.inputs[0].type, node.outputs[0].type
     M = arith.scale_of(src) / arith.scale_of(out)
     axis = src.quant.axis if src.quant.axis is not None else out.quant.axis
-    return [arith.requantize(node, arith.centred(inputs[0], src), M, out, axis=axis)]
+    return RequantizeParams(arith.zero_of(src), arith.output_requant(node, M, out, axis=axis))
+
+
+@kernel("Requantize", QUANT_DOMAIN)
+def requantize(node, inputs):
+    p = integer_params(node, inputs)
+    return [p.requant.apply(arith.centred(inputs[0], node.inputs[0].type))]
