@@ -76,9 +76,10 @@ def nncf_figures(photos: np.ndarray, calib: np.ndarray, rest: np.ndarray) -> Non
                                                  "INFERENCE_PRECISION_HINT": "f32"})
     reference = np.array([compiled(photos[i:i + 1])[0].argmax() for i in rest])
 
-    def agreement(m, items) -> float:
-        run = core.compile_model(m, "CPU", {"INFERENCE_NUM_THREADS": 2,
-                                            "INFERENCE_PRECISION_HINT": "f32"})
+    def agreement(run, dataset) -> float:
+        """NNCF calls this with a compiled model and the validation Dataset."""
+        items = dataset.get_inference_data() if hasattr(dataset, "get_inference_data") \
+            else dataset
         top = np.array([run(x)[0].argmax() for x in items])
         return float((top == reference[:len(top)]).mean())
 
@@ -87,7 +88,9 @@ def nncf_figures(photos: np.ndarray, calib: np.ndarray, rest: np.ndarray) -> Non
         model, nncf.Dataset([photos[i:i + 1] for i in calib]),
         nncf.Dataset([photos[i:i + 1] for i in rest]), agreement, max_drop=0.03,
         subset_size=len(calib))
-    value = agreement(quantized, [photos[i:i + 1] for i in rest])
+    value = agreement(core.compile_model(quantized, "CPU", {"INFERENCE_NUM_THREADS": 2,
+                                                            "INFERENCE_PRECISION_HINT": "f32"}),
+                      [photos[i:i + 1] for i in rest])
     fake = sum(1 for op in quantized.get_ops() if op.get_type_name() == "FakeQuantize")
     print(f"  NNCF quantize_with_accuracy_control, max_drop 0.03: agreement {value:.2%} "
           f"({fake} FakeQuantize left); {clock}", flush=True)

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -64,11 +65,14 @@ def run(
 
 def profile(
     graph: Graph,
-    batches: Iterable[Mapping[str, np.ndarray]],
+    batches: Iterable[Mapping[str, np.ndarray]] | Any,
     *,
     progress: bool = True,
     channel_axis: int | None = None,
     moments: bool = True,
+    client: Any = None,
+    shards: int | None = None,
+    batch_size: int | None = None,
 ) -> Profile:
     """Run `graph` on calibration batches ({input name: array} each) and return the per-value
     statistics (ranges, histograms, and the input moments of each Conv/Gemm/MatMul that the
@@ -76,9 +80,44 @@ def profile(
     whose weights round to nearest) that quantization calibrates from. `Profile.save(path)` and
     `Profile.load(path, graph)` keep it in a file keyed by the graph's hash. Bad batches (NaN/Inf,
     wrong shape or dtype, an empty set) raise `lowbit.errors.InputError` naming batch and input.
+
+    With a Dask `client` (`dask.distributed.Client`), the batches are profiled in `shards` on
+    its workers and the partial profiles merged: the same profile, bit for bit
+    (`lowbit.cluster.profiling`). Then `batches` may also be a `dask.array` (or {input name:
+    dask.array}) cut into batches of `batch_size` rows. Items with a `load(graph)` method
+    (`lowbit.cli.data_files.BatchRef`) are read where they are profiled.
     """
-    return _profile.profile(graph, batches, progress=progress, channel_axis=channel_axis,
-                            moments=moments)
+    if client is not None:
+        from lowbit.cluster import profiling
+
+        return profiling.profile(client, graph, batches, shards=shards, batch_size=batch_size,
+                                 progress=progress, channel_axis=channel_axis, moments=moments)
+    if shards is not None or batch_size is not None:
+        raise InputError("shards and batch_size go with a Dask client (client=...)")
+    return _profile.profile(graph, _loaded(graph, batches), progress=progress,
+                            channel_axis=channel_axis, moments=moments)
+
+
+def _loaded(graph: Graph, batches: Iterable[Any]) -> Iterable[Any]:
+    """Batches, with references (`load(graph)`) read one at a time as profiling reaches them."""
+    items = batches if isinstance(batches, Sequence) else list(batches)
+    if not any(hasattr(b, "load") for b in items):
+        return items
+    return _Loading(graph, items)
+
+
+class _Loading(Sequence):
+    """A sequence reading each reference when indexed (memory: one batch at a time)."""
+
+    def __init__(self, graph: Graph, items: Sequence[Any]) -> None:
+        self.graph, self.items = graph, items
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, i):  # type: ignore[override]
+        item = self.items[i]
+        return item.load(self.graph) if hasattr(item, "load") else item
 
 
 def quantize(graph: Graph, profile: Profile, config: QuantConfig | None = None, *,

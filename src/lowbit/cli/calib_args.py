@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from lowbit.cli.data_files import calibration_batches
+from lowbit.cli.data_files import batch_refs, calibration_batches
 from lowbit.errors import InputError
 from lowbit.ir.graph import Graph
 
@@ -48,11 +48,18 @@ def eval_batches_from_args(args, graph: Graph) -> list:
     return _batches(args, graph, args.eval, None)
 
 
-def _batches(args, graph: Graph, source: str, limit: int | None) -> list:
+def batch_refs_from_args(args, graph: Graph) -> list:
+    """The `--calib` batches as references (`BatchRef`), each read where it is used."""
+    return batch_refs(args.calib, graph, **_options(args, graph), limit=args.limit)
+
+
+def _options(args, graph: Graph) -> dict:
     if args.batch_size is not None and args.batch_size < 1:
         raise InputError(f"--batch-size must be 1 or more, got {args.batch_size}")
-    batch_size = args.batch_size or model_batch_size(graph) or DEFAULT_BATCH_SIZE
-    return calibration_batches(source, graph, batch_size=batch_size,
-                               image_size=tuple(args.image_size) if args.image_size else None,
-                               mean=args.mean, std=args.std, layout=args.layout,
-                               limit=limit)
+    return {"batch_size": args.batch_size or model_batch_size(graph) or DEFAULT_BATCH_SIZE,
+            "image_size": tuple(args.image_size) if args.image_size else None,
+            "mean": args.mean, "std": args.std, "layout": args.layout}
+
+
+def _batches(args, graph: Graph, source: str, limit: int | None) -> list:
+    return calibration_batches(source, graph, **_options(args, graph), limit=limit)
