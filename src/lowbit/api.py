@@ -155,15 +155,28 @@ def quantize_dynamic(graph: Graph, config: QuantConfig | None = None, *,
 def quantize_to_budget(graph: Graph, budget: Budget, *, profile: Profile | None = None,
                        config: QuantConfig | None = None, dynamic: bool = False,
                        data: Iterable[Mapping[str, np.ndarray]] | None = None,
-                       progress: bool = True, latency: bool = True) -> BudgetResult:
+                       progress: bool = True, latency: bool = True,
+                       client: Any = None) -> BudgetResult:
     """Quantize `graph` (statically with `profile`, or `dynamic`) with `config` plus the fewest
     layers raised to higher precision that meet `budget` on its data (or `data`)
     (`lowbit.budget.search`). The result holds the chosen config and graph, the metric before
     and after, the sizes (and cpu-backend latencies when available), and every configuration
-    tried; `result.met` is False, and `result.graph` None, when no choice meets the budget."""
+    tried; `result.met` is False, and `result.graph` None, when no choice meets the budget.
+    With a Dask `client`, the sensitivity ranking and the evaluations run on its workers."""
+    mapper, workers = _mapper(client)
     return _budget.search(graph, budget, profile=profile, config=config, dynamic=dynamic,
                           data=None if data is None else list(data), progress=progress,
-                          latency=latency)
+                          latency=latency, mapper=mapper, workers=workers)
+
+
+def _mapper(client: Any) -> tuple[Any, int]:
+    """A mapper running on the client's workers, and their number (None, 1 without one)."""
+    if client is None:
+        return None, 1
+    from lowbit.cluster.mapping import ClusterMapper
+
+    mapper = ClusterMapper(client)
+    return mapper, mapper.workers
 
 
 def _budget_graph(graph: Graph, budget: Budget, profile: Profile | None,
@@ -193,13 +206,15 @@ def compare(float_graph: Graph, quant_graph: Graph,
 
 def sensitivity(float_graph: Graph, batches: Iterable[Mapping[str, np.ndarray]], *,
                 profile: Profile | None = None, config: QuantConfig | None = None,
-                dynamic: bool = False, progress: bool = True) -> Sensitivity:
+                dynamic: bool = False, progress: bool = True,
+                client: Any = None) -> Sensitivity:
     """Quantize one layer of `float_graph` at a time, the rest float, and rank the layers by the
     SQNR of the outputs on `batches`, most sensitive first (`lowbit.tools.sensitivity`). Static
     quantization needs `profile`; `.config(top)` is `config` with the `top` most sensitive
-    layers raised to higher precision, `.yaml_rules(top)` the same rules as YAML."""
+    layers raised to higher precision, `.yaml_rules(top)` the same rules as YAML. With a Dask
+    `client`, the layers are evaluated on its workers."""
     return _sensitivity(float_graph, list(batches), profile=profile, config=config,
-                        dynamic=dynamic, progress=progress)
+                        dynamic=dynamic, progress=progress, mapper=_mapper(client)[0])
 
 
 def from_torch(module, example_inputs, *, input_names=None, output_names=None,

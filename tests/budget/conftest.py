@@ -4,15 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from mnist_budget import MODEL
 
 import lowbit
 from lowbit.cli.demo import bundled
-
-MODEL = bundled("mnistnet.onnx")
-
-COARSE = lowbit.QuantConfig().with_default(weight_rounding="nearest", calibration="minmax",
-                                           per_channel=False, bias_correction=False)
-"""Per-tensor weights rounded to nearest: errors large enough for budgets to need raising."""
 
 
 @pytest.fixture(scope="session")

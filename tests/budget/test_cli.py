@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from conftest import COARSE, MODEL
+from mnist_budget import COARSE, MODEL
 
 import lowbit
 from lowbit.cli.demo import bundled

@@ -8,7 +8,7 @@ import math
 
 import numpy as np
 import pytest
-from conftest import COARSE
+from mnist_budget import COARSE
 
 import lowbit
 from lowbit import Budget, BudgetNotMet

@@ -75,18 +75,32 @@ class Quantizer:
 
     def config_for(self, raised: Mapping[str, str]) -> QuantConfig:
         """The user's config with one rule per raised layer appended, in the order given."""
-        rules = []
-        for name, rung in raised.items():
-            if rung not in self.ladder:
-                raise InputError(f"cannot raise {name} to {rung!r}: {self.mode} quantization "
-                                 f"raises a layer to {' then '.join(self.ladder)}")
-            rules.append(Rule(name=name, **RUNG_SETTINGS[rung]))
-        return QuantConfig(self.config.default, (*self.config.rules, *rules), self.config.source)
+        return raised_config(self.config, raised, self.mode)
 
     def quantize(self, raised: Mapping[str, str]) -> QuantResult:
         """The float graph quantized with `config_for(raised)`."""
-        config = self.config_for(raised)
-        if self.dynamic:
-            return _dynamic.quantize_dynamic(self.graph, config)
-        assert self.profile is not None
-        return _static.quantize(self.graph, self.profile, config, cache=self.cache)
+        return quantize_raised(self.graph, self.config, raised, self.profile, self.cache,
+                               self.dynamic)
+
+
+def raised_config(config: QuantConfig, raised: Mapping[str, str], mode: str) -> QuantConfig:
+    """`config` with one rule per raised layer appended, in the order given."""
+    ladder = LADDERS[mode]
+    rules = []
+    for name, rung in raised.items():
+        if rung not in ladder:
+            raise InputError(f"cannot raise {name} to {rung!r}: {mode} quantization raises a "
+                             f"layer to {' then '.join(ladder)}")
+        rules.append(Rule(name=name, **RUNG_SETTINGS[rung]))
+    return QuantConfig(config.default, (*config.rules, *rules), config.source)
+
+
+def quantize_raised(graph: Graph, config: QuantConfig, raised: Mapping[str, str],
+                    profile: Profile | None, cache: QuantCache | None,
+                    dynamic: bool) -> QuantResult:
+    """`graph` quantized with `raised_config(config, raised)`."""
+    full = raised_config(config, raised, "dynamic" if dynamic else "static")
+    if dynamic:
+        return _dynamic.quantize_dynamic(graph, full)
+    assert profile is not None
+    return _static.quantize(graph, profile, full, cache=cache)

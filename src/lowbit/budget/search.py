@@ -43,6 +43,7 @@ from lowbit.budget.metrics import Budget
 from lowbit.budget.progress import Progress
 from lowbit.errors import InputError, LowbitError
 from lowbit.ir.graph import Graph
+from lowbit.mapping import Mapper
 from lowbit.quant.config import QuantConfig
 from lowbit.quant.profile import Profile
 from lowbit.quant.static import QuantResult
@@ -144,10 +145,12 @@ class BudgetNotMet(LowbitError):
 def search(graph: Graph, budget: Budget, *, profile: Profile | None = None,
            config: QuantConfig | None = None, dynamic: bool = False,
            data: Sequence[Mapping[str, np.ndarray]] | None = None, progress: bool = True,
-           latency: bool = True) -> BudgetResult:
+           latency: bool = True, mapper: Mapper | None = None, workers: int = 1
+           ) -> BudgetResult:
     """Quantize float `graph` (statically with `profile`, or `dynamic`) with `config` plus the
     fewest layers raised that meet `budget` on `data` (default `budget.data`); see the module
-    docstring. Returns the result whether or not the budget is met (`met`)."""
+    docstring. Returns the result whether or not the budget is met (`met`). `mapper`
+    (`lowbit.mapping`) runs the evaluations, e.g. on `workers` Dask workers."""
     start = time.perf_counter()
     batches = list(data if data is not None else budget.data or [])
     if not batches:
@@ -156,8 +159,10 @@ def search(graph: Graph, budget: Budget, *, profile: Profile | None = None,
     show = Progress(progress)
     with show.step("quantizing with the config as given", None):
         quantizer = Quantizer(graph, config, profile, dynamic)
-    evaluator = Evaluator(graph, budget, batches, show)
-    run = _Search(quantizer, evaluator, budget, show)
+    evaluator = Evaluator(graph, budget, batches, show, config=quantizer.config,
+                          profile=profile, cache=quantizer.cache, dynamic=dynamic, mapper=mapper,
+                          workers=workers)
+    run = _Search(quantizer, evaluator, budget, show, mapper)
     result = run.run()
     if result.met and result.result is not None:
         graphs = {"chosen": result.result.graph, "as given": quantizer.base.graph,
@@ -169,7 +174,9 @@ def search(graph: Graph, budget: Budget, *, profile: Profile | None = None,
 
 class _Search:
     def __init__(self, quantizer: Quantizer, evaluator: Evaluator, budget: Budget,
-                 show: Progress) -> None:
+                 show: Progress, mapper: Mapper | None) -> None:
+        self.mapper = mapper
+        self.samples = 0
         self.q = quantizer
         self.ev = evaluator
         self.budget = budget
@@ -192,13 +199,14 @@ class _Search:
         best_raised, best, _ = self.best_any
         return BudgetResult(
             self.budget, met, self.q.config_for(raised), chosen, dict(raised), self.q.layers,
-            before, after, self.q.mode, len(self.ev), self.ev.samples, ranking, self.trials,
+            before, after, self.q.mode, len(self.ev), self.samples, ranking, self.trials,
             reason=reason, ranking_batches=min(RANK_BATCHES, len(self.ev)) if ranking else 0,
             best_tried=best, best_config=self.q.config_for(best_raised))
 
     def run(self) -> BudgetResult:
         everything = range(len(self.ev))
-        self.base = self.ev.scores(self.q.base.graph, everything, "the config as given")
+        self.base = self.ev.scores({}, everything, "the config as given")
+        self.samples = self.ev.samples(self.base)
         before = self.ev.value(self.base)
         self.best_any = ({}, self.q.base, before)
         self._note({}, before, len(self.ev), True)
@@ -225,16 +233,15 @@ class _Search:
 
     # -- steps -----------------------------------------------------------------------------------
     def _ceiling(self) -> float:
-        if self.budget.builtin:
-            return self.ev.ceiling()
+        everything = range(len(self.ev))
+        if self.budget.builtin:  # every layer raised to float gives back the float model
+            return self.ev.value(self.ev.scores(None, everything, "the float model"))
         top = {layer.name: self.q.ladder[-1] for layer in self.q.layers}
-        result = self.q.quantize(top)
-        value = self.ev.value(self.ev.scores(result.graph, range(len(self.ev)),
-                                             "every layer raised"))
+        value = self.ev.value(self.ev.scores(top, everything, "every layer raised"))
         met = self.budget.met(value)
         self._note(top, value, len(self.ev), True, met)
         if self._better(value, self.best_any[2]):
-            self.best_any = (top, result, value)
+            self.best_any = (top, self.q.quantize(top), value)
         return value
 
     def _riskiest(self, scores: Scores, count: int) -> list[int]:
@@ -257,7 +264,7 @@ class _Search:
                        f"{len(indices)} batches")
         return sensitivity(self.q.graph, [self.ev.batches[i] for i in indices],
                            profile=self.q.profile, config=self.q.config, dynamic=self.q.dynamic,
-                           progress=self.show.enabled, cache=self.q.cache)
+                           progress=self.show.enabled, cache=self.q.cache, mapper=self.mapper)
 
     def _smallest(self, order: list[str]) -> dict[str, str] | None:
         """The first set of top-ranked layers estimated to meet the budget (module
@@ -308,8 +315,7 @@ class _Search:
         base's scores for the others (exact when every batch is at risk)."""
         key = (tuple(sorted(raised.items())), tuple(self.at_risk))
         if key not in self._estimates:
-            graph = self.q.quantize(raised).graph
-            scores = self.ev.scores(graph, self.at_risk,
+            scores = self.ev.scores(raised, self.at_risk,
                                     f"{_describe(raised)}: batches at risk")
             value = self.ev.value({**self.base, **scores})
             complete = len(self.at_risk) == len(self.ev)
@@ -321,11 +327,11 @@ class _Search:
         """Whether `raised` (estimated to meet the budget) meets it on every batch; when it
         does not, the batches that fail join the batches at risk."""
         _, scores = self._estimates[(tuple(sorted(raised.items())), tuple(self.at_risk))]
-        result = self.q.quantize(raised)
         rest = [i for i in range(len(self.ev)) if i not in scores]
         if rest:
-            scores = {**scores, **self.ev.scores(result.graph, rest,
+            scores = {**scores, **self.ev.scores(raised, rest,
                                                  f"{_describe(raised)}: every batch")}
+        result = self.q.quantize(raised)
         value = self.ev.value(scores)
         met = self.budget.met(value)
         if rest:

@@ -41,6 +41,10 @@ class QuantCache:
         self.hits = 0
         self.misses = 0
 
+    def __getstate__(self) -> dict:
+        """Pickled without the digest memo (weak references; rebuilt on use)."""
+        return {**self.__dict__, "_digests": {}}
+
     def check(self, profile: Any) -> None:
         """Refuse a cache made for another profile (its results would not apply)."""
         if profile is not self.profile:

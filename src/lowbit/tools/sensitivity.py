@@ -23,8 +23,9 @@ activations and weights; dynamic: float, since dynamic quantization computes in 
 
 from __future__ import annotations
 
+import contextlib
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -33,6 +34,7 @@ import yaml
 from lowbit.backends.reference.resume import RecordedRun
 from lowbit.errors import InputError
 from lowbit.ir.graph import Graph
+from lowbit.mapping import Mapper, local_map
 from lowbit.ops.registry import lookup
 from lowbit.quant import dynamic as _dynamic
 from lowbit.quant import static as _static
@@ -110,7 +112,7 @@ def sensitivity(
     dynamic: bool = False,
     progress: bool = True,
     cache: QuantCache | None = None,
-    record: RecordedRun | None = None,
+    mapper: Mapper | None = None,
 ) -> Sensitivity:
     """Rank the layers of `float_graph` by the error quantizing each alone puts on its outputs
     (module docstring). Static quantization needs the `profile` taken on `float_graph`; with
@@ -120,8 +122,9 @@ def sensitivity(
     Each layer's run resumes from the float model's run on the same batch (the values before
     the layer are the float model's: `lowbit.backends.reference.resume`), so a layer costs the
     part of the model from it to the outputs. `cache` (static: a `QuantCache` of `profile`)
-    keeps each layer's weight rounding and ranges for later quantizations; `record` is a
-    `RecordedRun` of `float_graph` on `batches` already made."""
+    keeps each layer's weight rounding and ranges for later quantizations. `mapper`
+    (`lowbit.mapping`; default: here, one layer after another) runs the layers' evaluations,
+    e.g. on a Dask cluster (`lowbit.cluster.mapping.ClusterMapper`)."""
     config = config or QuantConfig()
     batches = list(batches)
     if not batches:
@@ -131,22 +134,57 @@ def sensitivity(
                          "taken on the float model (lowbit.profile, or --profile/--calib)")
     if not dynamic and cache is None:
         cache = QuantCache(profile)
-    quantize = _quantizer(profile, dynamic, cache)
-    record = record or RecordedRun(float_graph, batches)
-    full = quantize(float_graph, config)
+    context = SensitivityContext(float_graph, batches, profile, config, dynamic, cache)
+    full = context.quantize(config)
     candidates = [(r.name, r.op_type) for r in full.summary.integer_nodes
                   if not moves_data(r.op_type)]
     if not candidates:
         raise InputError(f"no node of graph '{float_graph.name}' computes in integers with this "
                          f"config: nothing to rank")
-    layers = []
-    for name, op_type in _progress(candidates, progress):
-        sqnr, cosine = output_error(record, quantize(float_graph, alone_config(
-            float_graph, config, name), config).graph)
-        layers.append(LayerSensitivity(name, op_type, sqnr, cosine))
+    with _progress(progress, len(candidates)) as advance:
+        errors = (mapper or local_map)(layer_error, context, [n for n, _ in candidates],
+                                       lambda _: advance())
+    layers = [LayerSensitivity(name, op_type, sqnr, cosine)
+              for (name, op_type), (sqnr, cosine) in zip(candidates, errors, strict=True)]
     layers.sort(key=lambda s: (s.sqnr, s.name))
-    everything, _ = output_error(record, full.graph)
+    everything, _ = output_error(context.recorded(), full.graph)
     return Sensitivity(layers, config, "dynamic" if dynamic else "static", everything)
+
+
+@dataclass
+class SensitivityContext:
+    """What every layer's evaluation needs (`layer_error`); picklable, for a mapper that sends
+    it to other processes, each of which records the float run once (`recorded`)."""
+
+    graph: Graph
+    batches: list
+    profile: Profile | None
+    config: QuantConfig
+    dynamic: bool
+    cache: QuantCache | None
+    record: RecordedRun | None = field(default=None, repr=False)
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "record": None}
+
+    def recorded(self) -> RecordedRun:
+        """The float model's run on the batches (made at the first call in each process)."""
+        if self.record is None:
+            self.record = RecordedRun(self.graph, self.batches)
+        return self.record
+
+    def quantize(self, config: QuantConfig, whole: QuantConfig | None = None):
+        if self.dynamic:
+            return _dynamic.quantize_dynamic(self.graph, config)
+        assert self.profile is not None
+        return _static.quantize(self.graph, self.profile, config, plan_config=whole,
+                                cache=self.cache)
+
+
+def layer_error(context: SensitivityContext, name: str) -> tuple[float, float]:
+    """(SQNR, cosine) of the outputs with layer `name` alone quantized (module docstring)."""
+    alone = context.quantize(alone_config(context.graph, context.config, name), context.config)
+    return output_error(context.recorded(), alone.graph)
 
 
 def alone_config(graph: Graph, config: QuantConfig, name: str) -> QuantConfig:
@@ -162,13 +200,6 @@ def moves_data(op_type: str) -> bool:
     parameters (or only unifies them, Concat), adds no error of its own and is not ranked."""
     op = lookup(op_type)
     return op is not None and op.moves_data is not None
-
-
-def _quantizer(profile: Profile | None, dynamic: bool, cache: QuantCache | None) -> Callable:
-    if dynamic:
-        return lambda g, c, whole=None: _dynamic.quantize_dynamic(g, c)
-    return lambda g, c, whole=None: _static.quantize(g, profile, c, plan_config=whole,
-                                                     cache=cache)
 
 
 def output_error(record: RecordedRun, graph: Graph) -> tuple[float, float]:
@@ -190,11 +221,16 @@ def output_error(record: RecordedRun, graph: Graph) -> tuple[float, float]:
     return sqnr, cosine
 
 
-def _progress(items: list, enabled: bool):
+@contextlib.contextmanager
+def _progress(enabled: bool, total: int):
+    """A bar "one layer at a time" on stderr when enabled; yields a function advancing it."""
     if not enabled:
-        yield from items
+        yield lambda: None
         return
     from rich.console import Console
-    from rich.progress import track
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
-    yield from track(items, description="one layer at a time", console=Console(stderr=True))
+    with Progress(TextColumn("one layer at a time"), BarColumn(), MofNCompleteColumn(),
+                  console=Console(stderr=True)) as bar:
+        task = bar.add_task("layers", total=total)
+        yield lambda: bar.advance(task)
