@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import argparse
 
-from lowbit.cli.calib_args import add_calibration_args, batches_from_args
+from lowbit.cli.calib_args import add_calibration_args, batch_refs_from_args, batches_from_args
 from lowbit.errors import InputError
 from lowbit.quant.config import CALIBRATION_METHODS, INTEGER_PRECISIONS, SCHEMES, QuantConfig
 
@@ -67,6 +67,9 @@ def add_parser(sub) -> None:
                              "of the best configuration measured (exit status stays 3)")
     budget.add_argument("--no-latency", action="store_true",
                         help="do not time the chosen model on the cpu backend")
+    p.add_argument("--dask", metavar="ADDRESS",
+                   help="profile --calib, and run the --budget search, on a Dask cluster: a "
+                        "scheduler address (tcp://host:8786) or local:N (docs/distributed.md)")
     p.set_defaults(handler=run)
 
 
@@ -78,13 +81,22 @@ def config_from_args(args) -> QuantConfig:
 
 
 def run(args) -> int:
+    _check_budget_args(args)
+    if args.dask is None:
+        return _run(args, None)
+    from lowbit.cluster.connect import Cluster
+
+    with Cluster(args.dask) as client:
+        return _run(args, client)
+
+
+def _run(args, client) -> int:
     import lowbit
     from lowbit.quant.profile import Profile
     from lowbit.quant.static import quantize
 
-    _check_budget_args(args)
     if args.dynamic:
-        return _run_dynamic(args)
+        return _run_dynamic(args, client)
     if (args.calib is None) == (args.profile is None):
         raise InputError("give calibration data with --calib DATA or a saved profile with "
                          "--profile PROFILE.yaml (one of them)")
@@ -92,11 +104,14 @@ def run(args) -> int:
     config = config_from_args(args)
     if args.profile:
         profile = Profile.load(args.profile, graph)
+    elif client is not None:
+        profile = lowbit.profile(graph, batch_refs_from_args(args, graph), client=client,
+                                 moments=config.uses_input_moments())
     else:
         profile = lowbit.profile(graph, batches_from_args(args, graph),
                                  moments=config.uses_input_moments())
     if args.budget:
-        return _run_budget(args, graph, config, profile)
+        return _run_budget(args, graph, config, profile, client)
     result = quantize(graph, profile, config, assert_all_quantized=args.assert_all_quantized)
     for warning in result.summary.warnings:
         print(f"warning: {warning}")
@@ -107,7 +122,7 @@ def run(args) -> int:
     return 0
 
 
-def _run_dynamic(args) -> int:
+def _run_dynamic(args, client) -> int:
     import lowbit
     from lowbit.quant.dynamic import quantize_dynamic
 
@@ -118,7 +133,7 @@ def _run_dynamic(args) -> int:
                          "DynamicQuantizeLinear/MatMulInteger ONNX)")
     graph = lowbit.load(args.model)
     if args.budget:
-        return _run_budget(args, graph, config_from_args(args), None)
+        return _run_budget(args, graph, config_from_args(args), None, client)
     result = quantize_dynamic(graph, config_from_args(args),
                               assert_all_quantized=args.assert_all_quantized)
     for warning in result.summary.warnings:
@@ -131,6 +146,9 @@ def _run_dynamic(args) -> int:
 
 
 def _check_budget_args(args) -> None:
+    if args.dask is not None and args.calib is None and args.budget is None:
+        raise InputError("--dask runs the profiling of --calib and the --budget search on a "
+                         "cluster: give one of them")
     if args.budget is None:
         extra = [flag for flag, given in (("--eval", args.eval), ("--config-out", args.config_out),
                                           ("--write-anyway", args.write_anyway),
@@ -146,7 +164,7 @@ def _check_budget_args(args) -> None:
                          "--assert-all-quantized")
 
 
-def _run_budget(args, graph, config, profile) -> int:
+def _run_budget(args, graph, config, profile, client) -> int:
     import sys
 
     import lowbit
@@ -157,7 +175,7 @@ def _run_budget(args, graph, config, profile) -> int:
     batches = eval_batches_from_args(args, graph)
     result = lowbit.quantize_to_budget(graph, budget, profile=profile, config=config,
                                        dynamic=args.dynamic, data=batches,
-                                       latency=not args.no_latency)
+                                       latency=not args.no_latency, client=client)
     chosen = result.result if result.met else result.best_tried
     if chosen is not None and not args.quiet and (result.met or args.write_anyway):
         print(chosen.summary.text())
