@@ -471,3 +471,59 @@ def ctc_strings(probs: np.ndarray) -> list[tuple[int, ...]]:
         keep = np.concatenate([[True], row[1:] != row[:-1]]) & (row != 0)
         out.append(tuple(int(c) for c in row[keep]))
     return out
+
+
+# -- Silero VAD and speech (../shared/EVAL.md) --------------------------------------------------
+SPEECH = Path(__file__).resolve().parent.parent / ".cache" / "speech"
+SPEECH_SENTENCES = (
+    "The train to the city leaves at seven in the morning.",
+    "Please close the window before you go to sleep tonight.",
+)
+"""What espeak-ng says in the speech test signal (two sentences with silence around them)."""
+
+
+def silero_vad_model(name: str = "silero_vad_op18_ifless.onnx") -> Path:
+    """A Silero VAD ONNX file as the `silero-vad` wheel ships it (`pip install --no-deps
+    silero-vad`): the opset-18 one has one If choosing the 16 or 8 kHz network by `sr`."""
+    import silero_vad
+
+    return Path(silero_vad.__file__).resolve().parent / "data" / name
+
+
+def _read_wav(path: Path) -> tuple[np.ndarray, int]:
+    import wave
+
+    with wave.open(str(path), "rb") as w:
+        assert w.getsampwidth() == 2 and w.getnchannels() == 1, path
+        frames = w.readframes(w.getnframes())
+        return np.frombuffer(frames, "<i2").astype(np.float32) / 32768.0, w.getframerate()
+
+
+def speech_signal(rate: int) -> tuple[np.ndarray, np.ndarray]:
+    """Speech-like audio at `rate` Hz: silence, a sentence, a pause with faint noise, another
+    sentence, silence (espeak-ng speaks, sox resamples; cached in .cache/speech), and a mask
+    of the samples where speech was placed. Deterministic: the noise is seeded."""
+    parts = []
+    SPEECH.mkdir(parents=True, exist_ok=True)
+    for i, text in enumerate(SPEECH_SENTENCES):
+        target = SPEECH / f"sentence{i}_{rate}.wav"
+        if not target.exists():
+            tmp = Path(tempfile.mkdtemp(prefix=".speech.", dir=SPEECH))
+            try:
+                subprocess.run(["espeak-ng", "-w", str(tmp / "raw.wav"), text], check=True,
+                               capture_output=True)
+                subprocess.run(["sox", str(tmp / "raw.wav"), "-r", str(rate), "-b", "16",
+                                str(tmp / "out.wav")], check=True, capture_output=True)
+                os.replace(tmp / "out.wav", target)
+            finally:
+                shutil.rmtree(tmp, ignore_errors=True)
+        audio, got = _read_wav(target)
+        assert got == rate, (target, got)
+        parts.append(audio)
+    rng = np.random.default_rng(16)
+    silence = [np.zeros(int(rate * s), np.float32) for s in (0.6, 0.8, 0.6)]
+    pieces = [silence[0], parts[0], silence[1], parts[1], silence[2]]
+    speech = np.concatenate([np.full(p.size, p is parts[0] or p is parts[1]) for p in pieces])
+    signal = np.concatenate(pieces)
+    signal = signal + rng.normal(scale=0.003, size=signal.size).astype(np.float32)
+    return signal.astype(np.float32), speech

@@ -20,6 +20,7 @@ from lowbit.frontends import onnx_import
 from lowbit.ir.graph import Graph
 from lowbit.passes import canonicalize
 from lowbit.passes import optimize as _optimize
+from lowbit.passes.fix_inputs import fix_inputs
 from lowbit.quant import dynamic as _dynamic
 from lowbit.quant import profile as _profile
 from lowbit.quant import static as _static
@@ -31,16 +32,21 @@ from lowbit.tools.sensitivity import Sensitivity
 from lowbit.tools.sensitivity import sensitivity as _sensitivity
 
 
-def load(path: str | os.PathLike, *, optimize: bool = True) -> Graph:
+def load(path: str | os.PathLike, *, optimize: bool = True,
+         fixed_inputs: Mapping[str, object] | None = None) -> Graph:
     """Import an ONNX model as a typed Graph.
 
     With `optimize` (the default), the optimization pipeline runs: constant folding of shape
     sub-graphs, batch-norm folding, decomposed layer norms fused into LayerNormalization,
     Relu/Clip fused as output clamps, dead code; without it only
     the import pipeline (folding, dead code). Profile and quantize the graph `load` returns.
+    `fixed_inputs` ({input name: value}) makes those inputs constants before the passes run,
+    so what they decide folds away (an If on a sample rate becomes its branch).
     Unsupported or malformed models raise `lowbit.LowbitError` naming the node and the reason.
     """
     graph = onnx_import.load(path)
+    if fixed_inputs:
+        graph = fix_inputs(graph, fixed_inputs)
     return _optimize(graph) if optimize else canonicalize(graph)
 
 
@@ -51,9 +57,11 @@ def save(graph: Graph, path: str | os.PathLike, format: str | None = None) -> No
     onnx_export.save(graph, path, format=format)
 
 
-def compile(graph: Graph, backend: str = "reference") -> backends.Executable:
-    """Compile `graph` for `backend`; call the result with {input name: array}."""
-    return backends.compile(graph, backend)
+def compile(graph: Graph, backend: str = "reference", **options) -> backends.Executable:
+    """Compile `graph` for `backend`; call the result with {input name: array}. The "cpu"
+    backend takes `threads` (default: the physical cores) and `isa` ("vnni", "avx2",
+    "scalar"; default: the best this CPU has, or $LOWBIT_CPU_ISA)."""
+    return backends.compile(graph, backend, **options)
 
 
 def run(

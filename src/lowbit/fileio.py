@@ -24,6 +24,20 @@ def _umask() -> int:
     return mask
 
 
+def check_writable(path: str | os.PathLike) -> None:
+    """Refuse, before any work, an output path whose folder does not exist or cannot be
+    written, or that names a folder."""
+    target = Path(path)
+    folder = target.resolve().parent
+    if not folder.is_dir():
+        raise InputError(f"cannot write {target}: folder {folder} does not exist; create it "
+                         "first")
+    if target.is_dir():
+        raise InputError(f"cannot write {target}: it is a folder; give a file name")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise InputError(f"cannot write {target}: folder {folder} is not writable")
+
+
 @contextmanager
 def atomic_path(path: str | os.PathLike, suffix: str = ".tmp") -> Iterator[Path]:
     """A temporary path beside `path`, renamed to `path` when the block succeeds."""

@@ -39,7 +39,8 @@ def test_inspect_shows_types_ops_and_parameters():
     assert "= Gemm(" in r.stdout
 
 
-@pytest.mark.parametrize("verb", ["inspect", "run", "profile", "quantize", "compare", "demo"])
+@pytest.mark.parametrize("verb", ["inspect", "run", "profile", "quantize", "compare", "bench",
+                                  "demo"])
 def test_every_verb_help_shows_an_example(verb):
     r = lowbit(verb, "--help")
     assert r.returncode == 0 and "example:" in r.stdout
@@ -174,7 +175,8 @@ def test_calibration_batches_follow_a_fixed_batch_dimension(tmp_path):
 
 def test_demo_runs_offline():
     """The README's main job: float and int8 accuracy on 300 held-out digits (measured: 99.67 %
-    both), the int8 export checked and timed in ONNX Runtime."""
+    both), the int8 model run on the compiled cpu backend (bit-exact with the reference) and
+    its export checked in ONNX Runtime, both timed beside the float model."""
     r = lowbit("demo")
     assert r.returncode == 0, r.stderr
     found = re.search(r"accuracy   float ([\d.]+)%   int8 ([\d.]+)%", r.stdout)
@@ -184,6 +186,9 @@ def test_demo_runs_offline():
     agree = re.search(r"top-1 agreement with lowbit ([\d.]+)%", r.stdout)
     assert agree and float(agree.group(1)) >= 99.0, r.stdout
     assert re.search(r"ONNX Runtime latency, batch 1   float [\d.]+ ms   int8 [\d.]+ ms",
+                     r.stdout), r.stdout
+    assert "int8 logits bit-exact with the reference interpreter" in r.stdout, r.stdout
+    assert re.search(r"cpu backend latency, batch 1   float [\d.]+ ms   int8 [\d.]+ ms",
                      r.stdout), r.stdout
 
 

@@ -89,12 +89,23 @@ def test_every_unsupported_node_listed_at_once(tmp_path):
     assert "n1" in str(info.value) and "n2" in str(info.value)
 
 
-def test_control_flow_refused(tmp_path):
+def test_a_branch_without_outputs_refused(tmp_path):
     body = helper.make_graph([], "b", [], [])
     node = helper.make_node("If", ["x"], ["y"], name="branch", then_branch=body,
                             else_branch=body)
-    with pytest.raises(UnsupportedError, match="control flow"):
+    with pytest.raises(ModelError, match="subgraph 'branch/else_branch/' has no outputs"):
         lowbit.load(_save(_model([node]), tmp_path))
+
+
+def test_a_branch_reading_nothing_known(tmp_path):
+    body = helper.make_graph([helper.make_node("Relu", ["ghost"], ["r"], name="relu")], "b",
+                             [], [helper.make_tensor_value_info("r", TensorProto.FLOAT, None)])
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 4]),
+              helper.make_tensor_value_info("c", TensorProto.BOOL, [])]
+    node = helper.make_node("If", ["c"], ["y"], name="branch", then_branch=body,
+                            else_branch=body)
+    with pytest.raises(ModelError, match=r"node 'branch' \(If\) reads 'ghost' in a subgraph"):
+        lowbit.load(_save(_model([node], inputs=inputs), tmp_path))
 
 
 def test_dangling_input(tmp_path):

@@ -37,11 +37,11 @@ def test_string_and_float8e8m0_targets_are_refused_clearly():
 
 def test_bad_saturate_and_round_mode_are_refused():
     x = np.zeros(3, np.float32)
-    with pytest.raises(ModelError, match="saturate must be 0 or 1"):
+    with pytest.raises(ModelError, match=r"saturate.* allowed: 0 or 1"):
         _cast(x, T.FLOAT8E4M3FN, saturate=3)
     model = one_node_model("Cast", {"x": x}, {"to": T.FLOAT, "round_mode": "sideways"},
                            opset=25)
-    with pytest.raises(ModelError, match="round_mode must be one of up, down, nearest"):
+    with pytest.raises(ModelError, match=r"round_mode.*one of 'up', 'down', 'nearest'"):
         run_lowbit(model, {"x": x})
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import textwrap
 
 import pytest
@@ -131,15 +132,22 @@ def test_check_warns_for_rules_that_match_nothing(graph):
     config = QuantConfig(rules=[
         Rule(name="conv1", precision="float"),
         Rule(regex="conv", precision="int16"),
-        Rule(op_type="conv", precision="int16"),
         Rule(op_type="Gemm", precision="int16"),
     ], source="q.yaml")  # fmt: skip
     warnings = config.check(graph)
-    assert len(warnings) == 3
+    assert len(warnings) == 2
     assert warnings[0].startswith("q.yaml: rules[1]: regex 'conv' matches no node")
     assert "whole node name" in warnings[0]
-    assert "rules[2]" in warnings[1] and "did you mean 'Conv'?" in warnings[1]
-    assert "rules[3]" in warnings[2] and "Conv, Relu, Softmax" in warnings[2]
+    assert "rules[2]" in warnings[1] and "Conv, Relu, Softmax" in warnings[1]
+
+
+@pytest.mark.parametrize(("op_type", "hint"), [("conv", " (did you mean 'Conv'"),
+                                               ("Zzyzx", "; op types are spelled")])
+def test_a_rule_with_an_unknown_op_type_is_an_error(op_type, hint):
+    with pytest.raises(ConfigError, match=re.escape(f"op_type {op_type!r} is not an op lowbit "
+                                                    f"knows{hint}")):
+        QuantConfig.from_yaml_text(f"rules:\n  - op_type: {op_type}\n    precision: int16\n",
+                                   "q.yaml")
 
 
 def test_check_refuses_a_rule_naming_a_missing_node(graph):

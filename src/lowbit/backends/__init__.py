@@ -1,6 +1,7 @@
 """Backends: each compiles a Graph into an executable `(inputs) -> outputs`.
 
-`reference` is the numpy interpreter that defines what every op computes, exactly. Each backend
+`reference` is the numpy interpreter that defines what every op computes, exactly; `cpu`
+compiles the graph to C (lowbit.backends.cpu) and computes the same integers. Each backend
 package exposes `compile(graph, **options)`; `compile` here picks one by name.
 """
 
@@ -14,7 +15,7 @@ from lowbit.ir.graph import Graph
 
 Executable = Callable[[dict], dict]
 
-BACKENDS = ("reference",)
+BACKENDS = ("reference", "cpu")
 
 
 def compile(graph: Graph, backend: str = "reference", **options: Any) -> Executable:
@@ -23,4 +24,8 @@ def compile(graph: Graph, backend: str = "reference", **options: Any) -> Executa
         from lowbit.backends import reference
 
         return reference.compile(graph, **options)
+    if backend == "cpu":
+        from lowbit.backends import cpu
+
+        return cpu.compile(graph, **options)
     raise LowbitError(f"unknown backend '{backend}'; available: {', '.join(BACKENDS)}")

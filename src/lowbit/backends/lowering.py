@@ -14,8 +14,11 @@ def fold_quantized_constants(graph: Graph) -> Graph:
     delayed quantization: until here, passes and backends see the float weights).
 
     Guarantees: the folded constant equals what the Quantize node would compute at run time
-    (`arith.quantize`, the Quantize kernel's definition).
+    (`arith.quantize`, the Quantize kernel's definition); subgraphs are folded too.
     """
+    for node in graph.nodes:
+        for attr, sub in node.subgraphs():
+            node.attrs[attr] = fold_quantized_constants(sub)
     for i, node in enumerate(graph.nodes):
         if node.domain != QUANT_DOMAIN or node.op_type != "Quantize" or \
                 not node.inputs[0].is_constant:
@@ -29,4 +32,4 @@ def fold_quantized_constants(graph: Graph) -> Graph:
 def has_quantized_constants(graph: Graph) -> bool:
     """Whether some Quantize node still reads a constant (`fold_quantized_constants` has work)."""
     return any(n.domain == QUANT_DOMAIN and n.op_type == "Quantize" and n.inputs[0].is_constant
-               for n in graph.nodes)
+               for n, _ in graph.walk())

@@ -5,7 +5,8 @@ Size is the bytes of every constant once `Quantize(constant)` is folded into its
 storage (`backends.lowering.fold_quantized_constants`): weights at 1, 2 or 4 bytes, int32 biases,
 tables, shapes. Latency is the median of `repeats` runs of one evaluation batch on the cpu
 backend, the configurations interleaved run by run so that a load change on the machine
-affects them alike. The reference backend (numpy) is never timed: its speed says nothing of a
+affects them alike; a model with an op the cpu backend lacks is not timed, and the summary
+says which op. The reference backend (numpy) is never timed: its speed says nothing of a
 deployed model's.
 """
 
@@ -19,6 +20,7 @@ import numpy as np
 
 from lowbit import backends
 from lowbit.backends.lowering import fold_quantized_constants, has_quantized_constants
+from lowbit.errors import UnsupportedError
 from lowbit.ir.graph import CONSTANT, Graph
 
 LATENCY_BACKEND = "cpu"
@@ -71,7 +73,11 @@ def measure(graphs: Mapping[str, Graph], batch: Mapping[str, np.ndarray] | None,
     elif batch is None:
         costs.latency_note = "not measured: no evaluation batch"
     else:
-        runs = {label: backends.compile(g, LATENCY_BACKEND) for label, g in graphs.items()}
+        try:
+            runs = {label: backends.compile(g, LATENCY_BACKEND) for label, g in graphs.items()}
+        except UnsupportedError as exc:  # said in the summary; never timed on the reference
+            costs.latency_note = f"not measured: {exc}"
+            return costs
         costs.latency = interleaved_medians(runs, batch, repeats)
         costs.latency_note = f"{LATENCY_BACKEND} backend, median of {repeats} runs, " \
             f"one evaluation batch"

@@ -11,13 +11,20 @@ import os
 import sys
 from collections.abc import Sequence
 
-from lowbit.errors import LowbitError
+import numpy as np
 
-VERBS = ("inspect", "run", "dump", "profile", "quantize", "compare", "demo")
+from lowbit.errors import LowbitError
+from lowbit.fileio import check_writable
+
+VERBS = ("inspect", "run", "dump", "profile", "quantize", "compare", "bench", "demo")
+OUTPUT_OPTIONS = ("output", "report", "config_out", "npz")
+"""Options naming a file a verb writes: checked before any work (a missing folder is
+reported at once, not after minutes of profiling)."""
 
 
 def build_parser() -> argparse.ArgumentParser:
     from lowbit.cli import (
+        bench_cmd,
         compare_cmd,
         demo,
         dump_cmd,
@@ -34,7 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="show tracebacks and verify the IR after every pass")
     sub = parser.add_subparsers(dest="verb", metavar="VERB", required=True)
     for module in (inspect_cmd, run_cmd, dump_cmd, profile_cmd, quantize_cmd, compare_cmd,
-                   demo):
+                   bench_cmd, demo):
         module.add_parser(sub)
     return parser
 
@@ -45,7 +52,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.debug:
         os.environ["LOWBIT_VERIFY"] = "1"
     try:
-        return int(args.handler(args) or 0)
+        # Numbers that overflow or turn NaN are reported by lowbit's own checks (non-finite
+        # calibration values, weights, scales), naming the value; numpy's warnings would
+        # print source lines instead.
+        with np.errstate(all="ignore"):
+            for option in OUTPUT_OPTIONS:
+                if getattr(args, option, None):
+                    check_writable(getattr(args, option))
+            return int(args.handler(args) or 0)
     except (LowbitError, OSError) as exc:
         if args.debug:
             raise

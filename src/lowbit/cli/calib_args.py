@@ -36,10 +36,13 @@ def add_calibration_args(p, required: bool, flag: str = "--calib") -> None:
     p.add_argument("--std", type=float, nargs="+", default=[1.0],
                    help="per-channel divisor applied after the mean")
     p.add_argument("--layout", choices=("NCHW", "NHWC"), default="NCHW")
+    p.add_argument("--grayscale", action="store_true",
+                   help="read images as one luminance channel (default: as many channels as "
+                   "the model's input has, RGB when it does not say)")
 
 
 def batches_from_args(args, graph: Graph) -> list:
-    return _batches(args, graph, args.calib, args.limit)
+    return _batches(args, graph, args.calib, _limit(args))
 
 
 def eval_batches_from_args(args, graph: Graph) -> list:
@@ -50,7 +53,7 @@ def eval_batches_from_args(args, graph: Graph) -> list:
 
 def batch_refs_from_args(args, graph: Graph) -> list:
     """The `--calib` batches as references (`BatchRef`), each read where it is used."""
-    return batch_refs(args.calib, graph, **_options(args, graph), limit=args.limit)
+    return batch_refs(args.calib, graph, **_options(args, graph), limit=_limit(args))
 
 
 def _options(args, graph: Graph) -> dict:
@@ -58,7 +61,14 @@ def _options(args, graph: Graph) -> dict:
         raise InputError(f"--batch-size must be 1 or more, got {args.batch_size}")
     return {"batch_size": args.batch_size or model_batch_size(graph) or DEFAULT_BATCH_SIZE,
             "image_size": tuple(args.image_size) if args.image_size else None,
-            "mean": args.mean, "std": args.std, "layout": args.layout}
+            "mean": args.mean, "std": args.std, "layout": args.layout,
+            "grayscale": args.grayscale}
+
+
+def _limit(args) -> int | None:
+    if args.limit is not None and args.limit < 1:
+        raise InputError(f"--limit must be 1 or more, got {args.limit}")
+    return args.limit
 
 
 def _batches(args, graph: Graph, source: str, limit: int | None) -> list:

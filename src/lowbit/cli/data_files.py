@@ -6,7 +6,8 @@ this process, or on a cluster's worker)."""
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Sequence
+import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -46,6 +47,38 @@ def add_input_arg(p) -> None:
                    "`--input a=x.npy --input b=y.npy`)")
 
 
+def add_fix_input_arg(p) -> None:
+    """`--fix-input NAME=VALUE ...`: inputs made constants at load (`lowbit.load`'s
+    `fixed_inputs`)."""
+    p.add_argument("--fix-input", action="extend", nargs="+", default=[],
+                   metavar="NAME=VALUE",
+                   help="make an input a constant, so that what it decides folds away "
+                   "(`--fix-input sr=16000`); VALUE is a number, numbers separated by commas, "
+                   "or FILE.npy")
+
+
+def fixed_inputs(specs: Sequence[str]) -> dict[str, np.ndarray]:
+    """`NAME=VALUE` specs of --fix-input as {name: array}."""
+    fixed: dict[str, np.ndarray] = {}
+    for spec in specs:
+        name, sep, text = spec.partition("=")
+        if not sep or not name or not text:
+            raise InputError(f"--fix-input {spec!r}: write NAME=VALUE (a number, numbers "
+                             f"separated by commas, or FILE.npy)")
+        if text.endswith(".npy"):
+            fixed[name] = load_array(text)
+            continue
+        try:
+            numbers = [int(t) if t.strip().lstrip("+-").isdigit() else float(t)
+                       for t in text.split(",")]
+        except ValueError:
+            raise InputError(f"--fix-input {spec!r}: {text!r} is not a number, numbers "
+                             f"separated by commas, or an .npy file") from None
+        fixed[name] = np.array(numbers[0] if len(numbers) == 1 and "," not in text
+                               else numbers)
+    return fixed
+
+
 def parse_inputs(specs: Sequence[str], graph: Graph) -> dict[str, np.ndarray]:
     """`NAME=FILE.npy` specs as {name: array}; a single `FILE.npy` feeds a one-input model; a
     `FILE.npz` gives the arrays named like the model's inputs (other arrays are refused)."""
@@ -82,12 +115,13 @@ def _input_npz(path: Path, graph: Graph) -> dict[str, np.ndarray]:
 def calibration_batches(source: str, graph: Graph, *, batch_size: int = 8,
                         image_size: tuple[int, int] | None = None,
                         mean: Sequence[float] = (0.0,), std: Sequence[float] = (1.0,),
-                        layout: str = "NCHW", limit: int | None = None
-                        ) -> list[dict[str, np.ndarray]]:
+                        layout: str = "NCHW", limit: int | None = None,
+                        grayscale: bool = False) -> list[dict[str, np.ndarray]]:
     """Calibration batches from `source` (`batch_refs` says how it is cut), read."""
     return [ref.load(graph) for ref in batch_refs(source, graph, batch_size=batch_size,
                                                    image_size=image_size, mean=mean, std=std,
-                                                   layout=layout, limit=limit)]
+                                                   layout=layout, limit=limit,
+                                                   grayscale=grayscale)]
 
 
 @dataclass(frozen=True)
@@ -106,6 +140,8 @@ class BatchRef:
     mean: tuple[float, ...] = (0.0,)
     std: tuple[float, ...] = (1.0,)
     layout: str = "NCHW"
+    mode: str = "RGB"
+    """The PIL mode images are read in (`_image_mode`)."""
 
     def load(self, graph: Graph) -> dict[str, np.ndarray]:
         if self.kind == "pb":
@@ -113,7 +149,7 @@ class BatchRef:
         if self.kind == "images":
             assert self.image_size is not None
             return _images([Path(p) for p in self.paths], graph, self.image_size, self.mean,
-                           self.std, self.layout)
+                           self.std, self.layout, self.mode)
         path = Path(self.paths[0])
         if self.kind == "npy":
             array = load_array(path, mmap=True)
@@ -125,15 +161,17 @@ class BatchRef:
 def batch_refs(source: str, graph: Graph, *, batch_size: int = 8,
                image_size: tuple[int, int] | None = None, mean: Sequence[float] = (0.0,),
                std: Sequence[float] = (1.0,), layout: str = "NCHW",
-               limit: int | None = None) -> list[BatchRef]:
+               limit: int | None = None, grayscale: bool = False) -> list[BatchRef]:
     """The batches of `source`, in order:
 
     - `file.npy`: one array for a one-input model, cut into batches along axis 0;
     - `file.npz`: arrays named like the model's inputs, cut the same way;
     - a folder of ONNX `test_data_set_*` folders (input_0.pb, ...), one batch each;
     - a folder of images: resized to `image_size` (default: the model's input size), scaled to
-      [0, 255], normalised as (x - mean) / std per channel, laid out as `layout`, `batch_size`
-      files a batch in name order;
+      [0, 255], normalised as (x - mean) / std per channel, laid out as `layout`, with the
+      model's channel count (1: luminance, 3: RGB, 4: RGBA; RGB when the model does not say)
+      or one luminance channel with `grayscale`, `batch_size` files a batch in name order;
+      files that are not images are skipped with a note on stderr;
     - a folder of .npy / .npz files: each file as above, in name order (a batch never spans
       two files).
     """
@@ -146,14 +184,7 @@ def batch_refs(source: str, graph: Graph, *, batch_size: int = 8,
             files = sorted(f for f in p.iterdir() if f.is_file() and f.suffix in (".npy", ".npz"))
             refs = [r for f in files for r in _array_refs(f, graph, batch_size)]
         else:
-            files = list(_image_files(p))
-            if not files:
-                raise InputError(f"{p}: no images ({', '.join(IMAGE_SUFFIXES)}), .npy or .npz "
-                                 f"files, or test_data_set folders")
-            size = _image_size(p, graph, image_size, layout)
-            refs = [BatchRef("images", tuple(str(f) for f in files[i:i + batch_size]),
-                             image_size=size, mean=tuple(mean), std=tuple(std), layout=layout)
-                    for i in range(0, len(files), batch_size)]
+            refs = _image_refs(p, graph, batch_size, image_size, mean, std, layout, grayscale)
     elif p.suffix in (".npz", ".npy"):
         refs = _array_refs(p, graph, batch_size)
     else:
@@ -172,7 +203,7 @@ def _array_refs(p: Path, graph: Graph, batch_size: int) -> list[BatchRef]:
         if len(graph.inputs) != 1:
             raise InputError(f"{p}: a .npy file feeds one-input models; this one has "
                              f"{len(graph.inputs)} inputs: use a .npz keyed by input name")
-        rows = len(load_array(p, mmap=True))
+        shapes = {names[0]: load_array(p, mmap=True).shape}
         kind = "npy"
     else:
         if not p.is_file():
@@ -183,10 +214,15 @@ def _array_refs(p: Path, graph: Graph, batch_size: int) -> list[BatchRef]:
                 if missing:
                     raise InputError(f"{p}: has arrays {', '.join(data.files)}; the model needs "
                                      f"{', '.join(names)}")
-                rows = min(len(data[n]) for n in names)
+                shapes = {n: data[n].shape for n in names}
         except (ValueError, OSError, EOFError) as exc:
             raise InputError(f"{p}: not a readable .npz file ({exc})") from None
         kind = "npz"
+    for name, shape in shapes.items():
+        if len(shape) == 0:
+            raise InputError(f"{p}: array '{name}' is 0-d (a single number); calibration "
+                             f"data needs a leading axis of samples, e.g. shape (N, ...)")
+    rows = min(shape[0] for shape in shapes.values())
     return [BatchRef(kind, (str(p),), i, min(i + batch_size, rows))
             for i in range(0, rows, batch_size)]
 
@@ -199,33 +235,87 @@ def _test_data_set(folder: Path, graph: Graph) -> dict[str, np.ndarray]:
     return {v.name: load_array(f) for v, f in zip(graph.inputs, files, strict=True)}
 
 
-def _image_size(folder: Path, graph: Graph, size, layout) -> tuple[int, int]:
+IMAGE_MODES = {1: "L", 3: "RGB", 4: "RGBA"}
+"""PIL modes by the number of channels a model's image input has."""
+MAX_IMAGE_SIDE = 1 << 14
+
+
+def _image_refs(folder: Path, graph: Graph, batch_size: int, size, mean, std, layout: str,
+                grayscale: bool) -> list[BatchRef]:
+    """A folder's images as batches of `batch_size` files: the options are checked and every
+    file's header read here (files that are not images are skipped with a note), the pixels
+    where each batch is loaded."""
+    from PIL import Image
+
     if len(graph.inputs) != 1:
         raise InputError(f"{folder}: image folders feed one-input models")
     v = graph.inputs[0]
     shape = v.type.shape if v.type is not None else None
-    if size is not None:
-        return (int(size[0]), int(size[1]))
-    if shape is None or len(shape) != 4:
-        raise InputError(f"{folder}: give --image-size H W (the model's input size is "
-                         f"not a static 4-D shape)")
-    h, w = (shape[2], shape[3]) if layout == "NCHW" else (shape[1], shape[2])
-    if not isinstance(h, int) or not isinstance(w, int):
-        raise InputError(f"{folder}: give --image-size H W (the model's input size is "
-                         f"symbolic)")
-    return (h, w)
+    spatial = None if shape is None or len(shape) != 4 else (
+        (shape[2], shape[3]) if layout == "NCHW" else (shape[1], shape[2]))
+    if size is None:
+        if spatial is None:
+            raise InputError(f"{folder}: give --image-size H W (the model's input size is "
+                             f"not a static 4-D shape)")
+        if not all(isinstance(d, int) for d in spatial):
+            raise InputError(f"{folder}: give --image-size H W (the model's input size is "
+                             f"symbolic)")
+        size = spatial
+    if not all(1 <= int(d) <= MAX_IMAGE_SIDE for d in size):
+        raise InputError(f"--image-size {size[0]} {size[1]}: each side must be between 1 and "
+                         f"{MAX_IMAGE_SIDE}")
+    channels = None if shape is None or len(shape) != 4 else (
+        shape[1] if layout == "NCHW" else shape[3])
+    mode = _image_mode(folder, channels, layout, grayscale)
+    count = len(mode)
+    _per_channel("--mean", mean, count, mode)
+    std_a = _per_channel("--std", std, count, mode)
+    if not np.all(np.isfinite(std_a)) or np.any(std_a == 0):
+        raise InputError(f"--std {' '.join(f'{s:g}' for s in std)}: divisors must be finite "
+                         "and non-zero")
+    files, skipped, converted = [], [], set()
+    for f in sorted(folder.iterdir()):
+        if f.is_dir():
+            continue
+        if f.suffix.lower() not in IMAGE_SUFFIXES:
+            skipped.append(f"{f.name} (not an image file name)")
+            continue
+        try:
+            with Image.open(f) as im:
+                if len(im.getbands()) != count and im.mode not in ("P", "1"):
+                    converted.add(im.mode)
+        except (OSError, ValueError, Image.DecompressionBombError) as exc:
+            skipped.append(f"{f.name} (not a readable image: {exc})")
+            continue
+        files.append(f)
+    for note in skipped:
+        print(f"note: {folder}: skipped {note}", file=sys.stderr)
+    if converted and not grayscale:
+        print(f"note: {folder}: {'/'.join(sorted(converted))} images read as {mode}, the "
+              f"model's {count} channel{'s' if count > 1 else ''}"
+              + (" (--grayscale says so explicitly)" if mode == "L" else ""), file=sys.stderr)
+    if not files:
+        raise InputError(f"{folder}: no readable images ({', '.join(IMAGE_SUFFIXES)})")
+    hw = (int(size[0]), int(size[1]))
+    return [BatchRef("images", tuple(str(f) for f in files[i:i + batch_size]), image_size=hw,
+                     mean=tuple(float(m) for m in mean), std=tuple(float(s) for s in std),
+                     layout=layout, mode=mode)
+            for i in range(0, len(files), batch_size)]
 
 
-def _images(files: list[Path], graph: Graph, size, mean, std, layout) -> dict[str, np.ndarray]:
+def _images(files: list[Path], graph: Graph, size: tuple[int, int], mean, std, layout: str,
+            mode: str) -> dict[str, np.ndarray]:
+    """One batch of images, read in `mode`, resized to `size`, normalised and laid out."""
     from PIL import Image
 
+    count = len(mode)
     arrays = []
     for f in files:
         try:
             with Image.open(f) as im:
-                arrays.append(np.asarray(im.convert("RGB").resize((size[1], size[0])),
-                                         np.float32))
-        except OSError as exc:
+                arrays.append(np.asarray(im.convert(mode).resize((size[1], size[0])),
+                                         np.float32).reshape(size[0], size[1], count))
+        except (OSError, ValueError, Image.DecompressionBombError) as exc:
             raise InputError(f"{f}: not a readable image ({exc})") from None
     x = (np.stack(arrays) - np.asarray(mean, np.float32)) / np.asarray(std, np.float32)
     if layout == "NCHW":
@@ -233,5 +323,27 @@ def _images(files: list[Path], graph: Graph, size, mean, std, layout) -> dict[st
     return {graph.inputs[0].name: np.ascontiguousarray(x, dtype=np.float32)}
 
 
-def _image_files(folder: Path) -> Iterator[Path]:
-    return iter(sorted(f for f in folder.iterdir() if f.suffix.lower() in IMAGE_SUFFIXES))
+def _image_mode(folder: Path, channels, layout: str, grayscale: bool) -> str:
+    """The PIL mode images are read in: luminance with `grayscale`, else by the model's
+    channel count."""
+    if grayscale:
+        if isinstance(channels, int) and channels != 1:
+            raise InputError(f"--grayscale gives one channel, but the model's input has "
+                             f"{channels} ({layout}); drop --grayscale")
+        return "L"
+    if not isinstance(channels, int):
+        return "RGB"
+    if channels not in IMAGE_MODES:
+        raise InputError(f"{folder}: the model's input has {channels} channels ({layout}); "
+                         f"images give 1 (--grayscale), 3 (RGB) or 4 (RGBA): check --layout, "
+                         f"or calibrate from an .npy/.npz file")
+    return IMAGE_MODES[channels]
+
+
+def _per_channel(option: str, values: Sequence[float], count: int, mode: str) -> np.ndarray:
+    """`values` as a per-channel array: one value for every channel, or one per channel."""
+    if len(values) not in (1, count):
+        raise InputError(f"{option} has {len(values)} values; images are read as {mode} "
+                         f"({count} channel{'s' if count > 1 else ''}): give 1 value or "
+                         f"{count}")
+    return np.asarray(values, np.float32)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 
-from lowbit.cli.data_files import add_input_arg, parse_inputs
+from lowbit.cli.data_files import add_fix_input_arg, add_input_arg, fixed_inputs, parse_inputs
 from lowbit.cli.run_cmd import save_npz
 
 EXAMPLE = """example:
@@ -24,6 +24,7 @@ def add_parser(sub) -> None:
     p.add_argument("--npz", metavar="OUT.npz",
                    help="also write the output tensors (by value name) and the kernels' "
                    "parameter arrays (NODE.q31_multiplier, ...) to an .npz")
+    add_fix_input_arg(p)
     p.set_defaults(handler=run)
 
 
@@ -31,7 +32,7 @@ def run(args) -> int:
     import lowbit
     from lowbit.tools.dump import dump, render
 
-    graph = lowbit.load(args.model)
+    graph = lowbit.load(args.model, fixed_inputs=fixed_inputs(args.fix_input))
     records, tensors = dump(graph, parse_inputs(args.input, graph), args.nodes,
                             keep=bool(args.npz))
     print(render(records))

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from lowbit.ir.graph import Graph, format_node
+from lowbit.cli.data_files import add_fix_input_arg, fixed_inputs
+from lowbit.ir.graph import Graph, format_body
 from lowbit.ir.types import format_type
 
 EXAMPLE = """example:
@@ -19,6 +20,7 @@ def add_parser(sub) -> None:
     p.add_argument("--nodes", action="store_true", help="list every node with its types")
     p.add_argument("--no-optimize", action="store_true",
                    help="show the graph as imported, before folding and fusion")
+    add_fix_input_arg(p)
     p.set_defaults(handler=run)
 
 
@@ -31,11 +33,20 @@ def summary(graph: Graph, nodes: bool = False) -> str:
     hist = {k: n for k, n in graph.op_histogram().items() if k != "Constant"}
     lines.append(f"ops ({sum(hist.values())} nodes):")
     lines += [f"  {op:<24} {n}" for op, n in sorted(hist.items(), key=lambda kv: (-kv[1], kv[0]))]
+    bodies = [(f"{scope}/{n.name}/{attr}" if scope else f"{n.name}/{attr}", sub)
+              for n, scope in graph.walk() for attr, sub in n.subgraphs()]
+    if bodies:
+        lines.append(f"subgraphs ({len(bodies)}):")
+        for where, sub in bodies:
+            ops = ", ".join(f"{op} {k}" for op, k in sub.op_histogram().items()
+                            if op != "Constant")
+            lines.append(f"  {where}: {ops or 'no ops'}")
     count, nbytes = graph.parameter_count()
     lines.append(f"parameters: {count:,} ({_size(nbytes)})")
     if nodes:
         lines.append("nodes:")
-        lines += [f"  {format_node(n)}" for n in graph.nodes if n.op_type != "Constant"]
+        body = format_body(graph, indent="  ")  # inputs, nodes with their subgraphs, outputs
+        lines += body[len(graph.inputs):len(body) - len(graph.outputs)]
     return "\n".join(lines)
 
 
@@ -49,6 +60,7 @@ def _size(nbytes: int) -> str:
 def run(args) -> int:
     import lowbit
 
-    graph = lowbit.load(args.model, optimize=not args.no_optimize)
+    graph = lowbit.load(args.model, optimize=not args.no_optimize,
+                        fixed_inputs=fixed_inputs(args.fix_input))
     print(summary(graph, args.nodes))
     return 0

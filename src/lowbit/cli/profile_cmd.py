@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from lowbit.cli.calib_args import add_calibration_args, batch_refs_from_args, batches_from_args
+from lowbit.cli.data_files import add_fix_input_arg, fixed_inputs
 from lowbit.errors import InputError
 
 EXAMPLE = """example:
@@ -31,6 +32,7 @@ def add_parser(sub) -> None:
                         "local:N for N worker processes on this machine")
     p.add_argument("--shards", type=int, metavar="N",
                    help="--dask: cut the batches into N shards (default: 4 per worker)")
+    add_fix_input_arg(p)
     p.set_defaults(handler=run)
 
 
@@ -39,7 +41,7 @@ def run(args) -> int:
 
     if args.shards is not None and args.dask is None:
         raise InputError("--shards goes with --dask")
-    graph = lowbit.load(args.model)
+    graph = lowbit.load(args.model, fixed_inputs=fixed_inputs(args.fix_input))
     if args.dask is None:
         profile = lowbit.profile(graph, batches_from_args(args, graph),
                                  moments=not args.no_moments)

@@ -8,8 +8,10 @@ from __future__ import annotations
 import argparse
 
 from lowbit.cli.calib_args import add_calibration_args, batch_refs_from_args, batches_from_args
+from lowbit.cli.data_files import add_fix_input_arg, fixed_inputs
 from lowbit.errors import InputError
 from lowbit.quant.config import CALIBRATION_METHODS, INTEGER_PRECISIONS, SCHEMES, QuantConfig
+from lowbit.quant.static import QuantizationError, QuantSummary
 
 EXAMPLE = """example:
   lowbit quantize model.onnx -o model.int8.onnx --calib calib.npz
@@ -50,7 +52,11 @@ def add_parser(sub) -> None:
     p.add_argument("--format", choices=("qdq", "qoperator"), default="qdq")
     p.add_argument("--assert-all-quantized", action="store_true",
                    help="fail if any node stays in float")
+    p.add_argument("--allow-float", action="store_true",
+                   help="write the model even when no node could be quantized (a float "
+                   "copy); without it that is an error")
     p.add_argument("--quiet", action="store_true", help="do not print the per-node summary")
+    add_fix_input_arg(p)
     budget = p.add_argument_group("accuracy budget (automatic mixed precision)")
     budget.add_argument("--budget", metavar="METRIC>=VALUE",
                         help="raise the fewest layers to higher precision (static: int16, then "
@@ -100,7 +106,7 @@ def _run(args, client) -> int:
     if (args.calib is None) == (args.profile is None):
         raise InputError("give calibration data with --calib DATA or a saved profile with "
                          "--profile PROFILE.yaml (one of them)")
-    graph = lowbit.load(args.model)
+    graph = lowbit.load(args.model, fixed_inputs=fixed_inputs(args.fix_input))
     config = config_from_args(args)
     if args.profile:
         profile = Profile.load(args.profile, graph)
@@ -113,6 +119,7 @@ def _run(args, client) -> int:
     if args.budget:
         return _run_budget(args, graph, config, profile, client)
     result = quantize(graph, profile, config, assert_all_quantized=args.assert_all_quantized)
+    _refuse_nothing_quantized(result.summary, args, "static quantization")
     for warning in result.summary.warnings:
         print(f"warning: {warning}")
     if not args.quiet:
@@ -120,6 +127,22 @@ def _run(args, client) -> int:
     lowbit.save(result.graph, args.output, format=args.format)
     print(f"wrote {args.output} ({args.format})")
     return 0
+
+
+def _refuse_nothing_quantized(summary: QuantSummary, args, what: str) -> None:
+    """A model in which no node computes in integers would be written as a float copy: say so
+    and refuse, unless --allow-float."""
+    if summary.integer_nodes or args.allow_float:
+        return
+    floats = summary.float_nodes
+    if not floats:
+        reason = "the model has no node it applies to"
+    else:
+        shown = "; ".join(f"{r.name} ({r.op_type}): {r.detail}" for r in floats[:5])
+        more = f"; and {len(floats) - 5} more" if len(floats) > 5 else ""
+        reason = f"{len(floats)} node(s) stay float: {shown}{more}"
+    raise QuantizationError(f"{args.model}: nothing to quantize with {what}: {reason}. Nothing "
+                            f"was written; pass --allow-float to write the float copy anyway")
 
 
 def _run_dynamic(args, client) -> int:
@@ -131,11 +154,13 @@ def _run_dynamic(args, client) -> int:
     if args.calibration is not None or args.format != "qdq":
         raise InputError("--dynamic takes neither --calibration nor --format (it writes "
                          "DynamicQuantizeLinear/MatMulInteger ONNX)")
-    graph = lowbit.load(args.model)
+    graph = lowbit.load(args.model, fixed_inputs=fixed_inputs(args.fix_input))
     if args.budget:
         return _run_budget(args, graph, config_from_args(args), None, client)
     result = quantize_dynamic(graph, config_from_args(args),
                               assert_all_quantized=args.assert_all_quantized)
+    _refuse_nothing_quantized(result.summary, args, "dynamic quantization (MatMul and Gemm "
+                              "products)")
     for warning in result.summary.warnings:
         print(f"warning: {warning}")
     if not args.quiet:

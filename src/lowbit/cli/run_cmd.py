@@ -1,4 +1,5 @@
-"""`lowbit run MODEL --input NAME=FILE.npy ...`: run a model with the reference backend."""
+"""`lowbit run MODEL --input NAME=FILE.npy ... [--backend cpu]`: run a model with the reference
+interpreter (the default) or the compiled cpu backend."""
 
 from __future__ import annotations
 
@@ -7,11 +8,12 @@ import os
 
 import numpy as np
 
-from lowbit.cli.data_files import add_input_arg, parse_inputs
+from lowbit.cli.data_files import add_fix_input_arg, add_input_arg, fixed_inputs, parse_inputs
 from lowbit.fileio import atomic_path
 
 EXAMPLE = """example:
-  lowbit run model.onnx --input input=x.npy --output out.npz"""
+  lowbit run model.onnx --input input=x.npy --output out.npz
+  lowbit run model.int8.onnx --input x.npy --backend cpu --threads 2"""
 
 
 def add_parser(sub) -> None:
@@ -20,7 +22,31 @@ def add_parser(sub) -> None:
     p.add_argument("model", help="ONNX model file")
     add_input_arg(p)
     p.add_argument("--output", metavar="OUT.npz", help="write the outputs to an .npz file")
+    add_backend_args(p)
+    add_fix_input_arg(p)
     p.set_defaults(handler=run)
+
+
+def add_backend_args(p) -> None:
+    """`--backend` and `--threads` (shared with `lowbit bench`)."""
+    p.add_argument("--backend", choices=("reference", "cpu"), default="reference",
+                   help="reference: the numpy interpreter that defines lowbit's arithmetic; "
+                   "cpu: the graph compiled to C (same integers, bit for bit)")
+    p.add_argument("--threads", type=int, metavar="N",
+                   help="cpu backend threads (default: the physical cores)")
+
+
+def compile_for(graph, args):
+    """The executable of `graph` for the backend the options name."""
+    import lowbit
+
+    if args.threads is not None and args.threads < 1:
+        from lowbit.errors import InputError
+
+        raise InputError(f"--threads must be at least 1, got {args.threads}")
+    if args.backend == "cpu":
+        return lowbit.compile(graph, backend="cpu", threads=args.threads)
+    return lowbit.compile(graph)
 
 
 def save_npz(path: str | os.PathLike, arrays: dict[str, np.ndarray]) -> None:
@@ -32,8 +58,8 @@ def save_npz(path: str | os.PathLike, arrays: dict[str, np.ndarray]) -> None:
 def run(args) -> int:
     import lowbit
 
-    graph = lowbit.load(args.model)
-    outputs = lowbit.run(graph, parse_inputs(args.input, graph))
+    graph = lowbit.load(args.model, fixed_inputs=fixed_inputs(args.fix_input))
+    outputs = compile_for(graph, args)(parse_inputs(args.input, graph))
     for name, a in outputs.items():
         stats = ""
         if a.size and a.dtype.kind in "fiu":

@@ -47,21 +47,28 @@ DYNAMIC_OPS = ("DynamicQuantize", "DynamicMatMul")
 
 
 def has_dynamic_ops(graph: Graph) -> bool:
-    return any(n.domain == QUANT_DOMAIN and n.op_type in DYNAMIC_OPS for n in graph.nodes)
+    return any(n.domain == QUANT_DOMAIN and n.op_type in DYNAMIC_OPS for n, _ in graph.walk())
 
 
 def lower_dynamic(graph: Graph) -> Graph:
-    """A copy of `graph` with DynamicQuantize/DynamicMatMul written in standard ONNX ops."""
-    g = fold_quantized_constants(graph.copy())
+    """A copy of `graph` with DynamicQuantize/DynamicMatMul written in standard ONNX ops, in
+    its subgraphs too."""
+    g = _lower(fold_quantized_constants(graph.copy()))
+    infer_graph(g, keep_quant=False)
+    return g
+
+
+def _lower(g: Graph) -> Graph:
+    for node in g.nodes:
+        for attr, sub in node.subgraphs():
+            node.attrs[attr] = _lower(sub)
     floats: dict[Value, Value] = {}
     grouped: dict[Value, tuple[Value, Value]] = {}
     for node in list(g.nodes):
         lowering = _LOWERINGS.get(node.op_type) if node.domain == QUANT_DOMAIN else None
         if lowering is not None:
             lowering(_Emit(g, node, floats, grouped))
-    g = eliminate_dead_code(g)
-    infer_graph(g, keep_quant=False)
-    return g
+    return eliminate_dead_code(g)
 
 
 class _Emit:

@@ -70,7 +70,8 @@ def _attribute(node: Node, name: str, value: Any) -> AttributeProto:
     return helper.make_attribute(name, value, attr_type=kind)
 
 
-def _clip_node(node: Node, source: str, initializers: list[TensorProto]) -> onnx.NodeProto:
+def _clip_node(node: Node, source: str, initializers: list[TensorProto], out_name: str
+               ) -> onnx.NodeProto:
     """The Clip that a fused output clamp (`fused_clip`) stands for, reading `source`."""
     lo, hi = node.attrs[FUSED_CLIP]
     out = node.outputs[0]
@@ -80,48 +81,107 @@ def _clip_node(node: Node, source: str, initializers: list[TensorProto]) -> onnx
         if np.isinf(bound):
             names.append("")
             continue
-        name = f"{out.name}_clip_{suffix}"
+        name = f"{out_name}_clip_{suffix}"
         initializers.append(array_to_tensor(np.array(bound, dtype=dtype), name))
         names.append(name)
     while names and not names[-1]:
         names.pop()
-    return helper.make_node("Clip", [source, *names], [out.name], name=f"{node.name}_clip")
+    return helper.make_node("Clip", [source, *names], [out_name], name=f"{node.name}_clip")
 
 
-def to_onnx(graph: Graph) -> onnx.ModelProto:
-    """Build an ONNX ModelProto for a float graph (or a graph of plain ONNX ops)."""
+class _Names:
+    """ONNX names of the values of one graph scope. A subgraph's implicit values take the
+    names their node's inputs have outside; a value whose name an enclosing scope already uses
+    (a constant copied into a body) gets a fresh one, since ONNX forbids shadowing."""
+
+    def __init__(self, graph: Graph, outer: _Names | None = None,
+                 implicit: dict | None = None) -> None:
+        self.graph = graph
+        self.outer = outer
+        self.names: dict = dict(implicit or {})
+        self.used: set[str] = set(outer.all_used()) if outer is not None else set()
+        self.used.update(self.names.values())
+
+    def all_used(self) -> set[str]:
+        return self.used
+
+    def define(self, value) -> str:
+        name = value.name
+        if name in self.used:
+            name = self.graph.unique_name(name)
+            while name in self.used:
+                name = self.graph.unique_name(value.name)
+        self.names[value] = name
+        self.used.add(name)
+        return name
+
+    def __getitem__(self, value) -> str:
+        return self.names[value] if value is not None else ""
+
+
+def _graph_proto(graph: Graph, names: _Names, domains: set[str]) -> onnx.GraphProto:
+    """The GraphProto of `graph` (a subgraph: its formal inputs only, its implicit values read
+    by their outer names)."""
     initializers: list[TensorProto] = []
     nodes: list[onnx.NodeProto] = []
-    domains: set[str] = set()
+    for v in graph.inputs:
+        names.define(v)
     for node in graph.nodes:
         if node.op_type == CONSTANT:
-            initializers.append(array_to_tensor(node.attrs["value"], node.output.name))
+            initializers.append(array_to_tensor(node.attrs["value"], names.define(node.output)))
             continue
-        attrs = [_attribute(node, k, v) for k, v in node.attrs.items() if k != FUSED_CLIP]
-        outputs = [v.name for v in node.outputs]
+        for v in node.outputs:
+            names.define(v)
+        attrs = []
+        for k, v in node.attrs.items():
+            if k == FUSED_CLIP:
+                continue
+            if isinstance(v, Graph):
+                first = len(node.inputs) - node.captures
+                implicit = {inner: names[outer] for inner, outer in
+                            zip(v.implicit, node.inputs[first:], strict=True)}
+                body = _graph_proto(v, _Names(v, names, implicit), domains)
+                attrs.append(helper.make_attribute(k, body))
+            else:
+                attrs.append(_attribute(node, k, v))
+        outputs = [names[v] for v in node.outputs]
         clip = node.attrs.get(FUSED_CLIP)
         if clip is not None:
             outputs[0] = f"{outputs[0]}_unclipped"
-        proto = helper.make_node(
-            node.op_type,
-            [v.name if v is not None else "" for v in node.inputs],
-            outputs,
-            name=node.name,
-            domain=node.domain or None,
-        )
+        formal = node.inputs[:len(node.inputs) - node.captures]
+        proto = helper.make_node(node.op_type, [names[v] for v in formal], outputs,
+                                 name=node.name, domain=node.domain or None)
         proto.attribute.extend(attrs)
         if node.domain:
             domains.add(node.domain)
         nodes.append(proto)
         if clip is not None:
-            nodes.append(_clip_node(node, outputs[0], initializers))
-    inputs = [_value_info(v.name, v.type) for v in graph.inputs]
-    outputs = [_value_info(v.name, v.type) for v in graph.outputs]
-    io_names = {v.name for v in graph.inputs} | {v.name for v in graph.outputs}
-    value_info = [_value_info(v.name, v.type) for n in graph.nodes if n.op_type != CONSTANT
-                  for v in n.outputs if v.name not in io_names and v.type is not None]
-    g = helper.make_graph(nodes, graph.name, inputs, outputs, initializers,
-                          value_info=value_info)
+            nodes.append(_clip_node(node, outputs[0], initializers, names[node.outputs[0]]))
+    out_names = []
+    for i, v in enumerate(graph.outputs):
+        name = names[v]
+        if names.outer is not None and (v in graph.implicit or v in graph.inputs or
+                                        name in out_names):
+            # A body output passing an outer value or an input through: an Identity of its own.
+            alias = graph.unique_name(f"{graph.name}_out{i}")
+            nodes.append(helper.make_node("Identity", [name], [alias],
+                                          name=graph.unique_node_name(f"{graph.name}_out{i}")))
+            name = alias
+        out_names.append(name)
+    inputs = [_value_info(names[v], v.type) for v in graph.inputs]
+    outputs = [_value_info(n, v.type) for n, v in zip(out_names, graph.outputs, strict=True)]
+    io_names = set(names[v] for v in graph.inputs) | set(out_names)
+    value_info = [_value_info(names[v], v.type) for n in graph.nodes if n.op_type != CONSTANT
+                  for v in n.outputs if names[v] not in io_names and v.type is not None]
+    return helper.make_graph(nodes, graph.name, inputs, outputs, initializers,
+                             value_info=value_info)
+
+
+def to_onnx(graph: Graph) -> onnx.ModelProto:
+    """Build an ONNX ModelProto for a float graph (or a graph of plain ONNX ops), subgraphs
+    of If, Loop and Scan included."""
+    domains: set[str] = set()
+    g = _graph_proto(graph, _Names(graph), domains)
     opsets = [helper.make_opsetid("", graph.opset)]
     opsets += [helper.make_opsetid(d, 1) for d in sorted(domains)]
     model = helper.make_model(g, opset_imports=opsets, producer_name="lowbit",

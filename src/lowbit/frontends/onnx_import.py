@@ -11,6 +11,7 @@ attributes). Each node is then rewritten into its op's canonical form, checked a
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -27,9 +28,8 @@ from lowbit.ops import merge_types, registry
 CANONICAL_OPSET = 21
 """Models older than this are converted up to it, so each op has one canonical form."""
 MAX_OPSET = onnx.defs.onnx_opset_version()
-MAX_DIM = 1 << 31
+MAX_DIM = registry.MAX_DIM
 MAX_ELEMENTS = 1 << 36
-CONTROL_FLOW = {"If", "Loop", "Scan", "SequenceMap"}
 
 
 def read_model(path: str | os.PathLike) -> onnx.ModelProto:
@@ -94,6 +94,9 @@ def model_opset(model: onnx.ModelProto, source: str = "model") -> int:
     if not versions:
         raise UnsupportedError(f"{source}: the model imports no ai.onnx opset")
     opset = versions[0]
+    if opset < 1:
+        raise ModelError(f"{source}: opset {opset} is not an ONNX opset (they count from 1); "
+                         "is the file corrupted?")
     if opset > MAX_OPSET:
         raise UnsupportedError(
             f"{source}: opset {opset} is newer than lowbit supports (newest: {MAX_OPSET}); "
@@ -101,14 +104,22 @@ def model_opset(model: onnx.ModelProto, source: str = "model") -> int:
     return opset
 
 
+def _all_nodes(g: onnx.GraphProto, scope: str = ""):
+    """(node, index, scope label) for every node, subgraphs' included."""
+    for i, node in enumerate(g.node):
+        yield node, i, scope
+        for a in node.attribute:
+            if a.type == AttributeProto.GRAPH:
+                yield from _all_nodes(a.g, f"{scope}{node.name or f'#{i}'}/{a.name}/")
+
+
 def check_ops_supported(model: onnx.ModelProto, opset: int, source: str = "model") -> None:
-    """Refuse, listing every unsupported node at once, before any work is done."""
+    """Refuse, listing every unsupported node (in subgraphs too) at once, before any work."""
     problems: list[str] = []
-    for i, node in enumerate(model.graph.node):
-        label = f"node '{node.name or f'#{i}'}' ({node.op_type}, opset {opset})"
-        if node.op_type in CONTROL_FLOW or any(
-                a.type in (AttributeProto.GRAPH, AttributeProto.GRAPHS) for a in node.attribute):
-            problems.append(f"{label}: control flow (subgraphs) is not supported yet")
+    for node, i, scope in _all_nodes(model.graph):
+        label = f"node '{scope}{node.name or f'#{i}'}' ({node.op_type}, opset {opset})"
+        if any(a.type == AttributeProto.GRAPHS for a in node.attribute):
+            problems.append(f"{label}: lists of subgraphs are not supported")
             continue
         if node.op_type == CONSTANT and node.domain in ("", "ai.onnx"):
             continue
@@ -123,17 +134,49 @@ def check_ops_supported(model: onnx.ModelProto, opset: int, source: str = "model
             f"\nsupported ops: {', '.join(registry.supported_ops())}")
 
 
+def _schema(op_type: str, opset: int, domain: str = ""):
+    try:
+        return onnx.defs.get_schema(op_type, opset, domain)
+    except Exception:
+        return None
+
+
+def _needs_conversion(model: onnx.ModelProto, opset: int) -> bool:
+    """Whether any ai.onnx node follows another op version at `opset` than at
+    CANONICAL_OPSET (otherwise conversion would change nothing)."""
+    for node, _, _ in _all_nodes(model.graph):
+        if node.domain not in ("", "ai.onnx"):
+            continue
+        old, new = _schema(node.op_type, opset), _schema(node.op_type, CANONICAL_OPSET)
+        if old is None or new is None or old.since_version != new.since_version:
+            return True
+    return False
+
+
 def _convert_opset(model: onnx.ModelProto, opset: int, source: str) -> onnx.ModelProto:
-    if opset >= CANONICAL_OPSET:
+    if opset >= CANONICAL_OPSET or not _needs_conversion(model, opset):
         return model
+    if model.ir_version < 4:
+        # The converter refuses IR versions before ONNX 1.0's, which ONNX Runtime still runs,
+        # and before IR 4 it expects every initializer among the graph inputs.
+        model = _copy_model(model)
+        model.ir_version = 4
     try:
         from onnx import version_converter
 
         return version_converter.convert_version(model, CANONICAL_OPSET)
     except Exception as exc:
+        # The converter's messages start with a C++ source location and an assertion.
+        reason = re.sub(r"^.*failed: (Warning: )?", "", str(exc).strip(), flags=re.S)
         raise UnsupportedError(
-            f"{source}: cannot convert opset {opset} to {CANONICAL_OPSET}: {exc}; re-export the "
-            f"model with opset {CANONICAL_OPSET}") from exc
+            f"{source}: cannot convert opset {opset} to {CANONICAL_OPSET}: {reason}; re-export "
+            f"the model with opset {CANONICAL_OPSET}") from exc
+
+
+def _copy_model(model: onnx.ModelProto) -> onnx.ModelProto:
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    return copy
 
 
 def _dims(shape_proto, where: str) -> tuple[Dim, ...]:
@@ -244,61 +287,140 @@ def _constant_value(node: onnx.NodeProto, where: str) -> np.ndarray:
 
 def import_model(model: onnx.ModelProto, source: str = "model") -> Graph:
     """Build a typed Graph from an ONNX model (external data already loaded)."""
+    check_text(model, source)
     opset = model_opset(model, source)
+    model = _inline_functions(model, source)
+    model = _densify_sparse(model, source)
     check_ops_supported(model, opset, source)
-    # Structural problems (dangling inputs, cycles) are reported before opset conversion,
-    # whose own messages would be less clear.
-    known = {vi.name for vi in model.graph.input} | {t.name for t in model.graph.initializer}
+    # Structural problems (dangling inputs, cycles, repeated node names, no outputs) are
+    # reported before opset conversion, whose own messages would be less clear.
+    _check_structure(model.graph, opset, source)
+    known = {vi.name for vi in model.graph.input} | {t.name for t in model.graph.initializer} \
+        | {t.values.name for t in model.graph.sparse_initializer}
     _ordered_nodes(model.graph, source, dict.fromkeys(known))
+    own_value_info = {vi.name for vi in list(model.graph.value_info) + list(model.graph.output)}
     model = _convert_opset(model, opset, source)
     opset = max(opset, CANONICAL_OPSET)
     g = model.graph
     graph = Graph(g.name or Path(source).stem or "graph", opset)
     graph.metadata = {p.key: p.value for p in model.metadata_props}
     graph.metadata["source"] = str(source)
-    for v in list(g.input) + list(g.output) + list(g.value_info):
-        graph.reserve_name(v.name)
-    env: dict[str, Value] = {}
+    _Scope(graph, None, source).build(g)
+    # Types the model declares seed its values' types; the version converter's own shape
+    # inference (which adds value_info) is not a declaration, and lowbit's inference decides.
+    declared = {vi.name: vi for vi in _value_infos(g) if vi.name in own_value_info}
+    _canonicalize_and_type(graph, opset, declared, source)
+    return graph
 
-    def define(value: Value, where: str) -> None:
-        if value.name in env:
-            raise ModelError(f"{source}: '{value.name}' is produced twice ({where}); an ONNX "
-                             "value must have a single producer")
-        env[value.name] = value
 
-    init_names = {t.name for t in g.initializer}
-    for vi in g.input:
-        if vi.name in init_names:
-            continue  # IR < 4 lists initializers among inputs too
-        t = _value_info_type(vi, f"{source}: input '{vi.name}'")
-        if t is None:
-            raise ModelError(f"{source}: input '{vi.name}' has no element type")
-        value = Value(vi.name, t)
-        graph.inputs.append(value)
-        define(value, "graph input")
+def _value_infos(g: onnx.GraphProto):
+    """value_info and outputs of a graph and its subgraphs (names are unique across them)."""
+    yield from g.value_info
+    yield from g.output
+    for node in g.node:
+        for a in node.attribute:
+            if a.type == AttributeProto.GRAPH:
+                yield from a.g.input
+                yield from _value_infos(a.g)
 
-    if len(g.sparse_initializer):
-        raise UnsupportedError(f"{source}: sparse initializers are not supported")
-    constants: list[Node] = []
-    for tensor in g.initializer:
-        array = tensor_to_array(tensor, f"{source}: initializer '{tensor.name}'")
-        value = Value(tensor.name, TensorType(dtypes.from_numpy(array.dtype), array.shape))
-        node = Node(CONSTANT, [], [value], {"value": array},
-                    name=graph.unique_node_name(tensor.name))
-        graph.reserve_name(tensor.name)
-        define(value, "initializer")
-        constants.append(node)
 
-    pending = _ordered_nodes(g, source, env)
-    nodes: list[Node] = []
-    for i, proto in pending:
+def _outer_reads(node: onnx.NodeProto) -> list[str]:
+    """Names a node's subgraphs read from enclosing scopes (not defined inside them)."""
+    reads: list[str] = []
+    for a in node.attribute:
+        if a.type != AttributeProto.GRAPH:
+            continue
+        sub = a.g
+        local = {vi.name for vi in sub.input} | {t.name for t in sub.initializer} | {
+            o for n in sub.node for o in n.output}
+        for n in sub.node:
+            for name in [*n.input, *_outer_reads(n)]:
+                if name and name not in local and name not in reads:
+                    reads.append(name)
+        for o in sub.output:
+            if o.name not in local and o.name not in reads:
+                reads.append(o.name)
+    return reads
+
+
+class _Scope:
+    """The values of one graph being imported, the root or a subgraph. A subgraph reading a
+    value of an enclosing scope gets a copy of it if it is a constant, else an implicit value
+    bound to a trailing input of its node (`captured`, aligned with `graph.implicit`)."""
+
+    def __init__(self, graph: Graph, parent: _Scope | None, source: str) -> None:
+        self.graph, self.parent, self.source = graph, parent, source
+        self.env: dict[str, Value] = {}
+        self.captured: list[Value] = []
+        self.constants: list[Node] = []
+
+    def visible(self) -> set[str]:
+        names = set(self.env)
+        return names | self.parent.visible() if self.parent is not None else names
+
+    def lookup(self, name: str) -> Value | None:
+        if name in self.env:
+            return self.env[name]
+        outer = self.parent.lookup(name) if self.parent is not None else None
+        if outer is None:
+            return None
+        if outer.is_constant:
+            value = Value(name, outer.type)
+            self.constants.append(Node(CONSTANT, [], [value], {"value": outer.const_value},
+                                       self.graph.unique_node_name(name)))
+        else:
+            value = Value(name)
+            self.graph.implicit.append(value)
+            self.captured.append(outer)
+        self.env[name] = value
+        return value
+
+    def define(self, value: Value, where: str) -> None:
+        if value.name in self.env:
+            raise ModelError(f"{self.source}: '{value.name}' is produced twice ({where}); an "
+                             "ONNX value must have a single producer")
+        self.env[value.name] = value
+
+    def build(self, g: onnx.GraphProto) -> None:
+        graph, source = self.graph, self.source
+        for v in list(g.input) + list(g.output) + list(g.value_info):
+            graph.reserve_name(v.name)
+        initializers = _initializers(g, source)
+        for vi in g.input:
+            if vi.name in initializers:
+                continue  # IR < 4 lists initializers among inputs too
+            t = _value_info_type(vi, f"{source}: input '{vi.name}'")
+            if t is None and self.parent is None:
+                raise ModelError(f"{source}: input '{vi.name}' has no element type")
+            value = Value(vi.name, t)
+            graph.inputs.append(value)
+            self.define(value, "graph input")
+        for name, array in initializers.items():
+            value = Value(name, TensorType(dtypes.from_numpy(array.dtype), array.shape))
+            self.constants.append(Node(CONSTANT, [], [value], {"value": array},
+                                       name=graph.unique_node_name(name)))
+            graph.reserve_name(name)
+            self.define(value, "initializer")
+        nodes = [self._node(i, proto) for i, proto in _ordered_nodes(
+            g, source, dict.fromkeys(self.visible() if self.parent else self.env))]
+        outputs = []
+        for o in g.output:
+            value = self.lookup(o.name)
+            if value is None:
+                raise ModelError(f"{source}: graph output {o.name} produced by nothing")
+            outputs.append(value)
+        graph.nodes = self.constants + nodes
+        graph.outputs = outputs
+
+    def _node(self, i: int, proto: onnx.NodeProto) -> Node:
+        graph, source = self.graph, self.source
         name = graph.unique_node_name(proto.name or f"{proto.op_type}_{i}")
         where = f"{source}: node '{name}' ({proto.op_type})"
-        inputs: list[Value | None] = []
-        for input_name in proto.input:
-            inputs.append(env[input_name] if input_name else None)
-        while inputs and inputs[-1] is None:
-            inputs.pop()
+        inputs: list[Value | None] = [self.lookup(n) if n else None for n in proto.input]
+        bodies = [a for a in proto.attribute if a.type == AttributeProto.GRAPH]
+        if not bodies:
+            while inputs and inputs[-1] is None:
+                inputs.pop()
         outputs = []
         for out_name in proto.output:
             if not out_name:
@@ -310,21 +432,191 @@ def import_model(model: onnx.ModelProto, source: str = "model") -> Graph:
             outputs[0].type = TensorType(dtypes.from_numpy(array.dtype), array.shape)
             node = Node(CONSTANT, [], outputs[:1], {"value": array}, name)
         else:
-            attrs = {a.name: _attr_value(a, where) for a in proto.attribute}
+            attrs = {a.name: _attr_value(a, where) for a in proto.attribute
+                     if a.type != AttributeProto.GRAPH}
+            scopes = []
+            for a in bodies:
+                sub = _Scope(graph.subgraph(a.g.name or f"{name}_{a.name}"), self, source)
+                sub.build(a.g)
+                attrs[a.name] = sub.graph
+                scopes.append(sub)
+            inputs += _align_captures(scopes)
             domain = "" if proto.domain == "ai.onnx" else proto.domain
             node = Node(proto.op_type, inputs, outputs, attrs, name, domain)
         for out in node.outputs:
-            define(out, where)
-        nodes.append(node)
+            self.define(out, where)
+        return node
 
-    graph.nodes = constants + nodes
-    missing = [o.name for o in g.output if o.name not in env]
-    if missing:
-        raise ModelError(f"{source}: graph output(s) {', '.join(missing)} produced by nothing")
-    graph.outputs = [env[o.name] for o in g.output]
-    declared = {vi.name: vi for vi in list(g.value_info) + list(g.output)}
-    _canonicalize_and_type(graph, opset, declared, source)
-    return graph
+
+def _align_captures(scopes: list[_Scope]) -> list[Value]:
+    """The outer values any of a node's subgraphs read, in first-read order; every subgraph's
+    implicit values are made to follow that order (one unread value where it reads none)."""
+    union: list[Value] = []
+    for scope in scopes:
+        union += [v for v in scope.captured if v not in union]
+    for scope in scopes:
+        own = dict(zip(scope.captured, scope.graph.implicit, strict=True))
+        scope.graph.implicit = [own.get(v) or Value(v.name) for v in union]
+        scope.captured = list(union)
+    return union
+
+
+def check_text(model: onnx.ModelProto, source: str) -> None:
+    """Refuse names and strings that are not valid UTF-8 (protobuf hands them over as bytes): a
+    corrupted file, whose bytes would otherwise surface in odd places later."""
+
+    def bad(text, where: str) -> None:
+        if isinstance(text, bytes):
+            raise ModelError(f"{source}: {where} {text!r} is not valid UTF-8 text; the file is "
+                             "corrupted (re-export or re-download the model)")
+
+    def graph(g: onnx.GraphProto, label: str) -> None:
+        bad(g.name, f"{label}graph name")
+        for vi in list(g.input) + list(g.output) + list(g.value_info):
+            bad(vi.name, f"{label}value name")
+            shape = vi.type.tensor_type.shape if vi.type.HasField("tensor_type") else None
+            for d in shape.dim if shape is not None else ():
+                bad(d.dim_param, f"{label}dimension name of '{vi.name}'")
+        for t in g.initializer:
+            bad(t.name, f"{label}initializer name")
+        for t in g.sparse_initializer:
+            bad(t.values.name, f"{label}sparse initializer name")
+        for i, n in enumerate(g.node):
+            nodes(n, i, label)
+
+    def nodes(n: onnx.NodeProto, i: int, label: str) -> None:
+        bad(n.name, f"{label}name of node #{i}")
+        where = f"{label}node '{n.name or f'#{i}'}'"
+        bad(n.op_type, f"{where}: op type")
+        bad(n.domain, f"{where}: domain")
+        for name in list(n.input) + list(n.output):
+            bad(name, f"{where}: input or output name")
+        for a in n.attribute:
+            bad(a.name, f"{where}: attribute name")
+            bad(a.ref_attr_name, f"{where}: attribute reference")
+            for sub in ([a.g] if a.type == AttributeProto.GRAPH else []) + list(a.graphs):
+                graph(sub, f"{where} attribute '{a.name}': ")
+
+    graph(model.graph, "")
+    for o in model.opset_import:
+        bad(o.domain, "opset domain")
+    for p in model.metadata_props:
+        bad(p.key, "metadata key")
+        bad(p.value, "metadata value")
+    for f in model.functions:
+        bad(f.name, "function name")
+        bad(f.domain, "function domain")
+        for name in list(f.input) + list(f.output) + list(f.attribute):
+            bad(name, f"function '{f.name}': input, output or attribute name")
+        for i, n in enumerate(f.node):
+            nodes(n, i, f"function '{f.name}': ")
+
+
+def _inline_functions(model: onnx.ModelProto, source: str) -> onnx.ModelProto:
+    """Model-local functions replaced by their bodies, as ONNX Runtime runs them."""
+    if not len(model.functions):
+        return model
+    try:
+        from onnx import inliner
+
+        return inliner.inline_local_functions(model)
+    except Exception as exc:
+        raise ModelError(f"{source}: cannot expand the model-local functions "
+                         f"({', '.join(f.name for f in model.functions)}): {exc}") from exc
+
+
+def _check_count(label: str, what: str, n: int, lo: int, hi: int) -> None:
+    if not lo <= n <= hi:
+        expected = f"{lo}" if lo == hi else f"{lo} or more" if hi > 1 << 20 else f"{lo} to {hi}"
+        raise ModelError(f"{label} has {n} {what}; the op takes {expected}")
+
+
+def _check_structure(g: onnx.GraphProto, opset: int, source: str, scope: str = "") -> None:
+    """Refuse what ONNX Runtime refuses at load: a graph without outputs, two nodes with the
+    same (non-empty) name, input and output counts the op does not take; in subgraphs too."""
+    if not len(g.output):
+        raise ModelError(f"{source}: {'the graph' if not scope else f'subgraph {scope!r}'} has "
+                         "no outputs, so there is nothing to compute; declare the results the "
+                         "model returns as graph outputs")
+    if not scope:
+        produced = {vi.name for vi in g.input} | {t.name for t in g.initializer} | {
+            t.values.name for t in g.sparse_initializer} | {o for n in g.node for o in n.output}
+        missing = [o.name for o in g.output if o.name not in produced]
+        if missing:
+            raise ModelError(f"{source}: graph output(s) {', '.join(missing)} produced by "
+                             "nothing")
+    seen: dict[str, int] = {}
+    for i, node in enumerate(g.node):
+        for a in node.attribute:
+            if a.type == AttributeProto.GRAPH:
+                _check_structure(a.g, opset, source, f"{scope}{node.name or f'#{i}'}/{a.name}/")
+        schema = _schema(node.op_type, opset, node.domain) if node.domain in (
+            "", "ai.onnx") else None
+        if schema is not None:
+            label = f"{source}: node '{scope}{node.name or f'#{i}'}' ({node.op_type}, opset " \
+                    f"{opset})"
+            _check_count(label, "inputs", len(node.input), schema.min_input, schema.max_input)
+            _check_count(label, "outputs", len(node.output), schema.min_output,
+                         schema.max_output)
+        if node.name and node.name in seen:
+            first = seen[node.name]
+            raise ModelError(f"{source}: nodes #{first} ({g.node[first].op_type}) and #{i} "
+                             f"({node.op_type}) are both named '{node.name}'; node names must "
+                             "be unique (ONNX Runtime refuses this model too)")
+        seen.setdefault(node.name, i)
+
+
+def _initializers(g: onnx.GraphProto, source: str) -> dict[str, np.ndarray]:
+    """Initializers by name as read-only arrays. A name given twice takes the last value, as
+    ONNX Runtime does."""
+    return {t.name: tensor_to_array(t, f"{source}: initializer '{t.name}'")
+            for t in g.initializer}
+
+
+def _densify_sparse(model: onnx.ModelProto, source: str) -> onnx.ModelProto:
+    """Sparse initializers turned into dense ones (before opset conversion, which does not
+    know them), as ONNX Runtime does."""
+    if not len(model.graph.sparse_initializer):
+        return model
+    dense = _copy_model(model)
+    for sparse in dense.graph.sparse_initializer:
+        name = sparse.values.name
+        array = sparse_to_array(sparse, f"{source}: sparse initializer '{name}'")
+        dense.graph.initializer.append(numpy_helper.from_array(array, name))
+    del dense.graph.sparse_initializer[:]
+    return dense
+
+
+def sparse_to_array(sparse: onnx.SparseTensorProto, where: str) -> np.ndarray:
+    """The dense array of a SparseTensorProto: `values` (NNZ) at `indices`, either NNZ linear
+    indices or an (NNZ, rank) array of coordinates, zeros elsewhere."""
+    dims = tuple(int(d) for d in sparse.dims)
+    if any(d < 0 for d in dims):
+        raise ModelError(f"{where}: negative dimension in shape {dims}")
+    if int(np.prod(np.array(dims, dtype=np.float64))) > MAX_ELEMENTS:
+        raise ModelError(f"{where}: declared shape {dims} is absurdly large")
+    values = tensor_to_array(sparse.values, f"{where} values")
+    indices = tensor_to_array(sparse.indices, f"{where} indices")
+    size = int(np.prod(dims, dtype=np.int64))
+    if values.ndim != 1 or indices.dtype != np.int64:
+        raise ModelError(f"{where}: values must be 1-D and indices int64, got values "
+                         f"{list(values.shape)} and indices {indices.dtype}{list(indices.shape)}")
+    if indices.ndim == 2 and indices.shape == (values.size, len(dims)):
+        if np.any(indices < 0) or np.any(indices >= np.array(dims, np.int64)):
+            raise ModelError(f"{where}: an index lies outside the shape {dims}")
+        linear = np.ravel_multi_index(indices.T, dims) if values.size else indices[:, 0]
+    elif indices.ndim == 1 and indices.size == values.size:
+        linear = indices
+        if np.any(linear < 0) or np.any(linear >= size):
+            raise ModelError(f"{where}: an index lies outside the {size} elements of {dims}")
+    else:
+        raise ModelError(f"{where}: indices of shape {list(indices.shape)} do not fit "
+                         f"{values.size} values in rank {len(dims)}")
+    dense = np.zeros(size, values.dtype)
+    dense[linear] = values
+    dense = dense.reshape(dims)
+    dense.setflags(write=False)
+    return dense
 
 
 def _ordered_nodes(g: onnx.GraphProto, source: str, known: dict):
@@ -335,17 +627,19 @@ def _ordered_nodes(g: onnx.GraphProto, source: str, known: dict):
         for out in node.output:
             if out:
                 produced_by[out] = i
+    reads = [[*node.input, *_outer_reads(node)] for node in g.node]
     for i, node in enumerate(g.node):
-        for name in node.input:
+        for name in reads[i]:
             if name and name not in available and name not in produced_by:
+                where = "" if name in node.input else " in a subgraph"
                 raise ModelError(
-                    f"{source}: node '{node.name or f'#{i}'}' ({node.op_type}) reads '{name}', "
-                    "which no node, graph input or initializer produces")
+                    f"{source}: node '{node.name or f'#{i}'}' ({node.op_type}) reads '{name}'"
+                    f"{where}, which no node, graph input or initializer produces")
     order: list[tuple[int, onnx.NodeProto]] = []
     state = [0] * len(g.node)  # 0 new, 1 visiting, 2 done
 
     def visit(start: int) -> None:
-        stack = [(start, iter(g.node[start].input))]
+        stack = [(start, iter(reads[start]))]
         state[start] = 1
         while stack:
             i, inputs = stack[-1]
@@ -360,7 +654,7 @@ def _ordered_nodes(g: onnx.GraphProto, source: str, known: dict):
                                      f"{' -> '.join(cycle)}")
                 if state[j] == 0:
                     state[j] = 1
-                    stack.append((j, iter(g.node[j].input)))
+                    stack.append((j, iter(reads[j])))
                     break
             else:
                 stack.pop()
@@ -408,6 +702,8 @@ def _canonicalize_and_type(graph: Graph, opset: int, declared: dict, source: str
                                  f"{i} ({name})")
         in_types = [v.type if v is not None else None for v in node.inputs]
         try:
+            if node.subgraphs():
+                _type_bodies(op, node, in_types, opset, declared, source)
             op.check(node, in_types)
             from lowbit.ops import infer_node
 
@@ -415,12 +711,47 @@ def _canonicalize_and_type(graph: Graph, opset: int, declared: dict, source: str
         except ModelError as exc:
             raise type(exc)(f"{source}: {exc}") from exc
         for value, t in zip(node.outputs, out_types, strict=False):
+            _refuse_absurd(node, value.name, t, source)
             seed = declared.get(value.name)
             seed_type = _value_info_type(seed, f"{source}: value '{value.name}'") if seed else None
             if seed_type is not None and seed_type.dtype != t.dtype:
                 raise ModelError(f"{source}: {node.describe()} output '{value.name}' is declared "
                                  f"{seed_type.dtype} but computes {t.dtype}")
             value.type = merge_types(seed_type, t) if seed_type is not None else t
+
+
+def _type_bodies(op, node: Node, in_types: list[TensorType | None], opset: int,
+                 declared: dict, source: str) -> None:
+    """Type a control-flow node's bodies from its inputs, then canonicalize and type their
+    nodes, before the node itself is inferred from them."""
+    formals = op.body_formals(node, in_types)
+    captured = in_types[len(in_types) - node.captures:] if node.captures else []
+    live = op.live_bodies(node)
+    for attr, sub in node.subgraphs():
+        if attr not in live:
+            continue  # an If's branch not taken: constant folding drops it
+        if len(sub.inputs) != len(formals[attr]):
+            raise ModelError(f"{source}: {node.describe()}: body '{attr}' takes "
+                             f"{len(sub.inputs)} inputs; {node.op_type} gives it "
+                             f"{len(formals[attr])}")
+        for v, t in zip(sub.inputs, formals[attr], strict=True):
+            if v.type is None or t is None or v.type.dtype != t.dtype:
+                v.type = t if t is not None else v.type
+        for v, t in zip(sub.implicit, captured, strict=True):
+            v.type = t
+        _canonicalize_and_type(sub, opset, declared, source)
+
+
+def _refuse_absurd(node: Node, name: str, t: TensorType, source: str) -> None:
+    """A value with more than MAX_ELEMENTS elements even when every symbolic dimension is 1
+    (a batch of one) is absurd, as a declared one is."""
+    if t.shape is None:
+        return
+    static = [d for d in t.shape if isinstance(d, int)]
+    if static and int(np.prod(np.array(static, dtype=np.float64))) > MAX_ELEMENTS:
+        raise ModelError(f"{source}: {node.describe()} computes '{name}' of shape {t.shape}, "
+                         f"more than {MAX_ELEMENTS:,} elements, which is absurd; check its "
+                         "attributes and the shapes it reads")
 
 
 def _plain_codes(graph: Graph, node: Node) -> None:
@@ -445,19 +776,10 @@ def _plain_codes(graph: Graph, node: Node) -> None:
 
 def _apply_attr_defaults(op: registry.OpDef, node: Node, source: str) -> None:
     known = op.attrs if op.domain != registry.QUANT_DOMAIN else op.all_attrs()
-    unknown = sorted(set(node.attrs) - set(known))
-    if unknown:
-        raise ModelError(f"{source}: {node.describe()} has unknown attribute(s) "
-                         f"{', '.join(unknown)}; known: {', '.join(sorted(known)) or 'none'}")
-    for name, spec in known.items():
-        if name in node.attrs:
-            continue
-        if spec.default is registry.REQUIRED:
-            raise ModelError(f"{source}: {node.describe()} is missing required attribute "
-                             f"'{name}'")
-        if spec.default is not None:
-            default = spec.default
-            node.attrs[name] = list(default) if isinstance(default, (list, tuple)) else default
+    try:
+        registry.check_attributes(op, node, known)
+    except ModelError as exc:
+        raise ModelError(f"{source}: {exc}") from None
 
 
 def load(path: str | os.PathLike) -> Graph:

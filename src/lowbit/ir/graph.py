@@ -5,6 +5,14 @@ has exactly one producer (a node, or nothing for a graph input). Weights are `Co
 whose `value` attribute holds a read-only numpy array, so passes see constants as ordinary nodes.
 Omitted optional inputs are `None` in `Node.inputs`.
 
+Control flow (If, Loop, Scan) holds subgraphs as `Graph`-valued attributes. A subgraph is
+closed: what its body reads from the enclosing graph arrives through its `implicit` values,
+bound to the node's trailing inputs (after the op's own inputs, in the same order for every
+subgraph of the node), so passes, dead-code elimination and the interpreter see those reads as
+ordinary inputs. Constants a body reads are copied into it (sharing the read-only array), so
+inside the body they are constants too. Subgraphs share their root's name tables: every value
+and node name is unique across all scopes, as ONNX requires.
+
 A graph prints one line per node, `%y: <type> = Op(%x, %w) {attrs}  # name` (types as
 `lowbit.ir.types` prints them).
 """
@@ -82,6 +90,16 @@ class Node:
     def input_or_none(self, index: int) -> Value | None:
         return self.inputs[index] if index < len(self.inputs) else None
 
+    def subgraphs(self) -> list[tuple[str, Graph]]:
+        """The (attribute name, subgraph) pairs of a control-flow node, in attribute order."""
+        return [(k, v) for k, v in self.attrs.items() if isinstance(v, Graph)]
+
+    @property
+    def captures(self) -> int:
+        """How many trailing inputs feed the subgraphs' implicit values (0 without them)."""
+        subs = self.subgraphs()
+        return len(subs[0][1].implicit) if subs else 0
+
     def describe(self) -> str:
         """`'name' (OpType)`: how error messages refer to a node."""
         return f"node '{self.name}' ({self.op_type})"
@@ -119,9 +137,18 @@ class Graph:
         """Names of values a fusion removed -> the value now holding what they became (a
         Conv's result -> the Relu output the Conv now writes, its clamp fused): how tools find a
         removed name that another tool's file still uses."""
+        self.implicit: list[Value] = []
+        """A subgraph's reads of the enclosing graph, bound to its node's trailing inputs."""
         self._names: set[str] = set()
         self._node_names: set[str] = set()
         self._counter = itertools.count()
+
+    def subgraph(self, name: str) -> Graph:
+        """An empty subgraph sharing this graph's name tables (names stay unique across
+        scopes)."""
+        sub = Graph(name, self.opset)
+        sub._names, sub._node_names, sub._counter = self._names, self._node_names, self._counter
+        return sub
 
     # -- naming ---------------------------------------------------------------------------------
     def unique_name(self, hint: str) -> str:
@@ -226,13 +253,29 @@ class Graph:
         return dict(sorted(hist.items(), key=lambda kv: (-kv[1], kv[0])))
 
     def parameter_count(self) -> tuple[int, int]:
-        """(number of elements, bytes) held in Constant nodes."""
-        count = nbytes = 0
-        for n in self.constants():
-            a = n.attrs["value"]
-            count += int(a.size)
-            nbytes += int(a.nbytes)
-        return count, nbytes
+        """(number of elements, bytes) held in Constant nodes, subgraphs' included (an array
+        shared by several scopes counts once)."""
+        arrays = {id(n.attrs["value"]): n.attrs["value"] for n, _ in self.walk()
+                  if n.op_type == CONSTANT}
+        return (sum(int(a.size) for a in arrays.values()),
+                sum(int(a.nbytes) for a in arrays.values()))
+
+    def scopes(self, scope: str = "") -> Iterator[tuple[Graph, str]]:
+        """This graph (scope "") and every subgraph below it, with its scope (`walk`)."""
+        yield self, scope
+        for node in self.nodes:
+            for attr, sub in node.subgraphs():
+                yield from sub.scopes(f"{scope}/{node.name}/{attr}" if scope
+                                      else f"{node.name}/{attr}")
+
+    def walk(self, scope: str = "") -> Iterator[tuple[Node, str]]:
+        """Every node, subgraphs' included (after their node), with its scope: "" at the top,
+        `"node/attr"` inside a subgraph (nested scopes joined by "/")."""
+        for node in self.nodes:
+            yield node, scope
+            for attr, sub in node.subgraphs():
+                yield from sub.walk(f"{scope}/{node.name}/{attr}" if scope
+                                    else f"{node.name}/{attr}")
 
     # -- editing --------------------------------------------------------------------------------
     def replace_all_uses(self, old: Value, new: Value) -> None:
@@ -245,24 +288,31 @@ class Graph:
         dead_ids = {id(n) for n in dead}
         self.nodes = [n for n in self.nodes if id(n) not in dead_ids]
 
-    def copy(self) -> Graph:
-        """A structural copy: new Value and Node objects, shared read-only constant arrays."""
-        g = Graph(self.name, self.opset)
+    def copy(self, _root: Graph | None = None) -> Graph:
+        """A structural copy: new Value and Node objects (subgraphs copied too), shared
+        read-only constant arrays."""
+        if _root is None:
+            g = Graph(self.name, self.opset)
+            g._names = set(self._names)
+            g._node_names = set(self._node_names)
+        else:
+            g = _root.subgraph(self.name)
         g.metadata = dict(self.metadata)
         g.fused_names = dict(self.fused_names)
-        g._names = set(self._names)
-        g._node_names = set(self._node_names)
         mapping: dict[Value, Value] = {}
-        for v in self.inputs:
-            nv = Value(v.name, v.type)
-            mapping[v] = nv
-            g.inputs.append(nv)
+        for own, new in ((self.inputs, g.inputs), (self.implicit, g.implicit)):
+            for v in own:
+                nv = Value(v.name, v.type)
+                mapping[v] = nv
+                new.append(nv)
         for n in self.nodes:
             outs = [Value(v.name, v.type) for v in n.outputs]
             for v, nv in zip(n.outputs, outs, strict=True):
                 mapping[v] = nv
             ins = [mapping[v] if v is not None else None for v in n.inputs]
-            g.nodes.append(Node(n.op_type, ins, outs, dict(n.attrs), n.name, n.domain))
+            attrs = {k: v.copy(_root or g) if isinstance(v, Graph) else v
+                     for k, v in n.attrs.items()}
+            g.nodes.append(Node(n.op_type, ins, outs, attrs, n.name, n.domain))
         g.outputs = [mapping[v] for v in self.outputs]
         return g
 
@@ -275,6 +325,8 @@ class Graph:
 
 # -- text form ---------------------------------------------------------------------------------
 def _format_attr(value) -> str:
+    if isinstance(value, Graph):
+        return f"<graph {value.name}: {sum(n.op_type != CONSTANT for n in value.nodes)} nodes>"
     if isinstance(value, np.ndarray):
         if value.size <= 8:
             return np.array2string(value.reshape(-1), separator=",", threshold=8)
@@ -295,15 +347,23 @@ def format_node(node: Node) -> str:
 
 
 def format_graph(graph: Graph, constants: bool = False) -> str:
-    """The whole graph, one line per node; Constant nodes are listed only if `constants`."""
-    lines = [f"graph {graph.name} (opset {graph.opset}) {{"]
-    for v in graph.inputs:
-        lines.append(f"  input %{v.name}: {format_type(v.type)}")
+    """The whole graph, one line per node, subgraphs indented under their node; Constant nodes
+    are listed only if `constants`."""
+    return "\n".join([f"graph {graph.name} (opset {graph.opset}) {{",
+                      *format_body(graph, constants, "  "), "}"])
+
+
+def format_body(graph: Graph, constants: bool = False, indent: str = "") -> list[str]:
+    """The lines of a graph's inputs, nodes (with their subgraphs) and outputs."""
+    lines = [f"{indent}input %{v.name}: {format_type(v.type)}" for v in graph.inputs]
+    lines += [f"{indent}implicit %{v.name}: {format_type(v.type)}" for v in graph.implicit]
     for node in graph.nodes:
         if node.op_type == "Constant" and not constants:
             continue
-        lines.append("  " + format_node(node))
-    for v in graph.outputs:
-        lines.append(f"  output %{v.name}: {format_type(v.type)}")
-    lines.append("}")
-    return "\n".join(lines)
+        lines.append(indent + format_node(node))
+        for attr, sub in node.subgraphs():
+            lines.append(f"{indent}  {attr}: graph {sub.name} {{")
+            lines += format_body(sub, constants, indent + "    ")
+            lines.append(f"{indent}  }}")
+    lines += [f"{indent}output %{v.name}: {format_type(v.type)}" for v in graph.outputs]
+    return lines

@@ -8,6 +8,8 @@ different integer dtypes) are accepted: the COMPUTE rule decides how they are co
 
 from __future__ import annotations
 
+import math
+
 from lowbit.ir.graph import Node
 from lowbit.ir.types import Dim, TensorType
 from lowbit.ops.conv_geometry import (
@@ -18,7 +20,8 @@ from lowbit.ops.conv_geometry import (
 )
 from lowbit.ops.elementwise_rules import FLOATS, check_dtype, known_types, same_dtype
 from lowbit.ops.product import ProductGeometry, weight_rank
-from lowbit.ops.registry import COMPUTE, Attr, OpDef, fail, register
+from lowbit.ops.registry import COMPUTE, Attr, OpDef, Work, fail, numel, register, sizes
+from lowbit.ops.work import window_work
 
 
 def _static(d: Dim) -> int | None:
@@ -86,6 +89,19 @@ def conv_operands(node: Node, in_types: list[TensorType | None]
     return x, w, conv_window(node, w.shape, len(w.shape) - 2)
 
 
+def conv_work(node: Node, x: TensorType | None, w: TensorType | None,
+              out: TensorType | None) -> Work:
+    """A convolution's cost: C / group input channels times the kernel per output element."""
+    if w is None or w.shape is None or not all(isinstance(d, int) for d in w.shape[1:]):
+        return Work(numel(out))
+    kernel = w.shape[2:]
+    pads = node.attrs.get("pads") or []
+    group = int(node.attrs.get("group", 1))
+    return window_work(x, out, kernel, pads, w.shape[1],  # type: ignore[arg-type]
+                       im2col=x is not None and x.shape is not None and len(x.shape) > 1
+                       and x.shape[1] != group)
+
+
 def _check_bias(node: Node, bias: TensorType | None, channels: Dim) -> None:
     if bias is None or bias.shape is None:
         return
@@ -107,7 +123,7 @@ class Conv(OpDef):
 
     op_type = "Conv"
     inputs = ("X", "W", "B?")
-    attrs = {**WINDOW_ATTRS, "group": Attr("int", 1)}
+    attrs = {**WINDOW_ATTRS, "group": Attr("int", 1, low=1)}
     fusable = True
     quant_rule = COMPUTE
 
@@ -134,6 +150,10 @@ class Conv(OpDef):
             shape = (x.shape[0], m, *spatial)
         return [TensorType(x.dtype, shape)]
 
+    def work(self, node: Node, in_types: list[TensorType | None],
+             out_types: list[TensorType | None]) -> Work:
+        return conv_work(node, in_types[0], in_types[1], out_types[0])
+
 
 @register
 class ConvTranspose(OpDef):
@@ -147,8 +167,8 @@ class ConvTranspose(OpDef):
 
     op_type = "ConvTranspose"
     inputs = ("X", "W", "B?")
-    attrs = {**WINDOW_ATTRS, "group": Attr("int", 1), "output_padding": Attr("ints"),
-             "output_shape": Attr("ints")}
+    attrs = {**WINDOW_ATTRS, "group": Attr("int", 1, low=1),
+             "output_padding": sizes(0), "output_shape": sizes(1)}
     fusable = True
 
     def product(self, node: Node) -> ProductGeometry:
@@ -187,6 +207,16 @@ class ConvTranspose(OpDef):
         if any(isinstance(o, int) and o <= 0 for o in out):
             raise fail(node, f"output spatial size {out} is empty")
         return [TensorType(x.dtype, (x.shape[0], m, *out))]
+
+    def work(self, node: Node, in_types: list[TensorType | None],
+             out_types: list[TensorType | None]) -> Work:
+        """Every input element times the kernel of each of its group's outputs, into a full
+        float64 output before cropping."""
+        x, w, out = in_types[0], in_types[1], out_types[0]
+        if w is None or w.shape is None or not all(isinstance(d, int) for d in w.shape[1:]):
+            return Work(numel(out))
+        per_input = math.prod(w.shape[1:])  # type: ignore[arg-type]
+        return Work(numel(x) * per_input, 8 * (numel(x) * per_input + 2 * numel(out)))
 
 
 def transpose_output_dims(node: Node, window: Window, spatial: tuple[Dim, ...],

@@ -17,14 +17,15 @@ from dataclasses import dataclass
 
 from lowbit.ir.graph import Node
 from lowbit.ir.types import Dim
-from lowbit.ops.registry import Attr, fail
+from lowbit.ops.registry import Attr, fail, sizes
 
+AUTO_PADS = ("NOTSET", "VALID", "SAME_UPPER", "SAME_LOWER")
 WINDOW_ATTRS = {
-    "auto_pad": Attr("string", "NOTSET"),
-    "dilations": Attr("ints"),
-    "kernel_shape": Attr("ints"),
-    "pads": Attr("ints"),
-    "strides": Attr("ints"),
+    "auto_pad": Attr("string", "NOTSET", choices=AUTO_PADS),
+    "dilations": sizes(1),
+    "kernel_shape": sizes(1),
+    "pads": sizes(0),
+    "strides": sizes(1),
 }
 
 

@@ -28,9 +28,10 @@ from lowbit.ir import dtypes as dt
 from lowbit.ir.graph import Node
 from lowbit.ir.types import Dim, TensorType
 from lowbit.numerics.dynamic_params import group_count, normalize_axes
-from lowbit.ops.linalg import matmul_shape
+from lowbit.ops.linalg import inner_dim, matmul_shape
 from lowbit.ops.product import ProductGeometry, matrix_product
-from lowbit.ops.registry import QUANT_DOMAIN, REQUIRED, Attr, OpDef, fail, register
+from lowbit.ops.registry import QUANT_DOMAIN, REQUIRED, Attr, OpDef, Work, fail, flag, register
+from lowbit.ops.work import product_work
 
 CODES = (dt.UINT8, dt.INT8)
 
@@ -61,8 +62,8 @@ class DynamicQuantize(OpDef):
     domain = QUANT_DOMAIN
     inputs = ("x", "channel_scale?")
     outputs = ("y", "y_scale", "y_zero_point")
-    attrs = {"axes": Attr("ints", REQUIRED), "symmetric": Attr("int", 0),
-             "reduce_range": Attr("int", 0), "group_size": Attr("int", 0)}
+    attrs = {"axes": Attr("ints", REQUIRED), "symmetric": flag(0),
+             "reduce_range": flag(0), "group_size": Attr("int", 0)}
 
     def infer(self, node: Node, in_types: list[TensorType | None]) -> list[TensorType]:
         x = in_types[0]
@@ -126,6 +127,10 @@ class DynamicMatMul(OpDef):
         if c is not None and c.dtype != dt.FLOAT32:
             raise fail(node, "the bias C must be float32")
         return [TensorType(dt.FLOAT32, matmul_shape(node, a.shape, b.shape))]
+
+    def work(self, node: Node, in_types: list[TensorType | None],
+             out_types: list[TensorType | None]) -> Work:
+        return product_work(out_types[0], inner_dim(in_types[0]))
 
     def product(self, node: Node) -> ProductGeometry:
         """B (input 3) is (..., K, N), C (input 6) the float32 bias."""

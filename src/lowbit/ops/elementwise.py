@@ -23,7 +23,7 @@ from lowbit.ops.elementwise_rules import (
     known_types,
     same_dtype,
 )
-from lowbit.ops.registry import REQUIRED, RESCALE, Attr, OpDef, fail, register
+from lowbit.ops.registry import REQUIRED, RESCALE, Attr, OpDef, fail, flag, register
 
 
 class Broadcasting(OpDef):
@@ -96,11 +96,7 @@ class Mod(Binary):
     (x mod 0 and inf mod y are NaN). An integer modulo by zero is refused when it happens."""
 
     op_type = "Mod"
-    attrs: ClassVar[dict[str, Attr]] = {"fmod": Attr("int", 0)}
-
-    def check(self, node: Node, in_types: list[TensorType | None]) -> None:
-        if node.attrs["fmod"] not in (0, 1):
-            raise fail(node, f"fmod must be 0 or 1, got {node.attrs['fmod']}")
+    attrs: ClassVar[dict[str, Attr]] = {"fmod": flag(0)}
 
 
 @register

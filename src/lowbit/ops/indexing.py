@@ -18,7 +18,7 @@ from lowbit.ir.graph import Node
 from lowbit.ir.types import Dim, QuantParams, TensorType
 from lowbit.ops.common import normalize_axis
 from lowbit.ops.elementwise_rules import NUMERIC, check_dtype, known_types, same_dtype
-from lowbit.ops.registry import KEEP, SELECTS, Attr, OpDef, fail, register
+from lowbit.ops.registry import KEEP, SELECTS, Attr, OpDef, fail, flag, register
 from lowbit.ops.shape_values import static_value
 from lowbit.ops.symbolic import merge_dim
 from lowbit.ops.tensor_rules import INDEX_DTYPES, check_index_dtype, moved_quant, refuse_axis
@@ -296,7 +296,7 @@ class Trilu(OpDef):
     op_type = "Trilu"
     inputs = ("input", "k?")
     outputs = ("output",)
-    attrs: ClassVar[dict[str, Attr]] = {"upper": Attr("int", 1)}
+    attrs: ClassVar[dict[str, Attr]] = {"upper": flag(1)}
 
     def infer(self, node: Node, in_types: list[TensorType | None]) -> list[TensorType]:
         types = known_types(node, in_types)

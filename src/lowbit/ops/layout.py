@@ -16,7 +16,7 @@ from lowbit.ir.graph import Node
 from lowbit.ir.types import Dim, QuantParams, TensorType
 from lowbit.ops.common import normalize_axis
 from lowbit.ops.elementwise_rules import known_types
-from lowbit.ops.registry import KEEP, REARRANGES, REQUIRED, Attr, OpDef, fail, register
+from lowbit.ops.registry import KEEP, REARRANGES, REQUIRED, Attr, OpDef, fail, flag, register
 from lowbit.ops.shape_values import static_value, symbolic_value
 from lowbit.ops.symbolic import dim_div, dim_mul, dim_product
 from lowbit.ops.tensor_rules import check_index_dtype, moved_quant, refuse_axis, reshaped_quant
@@ -35,7 +35,7 @@ class Reshape(OpDef):
     moves_data = REARRANGES
     inputs = ("data", "shape")
     outputs = ("reshaped",)
-    attrs: ClassVar[dict[str, Attr]] = {"allowzero": Attr("int", 0)}
+    attrs: ClassVar[dict[str, Attr]] = {"allowzero": flag(0)}
 
     def infer(self, node: Node, in_types: list[TensorType | None]) -> list[TensorType]:
         data, shape_type = known_types(node, in_types)
@@ -250,7 +250,7 @@ class Unsqueeze(OpDef):
 class _BlockRearrange(OpDef):
     inputs = ("input",)
     outputs = ("output",)
-    attrs: ClassVar[dict[str, Attr]] = {"blocksize": Attr("int", REQUIRED),
+    attrs: ClassVar[dict[str, Attr]] = {"blocksize": Attr("int", REQUIRED, low=1),
                                         "mode": Attr("string", "DCR")}
 
     def check(self, node: Node, in_types: list[TensorType | None]) -> None:
@@ -303,7 +303,7 @@ class SpaceToDepth(_BlockRearrange):
     op_type = "SpaceToDepth"
     quant_rule = KEEP
     moves_data = REARRANGES
-    attrs: ClassVar[dict[str, Attr]] = {"blocksize": Attr("int", REQUIRED),
+    attrs: ClassVar[dict[str, Attr]] = {"blocksize": Attr("int", REQUIRED, low=1),
                                         "mode": Attr("string")}
 
     def out_shape(self, node: Node, shape: tuple[Dim, ...]) -> tuple[Dim, ...]:

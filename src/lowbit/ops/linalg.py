@@ -20,7 +20,8 @@ from lowbit.ops.elementwise_rules import (
     same_dtype,
 )
 from lowbit.ops.product import ProductGeometry, gemm_product, matrix_product
-from lowbit.ops.registry import COMPUTE, Attr, OpDef, fail, register
+from lowbit.ops.registry import COMPUTE, Attr, OpDef, Work, fail, flag, register
+from lowbit.ops.work import product_work
 
 MATMUL_TYPES = FLOATS | {dt.INT32, dt.INT64, dt.UINT32, dt.UINT64}
 
@@ -46,7 +47,7 @@ class Gemm(OpDef):
     op_type = "Gemm"
     inputs = ("A", "B", "C?")
     attrs = {"alpha": Attr("float", 1.0), "beta": Attr("float", 1.0),
-             "transA": Attr("int", 0), "transB": Attr("int", 0)}
+             "transA": flag(0), "transB": flag(0)}
     fusable = True
     quant_rule = COMPUTE
 
@@ -77,12 +78,19 @@ class Gemm(OpDef):
         geometry = self.product(node)
         m, k1 = reversed(a.shape) if geometry.trans_a else a.shape
         k2, n = reversed(b.shape) if geometry.trans_b else b.shape
-        _inner_dims_agree(node, k1, k2, a.shape, b.shape)
+        if isinstance(k1, int) and isinstance(k2, int) and k1 != k2:
+            raise fail(node, f"inner dimensions differ: A is {a.shape}, so with transA="
+                             f"{int(geometry.trans_a)} K is {k1}; B is {b.shape}, so with "
+                             f"transB={int(geometry.trans_b)} K is {k2}")
         shape: tuple[Dim, ...] | None = (m, n)
         c = types[2] if len(types) > 2 else None
         if c is not None:
             shape = broadcast_to(node, shape, c, "C")
         return [TensorType(a.dtype, shape)]
+
+    def work(self, node: Node, in_types: list[TensorType | None],
+             out_types: list[TensorType | None]) -> Work:
+        return product_work(out_types[0], inner_dim(in_types[0], node.attrs.get("transA", 0)))
 
     def product(self, node: Node) -> ProductGeometry:
         """B (input 1) is (K, N), or (N, K) with transB; C (input 2) the bias."""
@@ -118,9 +126,21 @@ class MatMul(OpDef):
         _same_unless_quantized(node, [a, b])
         return [TensorType(a.dtype, matmul_shape(node, a.shape, b.shape))]
 
+    def work(self, node: Node, in_types: list[TensorType | None],
+             out_types: list[TensorType | None]) -> Work:
+        return product_work(out_types[0], inner_dim(in_types[0]))
+
     def product(self, node: Node) -> ProductGeometry:
         """B is (..., K, N): its last axis runs along the output channels."""
         return matrix_product(node, 1, None)
+
+
+def inner_dim(a: TensorType | None, transposed: int = 0) -> Dim:
+    """K of a product whose left operand has type `a` (its last dim, or its first when
+    transposed), None when unknown."""
+    if a is None or not a.shape:
+        return None
+    return a.shape[0] if transposed else a.shape[-1]
 
 
 def matmul_shape(node: Node, a: tuple[Dim, ...] | None, b: tuple[Dim, ...] | None

@@ -14,7 +14,7 @@ from lowbit.ir.graph import Node
 from lowbit.ir.types import Dim, TensorType
 from lowbit.ops.common import normalize_axis
 from lowbit.ops.elementwise_rules import FLOATS, broadcast_to, check_dtype, known_types
-from lowbit.ops.registry import Attr, OpDef, fail, register
+from lowbit.ops.registry import Attr, OpDef, fail, flag, register
 
 EPSILON = float(np.float32(1e-5))
 """The default epsilon as ONNX stores it (a float32 attribute)."""
@@ -54,7 +54,7 @@ class BatchNormalization(OpDef):
     inputs = ("X", "scale", "B", "input_mean", "input_var")
     outputs = ("Y", "running_mean?", "running_var?")
     attrs = {"epsilon": Attr("float", EPSILON), "momentum": Attr("float", float(np.float32(0.9))),
-             "training_mode": Attr("int", 0)}
+             "training_mode": flag(0)}
     min_version = 14
 
     def check(self, node: Node, in_types: list[TensorType | None]) -> None:

@@ -12,6 +12,7 @@ from lowbit.ir import dtypes as dt
 from lowbit.ir.graph import Node
 from lowbit.ir.types import Dim, TensorType
 from lowbit.ops.elementwise_rules import known_types
+from lowbit.ops.linalg import inner_dim
 from lowbit.ops.product import ProductGeometry, gemm_product
 from lowbit.ops.quantized import (
     EIGHT_BIT,
@@ -20,7 +21,8 @@ from lowbit.ops.quantized import (
     _require_single,
     _same_dtype,
 )
-from lowbit.ops.registry import Attr, OpDef, fail, register
+from lowbit.ops.registry import Attr, OpDef, Work, fail, flag, register
+from lowbit.ops.work import product_work
 
 ORT_DOMAIN = "com.microsoft"
 
@@ -52,7 +54,7 @@ class QGemm(OpDef):
     domain = ORT_DOMAIN
     inputs = ("A", "a_scale", "a_zero_point", "B", "b_scale", "b_zero_point", "C?",
               "y_scale?", "y_zero_point?")
-    attrs = {"alpha": Attr("float", 1.0), "transA": Attr("int", 0), "transB": Attr("int", 0)}
+    attrs = {"alpha": Attr("float", 1.0), "transA": flag(0), "transB": flag(0)}
 
     def product(self, node: Node) -> ProductGeometry:
         """B (input 3) is (K, N), or (N, K) with transB; C (input 6) the int32 bias."""
@@ -96,4 +98,8 @@ class QGemm(OpDef):
         assert y_zero is not None
         _same_dtype(node, types, 0, 8)
         return [TensorType(y_zero.dtype, shape, _output_quant(node, y_zero.dtype, 7, 8))]
+
+    def work(self, node: Node, in_types: list[TensorType | None],
+             out_types: list[TensorType | None]) -> Work:
+        return product_work(out_types[0], inner_dim(in_types[0], node.attrs["transA"]))
 

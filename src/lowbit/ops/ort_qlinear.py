@@ -17,7 +17,7 @@ from lowbit.ir.graph import Node
 from lowbit.ir.types import TensorType
 from lowbit.ops.elementwise_rules import broadcast, known_types
 from lowbit.ops.quantized import EIGHT_BIT, _output_quant, _require, _require_single
-from lowbit.ops.registry import Attr, OpDef, fail, register
+from lowbit.ops.registry import Attr, OpDef, fail, flag, register
 
 ORT_DOMAIN = "com.microsoft"
 _SCALE = frozenset({dt.FLOAT32})
@@ -119,7 +119,7 @@ class QLinearGlobalAveragePool(_Unary):
 
     op_type = "QLinearGlobalAveragePool"
     inputs = ("X", "x_scale", "x_zero_point", "y_scale", "y_zero_point")
-    attrs = {"channels_last": Attr("int", 0)}
+    attrs = {"channels_last": flag(0)}
 
     def shape(self, node: Node, x: TensorType):
         if x.shape is None:
@@ -127,8 +127,6 @@ class QLinearGlobalAveragePool(_Unary):
         if len(x.shape) < 3:
             raise fail(node, f"X must have at least 3 dims, got shape {list(x.shape)}")
         last = node.attrs["channels_last"]
-        if last not in (0, 1):
-            raise fail(node, f"channels_last must be 0 or 1, got {last}")
         spatial = range(1, len(x.shape) - 1) if last else range(2, len(x.shape))
         return tuple(1 if i in spatial else d for i, d in enumerate(x.shape))
 

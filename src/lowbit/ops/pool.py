@@ -14,10 +14,22 @@ from lowbit.ir.graph import Node
 from lowbit.ir.types import TensorType
 from lowbit.ops.conv_geometry import WINDOW_ATTRS, Window, window_from_attrs
 from lowbit.ops.elementwise_rules import FLOATS, check_dtype, known_types
-from lowbit.ops.registry import KEEP, REQUIRED, RESCALE, SELECTS, Attr, OpDef, fail, register
+from lowbit.ops.registry import (
+    KEEP,
+    REQUIRED,
+    RESCALE,
+    SELECTS,
+    Attr,
+    OpDef,
+    Work,
+    fail,
+    flag,
+    register,
+    sizes,
+)
+from lowbit.ops.work import window_work
 
-POOL_ATTRS = {**WINDOW_ATTRS, "kernel_shape": Attr("ints", REQUIRED),
-              "ceil_mode": Attr("int", 0)}
+POOL_ATTRS = {**WINDOW_ATTRS, "kernel_shape": sizes(1, REQUIRED), "ceil_mode": flag(0)}
 
 
 def pool_window(node: Node, spatial_rank: int) -> Window:
@@ -44,6 +56,19 @@ class WindowPool(OpDef):
     attrs = POOL_ATTRS
     allowed: ClassVar[frozenset[DType]] = FLOATS
 
+    def check(self, node: Node, in_types: list[TensorType | None]) -> None:
+        """Each pad must be smaller than the kernel along its axis, as ONNX Runtime requires
+        (a window wholly in the padding has nothing to pool)."""
+        kernel = node.attrs["kernel_shape"]
+        pads = node.attrs.get("pads") or []
+        if node.attrs.get("auto_pad", "NOTSET") == "NOTSET" and len(pads) == 2 * len(kernel):
+            n = len(kernel)
+            for a, k in enumerate(kernel):
+                if pads[a] >= k or pads[a + n] >= k:
+                    raise fail(node, f"attribute 'pads' is {list(pads)}: each pad must be "
+                                     f"smaller than the kernel {list(kernel)} along its axis "
+                                     f"(spatial axis {a}: pads {pads[a]} and {pads[a + n]})")
+
     def infer(self, node: Node, in_types: list[TensorType | None]) -> list[TensorType]:
         x = _spatial_input(node, in_types, self.allowed)
         kernel = node.attrs.get("kernel_shape") or []
@@ -57,6 +82,11 @@ class WindowPool(OpDef):
         shape = (x.shape[0], x.shape[1], *spatial)
         return [TensorType(x.dtype, shape), TensorType(dt.INT64, shape)]
 
+    def work(self, node: Node, in_types: list[TensorType | None],
+             out_types: list[TensorType | None]) -> Work:
+        return window_work(in_types[0], out_types[0], node.attrs["kernel_shape"],
+                           node.attrs.get("pads") or [], 1, im2col=False)
+
 
 @register
 class MaxPool(WindowPool):
@@ -67,15 +97,11 @@ class MaxPool(WindowPool):
 
     op_type = "MaxPool"
     outputs = ("Y", "Indices?")
-    attrs = {**POOL_ATTRS, "storage_order": Attr("int", 0)}
+    attrs = {**POOL_ATTRS, "storage_order": flag(0)}
     allowed = FLOATS | {dt.INT8, dt.UINT8}
     quant_rule = KEEP
     moves_data = SELECTS
 
-    def check(self, node: Node, in_types: list[TensorType | None]) -> None:
-        super().check(node, in_types)
-        if node.attrs.get("storage_order", 0) not in (0, 1):
-            raise fail(node, f"storage_order must be 0 or 1, got {node.attrs['storage_order']}")
 
 
 @register
@@ -84,7 +110,7 @@ class AveragePool(WindowPool):
     1 (explicit or SAME_* pads, not the overhang that ceil_mode adds at the end)."""
 
     op_type = "AveragePool"
-    attrs = {**POOL_ATTRS, "count_include_pad": Attr("int", 0)}
+    attrs = {**POOL_ATTRS, "count_include_pad": flag(0)}
     quant_rule = RESCALE
 
 
@@ -93,12 +119,7 @@ class LpPool(WindowPool):
     """Y = (sum over each window of |X| ** p) ** (1 / p); padding adds nothing."""
 
     op_type = "LpPool"
-    attrs = {**POOL_ATTRS, "p": Attr("int", 2)}
-
-    def check(self, node: Node, in_types: list[TensorType | None]) -> None:
-        super().check(node, in_types)
-        if int(node.attrs.get("p", 2)) <= 0:
-            raise fail(node, f"p must be positive, got {node.attrs['p']}")
+    attrs = {**POOL_ATTRS, "p": Attr("int", 2, low=1)}
 
 
 class GlobalPool(OpDef):
@@ -136,8 +157,4 @@ class GlobalLpPool(GlobalPool):
     """Y = (sum over the spatial axes of |X| ** p) ** (1 / p)."""
 
     op_type = "GlobalLpPool"
-    attrs = {"p": Attr("int", 2)}
-
-    def check(self, node: Node, in_types: list[TensorType | None]) -> None:
-        if int(node.attrs.get("p", 2)) <= 0:
-            raise fail(node, f"p must be positive, got {node.attrs['p']}")
+    attrs = {"p": Attr("int", 2, low=1)}

@@ -30,11 +30,12 @@ from lowbit.ir.dtypes import DType
 from lowbit.ir.graph import Node
 from lowbit.ir.types import Dim, QuantParams, TensorType
 from lowbit.ops.common import broadcast_shapes
-from lowbit.ops.conv import check_channels, conv_window
+from lowbit.ops.conv import check_channels, conv_window, conv_work
 from lowbit.ops.conv_geometry import WINDOW_ATTRS
 from lowbit.ops.elementwise_rules import FLOAT8, dtype_names, known_types
-from lowbit.ops.linalg import matmul_shape
-from lowbit.ops.registry import Attr, OpDef, const_input, fail, register
+from lowbit.ops.linalg import inner_dim, matmul_shape
+from lowbit.ops.registry import Attr, OpDef, Work, const_input, fail, flag, register
+from lowbit.ops.work import product_work
 
 INTEGER_CODES = frozenset({dt.INT8, dt.UINT8, dt.INT16, dt.UINT16, dt.INT4, dt.UINT4, dt.INT2,
                            dt.UINT2})
@@ -232,12 +233,10 @@ class QuantizeLinear(OpDef):
     outputs = ("y",)
     # precision (version 23+) is checked when present but not filled in, so exports at
     # opset 21 stay valid.
-    attrs = {"axis": Attr("int", 1), "saturate": Attr("int", 1), "block_size": Attr("int", 0),
+    attrs = {"axis": Attr("int", 1), "saturate": flag(1), "block_size": Attr("int", 0),
              "output_dtype": Attr("int", 0), "precision": Attr("int")}
 
     def check(self, node: Node, in_types: list[TensorType | None]) -> None:
-        if node.attrs["saturate"] not in (0, 1):
-            raise fail(node, f"saturate must be 0 or 1, got {node.attrs['saturate']}")
         zero = in_types[2] if len(in_types) > 2 else None
         out = quantize_output_dtype(node, zero.dtype if zero is not None else None)
         _refuse_float_zero_point(node, 2, out)
@@ -372,7 +371,7 @@ class ConvInteger(OpDef):
 
     op_type = "ConvInteger"
     inputs = ("x", "w", "x_zero_point?", "w_zero_point?")
-    attrs = {**WINDOW_ATTRS, "group": Attr("int", 1)}
+    attrs = {**WINDOW_ATTRS, "group": Attr("int", 1, low=1)}
 
     def infer(self, node: Node, in_types: list[TensorType | None]) -> list[TensorType]:
         x, w = known_types(node, in_types)[:2]
@@ -386,6 +385,10 @@ class ConvInteger(OpDef):
         _per_channel(node, in_types, 3, w.shape[0], "output channel")
         return [TensorType(dt.INT32, shape)]
 
+    def work(self, node: Node, in_types: list[TensorType | None],
+             out_types: list[TensorType | None]) -> Work:
+        return conv_work(node, in_types[0], in_types[1], out_types[0])
+
 
 @register
 class QLinearConv(OpDef):
@@ -396,7 +399,7 @@ class QLinearConv(OpDef):
     op_type = "QLinearConv"
     inputs = ("x", "x_scale", "x_zero_point", "w", "w_scale", "w_zero_point", "y_scale",
               "y_zero_point", "B?")
-    attrs = {**WINDOW_ATTRS, "group": Attr("int", 1)}
+    attrs = {**WINDOW_ATTRS, "group": Attr("int", 1, low=1)}
 
     def infer(self, node: Node, in_types: list[TensorType | None]) -> list[TensorType]:
         types = (known_types(node, in_types) + [None])[:9]
@@ -418,6 +421,10 @@ class QLinearConv(OpDef):
                 raise fail(node, f"bias must be 1-D, got shape {list(bias.shape)}")
             _per_channel(node, types, 8, w.shape[0], "output channel")
         return [TensorType(y_zero.dtype, shape, _output_quant(node, y_zero.dtype, 6, 7))]
+
+    def work(self, node: Node, in_types: list[TensorType | None],
+             out_types: list[TensorType | None]) -> Work:
+        return conv_work(node, in_types[0], in_types[3], out_types[0])
 
 
 @register
@@ -442,6 +449,10 @@ class MatMulInteger(OpDef):
         if a.shape is None or b.shape is None:
             return [TensorType(dt.INT32, None)]
         return [TensorType(dt.INT32, matmul_shape(node, a.shape, b.shape))]
+
+    def work(self, node: Node, in_types: list[TensorType | None],
+             out_types: list[TensorType | None]) -> Work:
+        return product_work(out_types[0], inner_dim(in_types[0]))
 
 
 @register
@@ -477,3 +488,7 @@ class QLinearMatMul(OpDef):
         shape = None if a.shape is None or b.shape is None else \
             matmul_shape(node, a.shape, b.shape)
         return [TensorType(y_zero.dtype, shape, _output_quant(node, y_zero.dtype, 6, 7))]
+
+    def work(self, node: Node, in_types: list[TensorType | None],
+             out_types: list[TensorType | None]) -> Work:
+        return product_work(out_types[0], inner_dim(in_types[0]))

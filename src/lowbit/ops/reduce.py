@@ -24,7 +24,7 @@ from lowbit.ir.graph import Node
 from lowbit.ir.types import Dim, TensorType
 from lowbit.ops.common import normalize_axis
 from lowbit.ops.elementwise_rules import BOOL, FLOATS, check_dtype, known_types
-from lowbit.ops.registry import KEEP, RESCALE, SELECTS, Attr, OpDef, fail, register
+from lowbit.ops.registry import KEEP, RESCALE, SELECTS, Attr, OpDef, fail, flag, register
 
 WIDE_NUMERIC = FLOATS | {dt.INT32, dt.INT64, dt.UINT32, dt.UINT64}
 ORDERED = WIDE_NUMERIC | {dt.INT8, dt.UINT8} | BOOL
@@ -50,7 +50,7 @@ class Reduce(OpDef):
 
     inputs = ("data", "axes?")
     outputs = ("reduced",)
-    attrs = {"keepdims": Attr("int", 1), "noop_with_empty_axes": Attr("int", 0)}
+    attrs = {"keepdims": flag(1), "noop_with_empty_axes": flag(0)}
     allowed: ClassVar[frozenset[DType]] = WIDE_NUMERIC
     min_version = 18
 
@@ -168,8 +168,8 @@ class ArgReduce(OpDef):
 
     inputs = ("data",)
     outputs = ("reduced",)
-    attrs = {"axis": Attr("int", 0), "keepdims": Attr("int", 1),
-             "select_last_index": Attr("int", 0)}
+    attrs = {"axis": Attr("int", 0), "keepdims": flag(1),
+             "select_last_index": flag(0)}
 
     def infer(self, node: Node, in_types: list[TensorType | None]) -> list[TensorType]:
         (x,) = known_types(node, in_types)

@@ -19,7 +19,7 @@ import numpy as np
 
 from lowbit.errors import ModelError, UnsupportedError
 from lowbit.ir.attrs import FUSED_CLIP, REQUANT
-from lowbit.ir.graph import Node
+from lowbit.ir.graph import Graph, Node
 from lowbit.ir.types import TensorType
 
 if TYPE_CHECKING:
@@ -51,16 +51,56 @@ SELECTS = "selects"
 """The output holds some of the input elements (slices, gathers, splits, maxima, minima)."""
 
 
+MAX_DIM = 1 << 31
+"""The largest dimension, pad, stride or dilation a model may declare: 2**31 (a dimension
+beyond it is a corrupt or hostile file, not a model)."""
+
+
 @dataclass(frozen=True)
 class Attr:
-    """One attribute: its kind (int, float, string, ints, floats, strings, tensor) and default.
+    """One attribute: its kind (int, float, string, ints, floats, strings, tensor), default and
+    allowed values.
 
     `default=None` means optional with no value (the node's attrs omit it); `REQUIRED` means the
-    node is refused without it.
+    node is refused without it. `choices` lists the allowed values of an int or string (each
+    element of ints); `low` and `high` bound an int or each element of ints, both included.
     """
 
     kind: str
     default: Any = None
+    choices: tuple = ()
+    low: int | None = None
+    high: int | None = None
+
+
+def flag(default: int) -> Attr:
+    """An int attribute that is 0 or 1 (transA, keepdims, ceil_mode, ...)."""
+    return Attr("int", default, choices=(0, 1))
+
+
+def sizes(low: int, default: Any = None) -> Attr:
+    """An ints attribute of window sizes (kernel_shape, strides, dilations, pads), each element
+    in [low, MAX_DIM]."""
+    return Attr("ints", default, low=low, high=MAX_DIM)
+
+
+_KINDS = {"int": int, "float": float, "string": str, "tensor": np.ndarray, "graph": Graph}
+_LIST_KINDS = {"ints": int, "floats": float, "strings": str}
+
+
+@dataclass(frozen=True)
+class Work:
+    """What running one node costs the reference interpreter: multiply-adds (or elementary
+    operations) and bytes of temporaries beyond its inputs and outputs (padded copies, im2col
+    columns, float64 accumulators). `lowbit.backends.reference.preflight` adds them up."""
+
+    ops: int
+    scratch: int = 0
+
+
+def numel(t: TensorType | None) -> int:
+    """Elements of a type with a static shape, else 0 (unknown sizes are not counted)."""
+    return 0 if t is None or t.numel is None else t.numel
 
 
 class OpDef:
@@ -127,6 +167,14 @@ class OpDef:
         """Output types from input types. Constant inputs are available as
         `node.inputs[i].const_value`. Unknown dimensions are None, unknown rank is shape None."""
         raise NotImplementedError(f"{self.op_type} has no type inference")
+
+    def work(self, node: Node, in_types: list[TensorType | None],
+             out_types: list[TensorType | None]) -> Work:
+        """The node's cost for these (static) types; by default one operation per output
+        element and a float64 temporary of the outputs. Products and sliding windows say
+        more."""
+        n = sum(numel(t) for t in out_types)
+        return Work(n, 8 * n)
 
     def product(self, node: Node) -> ProductGeometry | None:
         """Where `node`'s weight, bias and channels are, if the op is a product
@@ -197,6 +245,73 @@ def _load_all() -> None:
     for info in pkgutil.iter_modules(pkg.__path__):
         if info.name not in ("registry", "common"):
             importlib.import_module(f"lowbit.ops.{info.name}")
+
+
+def _kind_of(value: Any) -> str:
+    """The attribute kind of a plain Python attribute value (as `onnx_import` makes them)."""
+    if isinstance(value, list | tuple):
+        kinds = {k for k, t in _LIST_KINDS.items() if all(type(v) is t for v in value)}
+        return next(iter(kinds)) if len(kinds) == 1 else "ints|floats|strings" if value \
+            else "list"
+    for kind, t in _KINDS.items():
+        if type(value) is t or (t in (np.ndarray, Graph) and isinstance(value, t)):
+            return kind
+    return type(value).__name__
+
+
+def check_attributes(op: OpDef, node: Node, known: dict[str, Attr] | None = None) -> None:
+    """Refuse unknown and missing required attributes, values of the wrong kind and values out
+    of their declared range, naming the node and the attribute; then fill in the defaults.
+    `known` defaults to the op's ONNX attributes."""
+    known = op.attrs if known is None else known
+    unknown = sorted(set(node.attrs) - set(known))
+    if unknown:
+        raise fail(node, f"unknown attribute(s) {', '.join(unknown)}; known: "
+                         f"{', '.join(sorted(known)) or 'none'}")
+    for name, spec in known.items():
+        if name not in node.attrs:
+            if spec.default is REQUIRED:
+                raise fail(node, f"missing required attribute '{name}'")
+            if spec.default is not None:
+                default = spec.default
+                node.attrs[name] = list(default) if isinstance(default, list | tuple) \
+                    else default
+            continue
+        value = node.attrs[name]
+        kind = _kind_of(value)
+        if kind != spec.kind and not (kind == "list" and spec.kind in _LIST_KINDS):
+            raise fail(node, f"attribute '{name}' must be {_KIND_TEXT[spec.kind]}, got "
+                             f"{_KIND_TEXT.get(kind, kind)} {_short(value)}")
+        elements = value if spec.kind in _LIST_KINDS else [value]
+        for v in elements:
+            if spec.choices and v not in spec.choices:
+                texts = [repr(c) for c in spec.choices]
+                allowed = " or ".join(texts) if len(texts) <= 2 else \
+                    f"one of {', '.join(texts)}"
+                raise fail(node, f"attribute '{name}' is {_short(value)}; allowed: {allowed}")
+            if (spec.low is not None and v < spec.low) or (spec.high is not None
+                                                            and v > spec.high):
+                each = "each value " if spec.kind in _LIST_KINDS else ""
+                raise fail(node, f"attribute '{name}' is {_short(value)}; {each}must be "
+                                 f"{_range_text(spec.low, spec.high)}")
+
+
+def _range_text(low: int | None, high: int | None) -> str:
+    if high is None:
+        return f"at least {low}"
+    if low is None:
+        return f"at most {high}"
+    return f"in [{low}, {high}]"
+
+
+_KIND_TEXT = {"int": "an integer", "float": "a float", "string": "a string",
+              "tensor": "a tensor", "ints": "a list of integers", "floats": "a list of floats",
+              "strings": "a list of strings", "graph": "a graph", "graphs": "a list of graphs"}
+
+
+def _short(value: Any) -> str:
+    text = repr(value.tolist() if isinstance(value, np.ndarray) and value.size <= 8 else value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 # -- helpers for op modules -----------------------------------------------------------------------

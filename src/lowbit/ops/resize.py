@@ -31,7 +31,7 @@ from lowbit.ir.graph import Node
 from lowbit.ir.types import Dim, TensorType
 from lowbit.ops.common import normalize_axis
 from lowbit.ops.elementwise_rules import NUMERIC, check_dtype, known_types
-from lowbit.ops.registry import Attr, OpDef, fail, register
+from lowbit.ops.registry import Attr, OpDef, fail, flag, register
 from lowbit.ops.shape_values import symbolic_value
 from lowbit.ops.symbolic import dim_mul
 from lowbit.ops.tensor_rules import check_index_dtype, refuse_axis
@@ -51,11 +51,11 @@ class Resize(OpDef):
     inputs = ("X", "roi?", "scales?", "sizes?")
     outputs = ("Y",)
     attrs: ClassVar[dict[str, Attr]] = {
-        "antialias": Attr("int", 0),
+        "antialias": flag(0),
         "axes": Attr("ints"),
         "coordinate_transformation_mode": Attr("string", "half_pixel"),
         "cubic_coeff_a": Attr("float", -0.75),
-        "exclude_outside": Attr("int", 0),
+        "exclude_outside": flag(0),
         "extrapolation_value": Attr("float", 0.0),
         "keep_aspect_ratio_policy": Attr("string", "stretch"),
         "mode": Attr("string", "nearest"),

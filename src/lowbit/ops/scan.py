@@ -9,7 +9,7 @@ from lowbit.ir.graph import Node
 from lowbit.ir.types import TensorType
 from lowbit.ops.common import normalize_axis
 from lowbit.ops.elementwise_rules import FLOATS, NUMERIC, check_dtype, known_types
-from lowbit.ops.registry import Attr, OpDef, fail, register
+from lowbit.ops.registry import Attr, OpDef, fail, flag, register
 from lowbit.ops.shape_values import symbolic_value
 from lowbit.ops.tensor_rules import check_index_dtype
 
@@ -25,7 +25,7 @@ class CumSum(OpDef):
     op_type = "CumSum"
     inputs = ("x", "axis")
     outputs = ("y",)
-    attrs: ClassVar[dict[str, Attr]] = {"exclusive": Attr("int", 0), "reverse": Attr("int", 0)}
+    attrs: ClassVar[dict[str, Attr]] = {"exclusive": flag(0), "reverse": flag(0)}
     allowed = FLOATS | {dt.INT32, dt.INT64, dt.UINT32, dt.UINT64}
 
     def infer(self, node: Node, in_types: list[TensorType | None]) -> list[TensorType]:
@@ -48,8 +48,8 @@ class TopK(OpDef):
     op_type = "TopK"
     inputs = ("X", "K")
     outputs = ("Values", "Indices")
-    attrs: ClassVar[dict[str, Attr]] = {"axis": Attr("int", -1), "largest": Attr("int", 1),
-                                        "sorted": Attr("int", 1)}
+    attrs: ClassVar[dict[str, Attr]] = {"axis": Attr("int", -1), "largest": flag(1),
+                                        "sorted": flag(1)}
 
     def infer(self, node: Node, in_types: list[TensorType | None]) -> list[TensorType]:
         x, k_type = known_types(node, in_types)

@@ -204,7 +204,19 @@ _ELEMENTWISE = {
     "Max": _static_only(max),
     "Min": _static_only(min),
     "Equal": _equal,
+    "Greater": _static_only(lambda a, b: int(a > b)),
+    "Less": _static_only(lambda a, b: int(a < b)),
+    "GreaterOrEqual": _static_only(lambda a, b: int(a >= b)),
+    "LessOrEqual": _static_only(lambda a, b: int(a <= b)),
+    "And": _static_only(lambda a, b: int(bool(a) and bool(b))),
+    "Or": _static_only(lambda a, b: int(bool(a) or bool(b))),
 }
+
+
+def _not(node, depth: int) -> ShapeValue | None:
+    x = _value(node.inputs[0], depth)
+    return None if x is None else tuple(None if d is None or not isinstance(d, int)
+                                        else int(not d) for d in x)
 
 
 def _cast(node, depth: int) -> ShapeValue | None:
@@ -224,6 +236,7 @@ _RULES = {
     "Gather": _gather,
     "Slice": _slice,
     "Where": _where,
+    "Not": _not,
     **{op: _binary for op in _ELEMENTWISE},
 }
 

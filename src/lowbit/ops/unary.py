@@ -19,7 +19,7 @@ from lowbit.ops.elementwise_rules import (
     check_dtype,
     known_types,
 )
-from lowbit.ops.registry import TABLE, Attr, OpDef, register
+from lowbit.ops.registry import TABLE, Attr, OpDef, flag, register
 
 
 class Unary(OpDef):
@@ -211,6 +211,6 @@ class IsInf(Unary):
     allowed = FLOATS | FLOAT8
     result = dt.BOOL
     attrs: ClassVar[dict[str, Attr]] = {
-        "detect_negative": Attr("int", 1),
-        "detect_positive": Attr("int", 1),
+        "detect_negative": flag(1),
+        "detect_positive": flag(1),
     }

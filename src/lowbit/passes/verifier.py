@@ -4,7 +4,9 @@ A graph is valid when: every value has a unique name and a single producer (sing
 nodes are in topological order, so every input is a graph input or the output of an earlier
 node (no dangling inputs, no cycles); graph outputs are produced; Constant nodes hold a
 read-only array matching their output type; and, with `check_types`, every node's recorded
-output types agree with what its op infers from its input types.
+output types agree with what its op infers from its input types. Subgraphs are verified the
+same way, each closed: its nodes read only its inputs, its implicit values (one per trailing
+input of its node, as many for every subgraph of the node) and its own nodes' outputs.
 """
 
 from __future__ import annotations
@@ -26,8 +28,18 @@ def _dims_agree(a: TensorType, b: TensorType) -> bool:
                if isinstance(x, int) and isinstance(y, int))
 
 
-def verify(graph: Graph, check_types: bool = True) -> None:
-    """Raise VerifyError describing the first broken invariant."""
+def verify(graph: Graph, check_types: bool = True, scope: str = "") -> None:
+    """Raise VerifyError describing the first broken invariant (in a subgraph, prefixed with
+    its scope)."""
+    try:
+        _verify(graph, check_types)
+    except VerifyError as exc:
+        if scope:
+            raise VerifyError(f"in {scope}: {exc}") from exc
+        raise
+
+
+def _verify(graph: Graph, check_types: bool) -> None:
     names: dict[str, str] = {}
     defined: set[Value] = set()
 
@@ -40,7 +52,7 @@ def verify(graph: Graph, check_types: bool = True) -> None:
         names[v.name] = where
         defined.add(v)
 
-    for v in graph.inputs:
+    for v in graph.inputs + graph.implicit:
         if v.producer is not None:
             raise VerifyError(f"graph input '{v.name}' has a producer")
         if v.type is None:
@@ -62,6 +74,12 @@ def verify(graph: Graph, check_types: bool = True) -> None:
             define(v, node.describe())
         if node.op_type == CONSTANT:
             _verify_constant(node)
+        for attr, sub in node.subgraphs():
+            if len(sub.implicit) != node.captures or node.captures > len(node.inputs):
+                raise VerifyError(f"{node.describe()}: subgraph '{attr}' has "
+                                  f"{len(sub.implicit)} implicit values for {node.captures} "
+                                  f"captured inputs")
+            verify(sub, check_types=False, scope=f"{node.describe()} {attr}")
     for v in graph.outputs:
         if v not in defined:
             raise VerifyError(f"graph output '{v.name}' is produced by nothing")

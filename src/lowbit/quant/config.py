@@ -271,6 +271,14 @@ class Rule:
                 object.__setattr__(self, "_pattern", re.compile(value))
             except re.error as e:
                 raise ConfigError(f"regex {value!r} does not compile: {e}") from None
+        if key == "op_type":
+            from lowbit.ops import all_ops
+
+            known = sorted({op_type for _, op_type in all_ops()})
+            if value not in known:
+                raise ConfigError(f"op_type {value!r} is not an op lowbit knows"
+                                  f"{_suggest(value, known, listing=False)}; op types are "
+                                  f"spelled as in ONNX (Conv, MatMul, Gemm, Softmax, ...)")
         if not self.overrides():
             raise ConfigError(
                 f"rule {self.matcher()} sets nothing; "
@@ -345,7 +353,8 @@ class QuantConfig:
     def check(self, graph: Graph) -> list[str]:
         """Check the rules against `graph`: ConfigError for a rule naming a node that does not
         exist (with close matches); one warning per rule that matches no node."""
-        names = [node.name for node in graph.nodes]
+        nodes = [node for node, _ in graph.walk()]  # the bodies of If, Loop and Scan too
+        names = [node.name for node in nodes]
         known = set(names)
         warnings = []
         for i, rule in enumerate(self.rules):
@@ -355,7 +364,7 @@ class QuantConfig:
                     f"{where}: graph '{graph.name}' has no node named {rule.name!r}"
                     f"{_suggest(rule.name, names)}"
                 )
-            if not any(rule.matches(node) for node in graph.nodes):
+            if not any(rule.matches(node) for node in nodes):
                 warnings.append(f"{where}: {rule.matcher()} matches no node{_hint(rule, graph)}")
         return warnings
 

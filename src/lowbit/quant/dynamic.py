@@ -47,6 +47,8 @@ groups of 32 (minimum 0.9965 -> 0.9993), long texts from 0.9993 to 0.9998.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from lowbit.errors import ModelError
@@ -66,6 +68,7 @@ from lowbit.quant.static import (
     QuantizationError,
     QuantResult,
     QuantSummary,
+    check_finite_constants,
     integer_problem,
 )
 
@@ -90,6 +93,22 @@ def quantize_dynamic(graph: Graph, config: QuantConfig | None = None, *,
             raise ModelError(f"value '{v.name}' is already quantized; dynamic quantization "
                              f"takes a float graph")
     g = graph.copy()
+    rows: list[NodeReport] = []
+    for scope_graph, scope in list(g.scopes()):  # products inside If/Loop/Scan bodies too
+        rows += _quantize_scope(scope_graph, scope, config)
+    summary = QuantSummary(rows, list(warnings))
+    if assert_all_quantized and summary.float_nodes:
+        listed = ", ".join(f"{r.name} ({r.detail})" for r in summary.float_nodes)
+        raise QuantizationError(f"{len(summary.float_nodes)} product(s) stay in float: {listed}")
+    g.metadata["lowbit.quant_config"] = config.to_yaml()
+    g.metadata["lowbit.quantization"] = "dynamic"
+    verify(g)
+    return QuantResult(g, summary)
+
+
+def _quantize_scope(g: Graph, scope: str, config: QuantConfig) -> list[NodeReport]:
+    """Quantize the products of one graph (the model, or a body of one of its control-flow
+    nodes); the rows name a body's nodes with their scope, `If_node/then_branch/MatMul_3`."""
     builder = _Builder(g, config)
     products = [n for n in g.nodes if _dense_product(n)]
     for node in products:  # estimated from the float up-projections, before they change
@@ -100,14 +119,9 @@ def quantize_dynamic(graph: Graph, config: QuantConfig | None = None, *,
             continue
         builder.unfuse_clamp(node)
         builder.product(node)
-    summary = QuantSummary(builder.rows, list(warnings))
-    if assert_all_quantized and summary.float_nodes:
-        listed = ", ".join(f"{r.name} ({r.detail})" for r in summary.float_nodes)
-        raise QuantizationError(f"{len(summary.float_nodes)} product(s) stay in float: {listed}")
-    g.metadata["lowbit.quant_config"] = config.to_yaml()
-    g.metadata["lowbit.quantization"] = "dynamic"
-    verify(g)
-    return QuantResult(g, summary)
+    if not scope:
+        return builder.rows
+    return [dataclasses.replace(r, name=f"{scope}/{r.name}") for r in builder.rows]
 
 
 def activation_axes(granularity: str, rank: int, right: bool = False) -> list[int]:
@@ -195,6 +209,7 @@ class _Builder:
         if reason is not None:
             self.rows.append(NodeReport(node.name, node.op_type, "float", reason))
             return
+        check_finite_constants(node)
         geometry = integer_product(node)
         a = node.inputs[geometry.data_input]
         b = node.inputs[geometry.weight_input]

@@ -164,21 +164,22 @@ def _receptive_fields(node: Node, x: np.ndarray) -> Iterator[np.ndarray]:
                 yield item[:, :, start:start + step]
         return
     span = [(k - 1) * d + 1 for k, d in zip(window.kernel, window.dilations, strict=True)]
-    # The windows of one batch item, [C, out_1..out_n, k_1..k_n], are a view (strides and
-    # dilations are slicing); they are copied in pieces cut along out_1.
-    index = (slice(None),) + tuple(slice(None, None, s) for s in window.strides) \
-        + tuple(slice(None, None, d) for d in window.dilations)
+    offsets = list(np.ndindex(*window.kernel))
     for item in x:
         padded = np.pad(item, [(0, 0)] + [(pads[i], pads[i + spatial]) for i in range(spatial)])
-        windows = np.lib.stride_tricks.sliding_window_view(
-            padded, span, axis=tuple(range(1, 1 + spatial)))[index]
-        outs = windows.shape[1:1 + spatial]
+        outs = [(padded.shape[1 + i] - span[i]) // window.strides[i] + 1 for i in range(spatial)]
         per_row = channels * taps * int(np.prod(outs[1:]))
         step = max(1, CHUNK // max(per_row, 1))
         for start in range(0, outs[0], step):
-            piece = np.ascontiguousarray(windows[:, start:start + step])
-            positions = int(np.prod(piece.shape[1:1 + spatial]))
-            # [G, C/G, P, taps] -> [G, C/G, taps, P] (a view) -> [G, K, P]
-            flat = piece.reshape(groups, channels // groups, positions, taps)
-            yield flat.transpose(0, 1, 3, 2).reshape(groups, (channels // groups) * taps,
-                                                     positions)
+            rows = min(step, outs[0] - start)
+            # [C, taps, rows, out_2..out_n]: one strided slice of the input per kernel offset
+            piece = np.empty((channels, taps, rows, *outs[1:]), x.dtype)
+            for t, offset in enumerate(offsets):
+                begins = [start * window.strides[0] + offset[0] * window.dilations[0]] + [
+                    offset[i] * window.dilations[i] for i in range(1, spatial)]
+                sizes = [rows, *outs[1:]]
+                piece[:, t] = padded[(slice(None),) + tuple(
+                    slice(b, b + (n - 1) * st + 1, st)
+                    for b, n, st in zip(begins, sizes, window.strides, strict=True))]
+            # [G, C/G, taps, P] -> [G, K, P] (a view)
+            yield piece.reshape(groups, (channels // groups) * taps, -1)

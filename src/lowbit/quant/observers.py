@@ -241,9 +241,9 @@ class StatsObserver:
             x = x.astype(np.float64 if x.dtype.itemsize > 4 else np.float32)
         if x.size == 0:
             return
-        self._observe_channels(x)
+        extremes = self._observe_channels(x)
         flat = x.reshape(-1)
-        lo, hi = float(flat.min()), float(flat.max())
+        lo, hi = extremes if extremes is not None else (float(flat.min()), float(flat.max()))
         if not (math.isfinite(lo) and math.isfinite(hi)):
             finite = np.isfinite(flat)
             nan = int(np.count_nonzero(np.isnan(flat)))
@@ -285,30 +285,54 @@ class StatsObserver:
         self._counts, self._offset, self._exponent = counts, offset, new_e
 
     def _add(self, flat: np.ndarray) -> None:
+        """Count `flat`'s values (finite, inside the window) into their bins: bin index
+        floor(x * 2**-exponent) - offset. The floor of a value scaled by a power of two and the
+        offset (the floor of such a value too) are integers of `flat`'s dtype, and so is their
+        difference (in [0, bins)), so it is computed exactly in that dtype; an offset the dtype
+        cannot hold (a window set by float64 data) is subtracted in int64 instead."""
         assert self._exponent is not None and self._counts is not None
-        scale = flat.dtype.type(math.ldexp(1.0, -self._exponent))
+        kind = flat.dtype.type
+        scale = kind(math.ldexp(1.0, -self._exponent))
+        offset = kind(self._offset)
+        exact = float(offset) == self._offset
+        y = np.empty(min(flat.size, _CHUNK), flat.dtype)
         for start in range(0, flat.size, _CHUNK):
-            y = flat[start:start + _CHUNK] * scale
-            np.floor(y, out=y)
-            idx = y.astype(np.int64)
-            idx -= self._offset
+            part = y[:min(_CHUNK, flat.size - start)]
+            np.multiply(flat[start:start + _CHUNK], scale, out=part)
+            np.floor(part, out=part)
+            if exact:
+                part -= offset
+                idx = part.astype(np.intp)
+            else:
+                idx = part.astype(np.int64)
+                idx -= self._offset
             self._counts += np.bincount(idx, minlength=self.bins)
 
-    def _observe_channels(self, x: np.ndarray) -> None:
+    def _observe_channels(self, x: np.ndarray) -> tuple[float, float] | None:
+        """Per-channel ranges, sums and counts along each of `channel_axes`; returns the
+        extremes of `x` when one axis's channel ranges give them (every value finite), else
+        None."""
+        extremes = None
         for axis in self.channel_axes:
             if not -x.ndim <= axis < x.ndim:
                 continue
             ax = axis % x.ndim
             others = tuple(i for i in range(x.ndim) if i != ax)
-            finite = bool(np.isfinite(x).all())
-            src = x if finite else np.where(np.isfinite(x), x, np.nan)
-            with np.errstate(invalid="ignore"), _quiet_all_nan():
-                lo = (src.min(axis=others) if finite else np.nanmin(src, axis=others))
-                hi = (src.max(axis=others) if finite else np.nanmax(src, axis=others))
+            lo, hi = x.min(axis=others), x.max(axis=others)
+            # NaN propagates through min and max, and an infinity is an extreme: all the
+            # channel extremes are finite exactly when every value is
+            finite = bool(np.isfinite(lo).all() and np.isfinite(hi).all())
+            if finite:
+                total = np.sum(x, axis=others, dtype=np.float64)
+                count = np.full(lo.shape, x.size // max(lo.size, 1), np.float64)
+                extremes = (float(lo.min()), float(hi.max()))
+            else:
+                src = np.where(np.isfinite(x), x, np.nan)
+                with np.errstate(invalid="ignore"), _quiet_all_nan():
+                    lo, hi = np.nanmin(src, axis=others), np.nanmax(src, axis=others)
+                total = np.nansum(src, axis=others, dtype=np.float64)
+                count = np.isfinite(x).sum(axis=others).astype(np.float64)
             lo, hi = lo.astype(np.float64), hi.astype(np.float64)
-            total = np.nansum(src, axis=others, dtype=np.float64)
-            count = (np.full(lo.shape, x.size // max(lo.size, 1), np.float64) if finite else
-                     np.isfinite(x).sum(axis=others).astype(np.float64))
             current = self.channels.get(axis)
             if current is None:
                 self.channels[axis] = ChannelRange(axis, lo, hi, total, count)
@@ -320,6 +344,7 @@ class StatsObserver:
                 current.min = np.fmin(current.min, lo)
                 current.max = np.fmax(current.max, hi)
                 current.sum, current.count = _add(current.sum, total), _add(current.count, count)
+        return extremes
 
     def merge(self, other: StatsObserver) -> None:
         """Add the statistics of `other` (same value, other data) to this one, exactly."""

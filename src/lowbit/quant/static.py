@@ -94,6 +94,28 @@ class QuantizationError(ModelError):
     """A node could not be quantized as asked (e.g. `assert_all_quantized`)."""
 
 
+def check_finite_constants(node: Node) -> None:
+    """Refuse a node about to compute in integers whose constant float inputs (weights, bias)
+    hold NaN or infinities, naming the tensor and saying what to do: no scale represents them."""
+    for i, v in enumerate(node.inputs):
+        a = v.const_value if v is not None else None
+        if a is None or a.dtype.kind != "f" or a.size == 0:
+            continue
+        finite = np.isfinite(a)
+        if finite.all():
+            continue
+        bad = a[~finite]
+        nan, inf = int(np.isnan(bad).sum()), int(np.isinf(bad).sum())
+        first = tuple(int(j) for j in np.argwhere(~finite)[0])
+        what = " and ".join(t for t in (f"{nan} NaN" if nan else "",
+                                        f"{inf} infinite" if inf else "") if t)
+        raise QuantizationError(
+            f"initializer '{v.name}' (input {i} of {node.describe()}) holds {what} value(s), "
+            f"the first at index {list(first)}; integers cannot represent them. Replace them "
+            f"with finite values in the model, or keep the node in float with a config rule "
+            f"`- {{name: '{node.name}', precision: float}}` if what it computes stays finite")
+
+
 @dataclass
 class NodeReport:
     """How one node computes after quantization."""
@@ -243,7 +265,12 @@ class _Builder:
             settings = self.config.settings_for(node)
             reason = self._float_reason(node, settings)
             if reason is None:
-                self._quantize_node(node, settings)
+                try:
+                    self._quantize_node(node, settings)
+                except ValueError as exc:  # parameters no integer grid can hold
+                    raise QuantizationError(
+                        f"cannot quantize {node.describe()}: {exc}; keep it in float with a "
+                        f"config rule `- {{name: '{node.name}', precision: float}}`") from exc
             elif settings.precision == "fp16" and reason.startswith("config"):
                 self._half(node)
             else:
@@ -252,6 +279,12 @@ class _Builder:
 
     def _float_reason(self, node: Node, settings: NodeSettings) -> str | None:
         """Why `node` stays in float, or None if it computes in integers."""
+        if node.subgraphs():
+            inside = sum(_rule(n) == COMPUTE for sub in node.subgraphs()
+                         for n, _ in sub[1].walk())
+            return (f"static quantization does not reach into {node.op_type} bodies ({inside} "
+                    f"products inside): fix the inputs that decide it (--fix-input, "
+                    f"lowbit.load(fixed_inputs=...)) so that it folds, or quantize --dynamic")
         data = [v for v in node.inputs if v is not None and _is_data(node, v)]
         if not any(_is_float(v) or _is_int(v) for v in data):
             return "-"
@@ -319,6 +352,7 @@ class _Builder:
         rule = op.quant_rule
         wide = self._int16_result(node, s, rule)
         if rule == COMPUTE:
+            check_finite_constants(node)
             detail = self._prepare_compute(node, s)
         else:
             detail = self._prepare_other(node, s, rule)

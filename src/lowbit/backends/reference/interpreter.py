@@ -16,6 +16,7 @@ from typing import Protocol
 import numpy as np
 
 from lowbit.backends.reference.kernels import is_quantized, kernel_for
+from lowbit.backends.reference.preflight import preflight
 from lowbit.errors import InputError, KernelError, LowbitError, UnsupportedError
 from lowbit.ir import dtypes
 from lowbit.ir.graph import CONSTANT, Graph, Node, Value
@@ -49,14 +50,16 @@ class Interpreter:
         self.known = frozenset(known)
         self._kernels = [None if n.op_type == CONSTANT else kernel_for(n) for n in graph.nodes]
         missing = sorted({("quantized " if is_quantized(n) else "") + n.op_type
-                          for n, k in zip(graph.nodes, self._kernels, strict=True)
-                          if n.op_type != CONSTANT and k is None})
+                          for n, _ in graph.walk()
+                          if n.op_type != CONSTANT and kernel_for(n) is None})
         if missing:
             raise UnsupportedError(
                 f"the reference backend has no kernel for: {', '.join(missing)}"
             )
         self._runs = self._plan_runs()
         self._release = self._plan_release()
+        self._checked: set[tuple] = set()
+        """Input signatures (dtypes and shapes) `preflight` has accepted."""
 
     def _plan_runs(self) -> list[bool]:
         """For each node, whether it runs: all nodes, unless `known` makes some unneeded."""
@@ -89,13 +92,38 @@ class Interpreter:
 
     def __call__(self, inputs: Mapping[str, np.ndarray],
                  known: Mapping[Value, np.ndarray] | None = None) -> dict[str, np.ndarray]:
-        env: dict[Value, np.ndarray] = dict(zip(self.graph.inputs,
-                                                check_inputs(self.graph, inputs), strict=True))
+        # Float overflow and NaN follow IEEE semantics, as in every runtime; numpy's warnings
+        # about them (from kernels and observers) would only clutter the output.
+        with np.errstate(all="ignore"):
+            return self._run(inputs, known)
+
+    def _run(self, inputs: Mapping[str, np.ndarray],
+             known: Mapping[Value, np.ndarray] | None) -> dict[str, np.ndarray]:
+        arrays = check_inputs(self.graph, inputs)
+        signature = tuple((a.dtype.str, a.shape) for a in arrays)
+        if signature not in self._checked:
+            preflight(self.graph, arrays)
+            self._checked.add(signature)
+        env: dict[Value, np.ndarray] = dict(zip(self.graph.inputs, arrays, strict=True))
         if self.known:
             missing = [v.name for v in self.known if known is None or v not in known]
             if missing:
                 raise InputError(f"no array given for known value(s) {', '.join(missing)}")
             env.update({v: known[v] for v in self.known})
+        self._execute(env)
+        return {v.name: env[v] for v in self.graph.outputs}
+
+    def run_body(self, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """Run a subgraph (If branch, Loop or Scan body): `arrays` bound to its inputs, then
+        its implicit values, in order; returns its outputs in order. The node running it has
+        checked the arrays."""
+        env = dict(zip(self.graph.inputs + self.graph.implicit, arrays, strict=True))
+        self._execute(env)
+        return [env[v] for v in self.graph.outputs]
+
+    def _execute(self, env: dict[Value, np.ndarray]) -> None:
+        """Run every node in order on `env` (which holds the inputs and the known values),
+        leaving the outputs; nodes only known values need are skipped."""
         for i, node in enumerate(self.graph.nodes):
             if not self._runs[i]:
                 continue
@@ -134,7 +162,6 @@ class Interpreter:
                         env[value] = replaced
             for v in self._release[i]:
                 env.pop(v, None)
-        return {v.name: env[v] for v in self.graph.outputs}
 
 
 def _check_output(node: Node, value: Value, array: np.ndarray) -> None:

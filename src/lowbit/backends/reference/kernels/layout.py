@@ -38,14 +38,14 @@ def squeeze(node, inputs):
     x, axes = inputs[0], inputs[1] if len(inputs) > 1 else None
     if axes is None:
         return [np.squeeze(x)]
-    return [np.squeeze(x, axis=tuple(int(a) for a in axes))]
+    return [np.squeeze(x, axis=tuple(int(a) for a in np.asarray(axes).reshape(-1)))]
 
 
 @kernel("Unsqueeze")
 def unsqueeze(node, inputs):
     x, axes = inputs
     rank = x.ndim + axes.size
-    axes = sorted(int(a) % rank for a in axes)
+    axes = sorted(int(a) % rank for a in np.asarray(axes).reshape(-1))
     return [np.expand_dims(x, tuple(axes))]
 
 

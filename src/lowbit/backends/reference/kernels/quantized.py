@@ -113,7 +113,7 @@ def quantize_linear(node, inputs):
             with np.errstate(all="ignore"):
                 q = q + expand_param(zero, x.shape, layout).astype(p)
         return [convert(np.asarray(q), out.np_dtype, bool(node.attrs["saturate"]))]
-    r = np.rint(q).astype(np.float64)
+    r = np.array(np.rint(q), np.float64)  # an array even for a 0-d x (np.rint gives a scalar)
     r[np.isnan(r)] = -np.inf
     if zero is not None:
         r = r + expand_param(_int64(zero), x.shape, layout)

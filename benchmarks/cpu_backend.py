@@ -1,0 +1,207 @@
+"""lowbit's compiled cpu backend against the peers, same run, same threads (issue 18).
+
+Per model, batch 1, 2 threads (--threads): lowbit's int8 model (quantize defaults) on the cpu
+backend; ONNX Runtime running lowbit's own QDQ export of that model (today's fastest way to run
+it); OpenVINO running NNCF's int8 model of the same float network (nncf.quantize defaults, same
+calibration data; CPU plugin, INFERENCE_NUM_THREADS, PERFORMANCE_HINT LATENCY). Runs are
+interleaved (one of each in turn) and the medians compared as ratios; absolute times on a
+shared machine drift, the ratios less so.
+
+Then the int8 GEMM micro-benchmark: lb_qgemm (uint8 x int8 -> int32, and requantized to uint8)
+against ONNX Runtime's MatMulInteger at 128x768x768 and 128x768x3072, on 1 and 2 threads.
+
+    python benchmarks/cpu_backend.py [--threads 2] [--runs 200] [--models mnist,effnet,...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes as C
+import logging
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+
+import lowbit
+from lowbit.backends import cpu
+from lowbit.cli.demo import bundled
+from realmodels import (
+    efficientnet,
+    load_photos,
+    ocr_model,
+    ocr_photos,
+    ocr_text_lines,
+)
+
+MODELS = ("mnist", "effnet", "ocr_cls", "ocr_rec", "ocr_det")
+
+
+def model_data(name: str):
+    """(float ONNX path, input name, calibration batches, one timing input)."""
+    if name == "mnist":
+        with np.load(bundled("digits.npz")) as data:
+            images = data["images"]
+        return bundled("mnistnet.onnx"), "input", \
+            [{"input": images[i:i + 50]} for i in range(0, 200, 50)], images[200:201]
+    if name == "effnet":
+        photos = load_photos()
+        return efficientnet(True), "input", \
+            [{"input": photos[i:i + 1]} for i in range(0, len(photos), 3)], photos[1:2]
+    kind = name.split("_")[1]
+    if kind == "det":
+        data = ocr_photos()[:12]
+    else:
+        data = ocr_text_lines(24, width=192 if kind == "cls" else 320)
+    return ocr_model(kind), "x", [{"x": data[i:i + 1]} for i in range(0, len(data), 3)], \
+        data[1:2]
+
+
+def ort_session(path, threads: int):
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads
+    opts.inter_op_num_threads = 1
+    return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+
+
+def openvino_nncf(src, calib, dst: Path, threads: int):
+    """NNCF's int8 model of the float ONNX file, compiled by OpenVINO for the CPU."""
+    import nncf
+    import onnx
+    import openvino as ov
+
+    nncf.set_log_level(logging.ERROR)
+    onnx.save(nncf.quantize(onnx.load(str(src)), nncf.Dataset(calib)), str(dst))
+    core = ov.Core()
+    return core.compile_model(core.read_model(str(dst)), "CPU", {
+        "INFERENCE_NUM_THREADS": threads, "PERFORMANCE_HINT": "LATENCY"})
+
+
+def interleaved(runs: dict, repeats: int) -> dict[str, float]:
+    """Median seconds of each runner, the runners taking turns."""
+    for run in runs.values():
+        for _ in range(5):
+            run()
+    times: dict[str, list[float]] = {k: [] for k in runs}
+    for _ in range(repeats):
+        for name, run in runs.items():
+            start = time.perf_counter()
+            run()
+            times[name].append(time.perf_counter() - start)
+    return {k: float(np.median(v)) for k, v in times.items()}
+
+
+def model_row(name: str, threads: int, repeats: int, tmp: Path) -> str:
+    src, input_name, calib, x = model_data(name)
+    graph = lowbit.load(src)
+    q = lowbit.quantize(graph, lowbit.profile(graph, calib, progress=False))
+    start = time.perf_counter()
+    try:
+        exe = cpu.compile(q, threads=threads)
+        exe({input_name: x})
+    except lowbit.LowbitError as exc:
+        return f"{name:8s}  lowbit cpu backend cannot compile it: {exc}"
+    compile_s = time.perf_counter() - start
+    qdq = tmp / f"{name}.qdq.onnx"
+    lowbit.save(q, qdq)
+    session = ort_session(qdq, threads)
+    runs = {"lowbit": lambda: exe({input_name: x}),
+            "ort": lambda: session.run(None, {input_name: x})}
+    try:
+        compiled = openvino_nncf(src, calib, tmp / f"{name}.nncf.onnx", threads)
+        request = compiled.create_infer_request()
+        runs["openvino"] = lambda: request.infer({0: x})
+    except Exception as exc:  # a peer failing is reported, not fatal
+        print(f"  ({name}: OpenVINO/NNCF failed: {type(exc).__name__}: {exc})")
+    t = interleaved(runs, repeats)
+    line = (f"{name:8s}  lowbit {t['lowbit'] * 1e3:7.3f} ms   ORT(QDQ) {t['ort'] * 1e3:7.3f} ms "
+            f"  lowbit/ORT {t['lowbit'] / t['ort']:.2f}")
+    if "openvino" in t:
+        line += (f"   OpenVINO(NNCF) {t['openvino'] * 1e3:7.3f} ms   lowbit/OV "
+                 f"{t['lowbit'] / t['openvino']:.2f}")
+    return line + f"   (first compile {compile_s:.1f} s)"
+
+
+def gemm_rows(repeats: int) -> list[str]:
+    import onnx
+    import onnxruntime as ort
+    from onnx import TensorProto, helper
+
+    from lowbit.backends.cpu import library as L
+    from lowbit.backends.cpu import packing
+    from lowbit.numerics import fixed_point
+
+    rng = np.random.default_rng(0)
+    rows = []
+    for m, k, n in ((128, 768, 768), (128, 768, 3072)):
+        a = rng.integers(0, 256, (m, k)).astype(np.uint8)
+        w = rng.integers(-128, 128, (n, k)).astype(np.int8)
+        packed = packing.pack_weights(w)
+        offset, _ = packing.fold_offsets(w, 0, 3, None)
+        offset = packing.padded(offset, np.int32)
+        rq_arrays = packing.requant_arrays(fixed_point.encode(np.full(n, 2e-4), "prescale"), 0,
+                                           0, 255, n)
+        rq = packing.requant_struct(rq_arrays)
+        pb = L.PackedB(packed.ctypes.data, n, k, k // 4)
+        out32, out8 = np.empty((m, n), np.int32), np.empty((m, n), np.uint8)
+        ep32 = L.Epilogue(offset.ctypes.data_as(L.i32p), L.i32p(), rq, L.I32, None, 0, None)
+        ep8 = L.Epilogue(offset.ctypes.data_as(L.i32p), L.i32p(), rq, L.U8, None, 0, None)
+        graph = helper.make_graph(
+            [helper.make_node("MatMulInteger", ["A", "B", "az"], ["Y"])], "g",
+            [helper.make_tensor_value_info("A", TensorProto.UINT8, [m, k])],
+            [helper.make_tensor_value_info("Y", TensorProto.INT32, [m, n])],
+            [onnx.numpy_helper.from_array(np.ascontiguousarray(w.T), "B"),
+             onnx.numpy_helper.from_array(np.array(3, np.uint8), "az")])
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+        for threads in (1, 2):
+            ctx = L.Context(threads)
+            opts = ort.SessionOptions()
+            opts.intra_op_num_threads = threads
+            session = ort.InferenceSession(model.SerializeToString(), opts,
+                                           providers=["CPUExecutionProvider"])
+            fn = L.lib().lb_qgemm
+
+            def ours(ep, out, ctx=ctx, fn=fn, a=a, pb=pb, m=m, n=n, k=k):
+                fn(ctx.handle, m, n, k, a.ctypes.data, k, C.byref(pb), C.byref(ep),
+                   out.ctypes.data, n, None)
+
+            assert np.array_equal(session.run(None, {"A": a})[0],
+                                  (ours(ep32, out32), out32)[1])
+            t = interleaved({"ort": lambda s=session, a=a: s.run(None, {"A": a}),
+                             "i32": lambda e=ep32, o=out32: ours(e, o),
+                             "u8": lambda e=ep8, o=out8: ours(e, o)}, repeats)
+            gop = 2 * m * k * n / 1e9
+            rows.append(f"{m}x{k}x{n} {threads} thread{'s' if threads > 1 else ' '}  "
+                        f"ORT MatMulInteger {t['ort'] * 1e6:6.0f} us ({gop / t['ort']:4.0f} "
+                        f"GOP/s)   lowbit int32 {t['i32'] * 1e6:6.0f} us ({gop / t['i32']:4.0f})"
+                        f"   requantized uint8 {t['u8'] * 1e6:6.0f} us   ORT/lowbit "
+                        f"{t['ort'] / t['i32']:.2f}")
+            ctx.close()
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--runs", type=int, default=200)
+    parser.add_argument("--models", default=",".join(MODELS))
+    parser.add_argument("--no-gemm", action="store_true")
+    args = parser.parse_args()
+    print(f"batch 1, {args.threads} threads, medians of {args.runs} interleaved runs")
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in args.models.split(","):
+            print(model_row(name, args.threads, args.runs, Path(tmp)), flush=True)
+    if not args.no_gemm:
+        print("int8 GEMM (A uint8, B int8, int32 results; medians)")
+        for row in gemm_rows(args.runs):
+            print(row, flush=True)
+
+
+if __name__ == "__main__":
+    main()

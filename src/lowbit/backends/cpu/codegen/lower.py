@@ -1,0 +1,304 @@
+"""Lowering a Graph to a Program: one emitter per op, values mapped to stored tensors.
+
+`Lowering` walks the graph in order and calls the emitter registered for each node (quantized
+or float); emitters ask for their inputs in the layout they want (`operand`), declare outputs
+(`result`), and add C steps. Conversions between layouts and between stored and raw int8 are
+inserted here, once per value and layout. Every node must have an emitter: `unsupported`
+lists those without one before anything is generated.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from lowbit.backends.cpu import library as L
+from lowbit.backends.cpu.codegen.program import BATCH, Program, Size, Tensor, dim_c, numel
+from lowbit.backends.reference.kernels import is_quantized
+from lowbit.errors import KernelError, UnsupportedError
+from lowbit.ir.graph import CONSTANT, Graph, Node, Value
+from lowbit.ir.types import TensorType
+
+Emitter = Callable[["Lowering", Node], None]
+_EMITTERS: dict[tuple[str, str, bool], Emitter] = {}
+
+TYPE_CODES = {np.dtype(np.uint8): L.U8, np.dtype(np.int16): L.I16,
+              np.dtype(np.uint16): L.U16, np.dtype(np.float32): L.F32,
+              np.dtype(np.int32): L.I32, np.dtype(np.int8): L.I8, np.dtype(np.int64): L.I64,
+              np.dtype(np.float64): L.F64, np.dtype(np.bool_): L.BOOL}
+
+
+def emitter(op_type: str, *, quantized: bool = False, domain: str = "") -> Callable:
+    """Register the emitter of `op_type` for float (plain) or quantized nodes."""
+
+    def deco(fn: Emitter) -> Emitter:
+        _EMITTERS[(domain, op_type, quantized)] = fn
+        return fn
+
+    return deco
+
+
+def find_emitter(node: Node) -> Emitter | None:
+    from lowbit.backends.cpu.codegen import (  # noqa: F401
+        ops_float,
+        ops_onnxq,
+        ops_quant,
+        ops_shape,
+    )
+
+    domain = "" if node.domain in ("", "ai.onnx") else node.domain
+    if is_quantized(node):
+        found = _EMITTERS.get((domain, node.op_type, True))
+        if found is not None:
+            return found
+    return _EMITTERS.get((domain, node.op_type, False))
+
+
+def unsupported(graph: Graph) -> list[str]:
+    """`OpType` (or `quantized OpType`) of every node the cpu backend has no emitter for."""
+    missing = set()
+    for n in graph.nodes:
+        if n.op_type != CONSTANT and find_emitter(n) is None:
+            missing.add(("quantized " if is_quantized(n) else "") + n.op_type)
+    return sorted(missing)
+
+
+def stored_dtype(t: TensorType) -> tuple[np.dtype, bool]:
+    """(dtype in memory, biased): quantized int8 codes are stored as uint8 code + 128."""
+    dt = t.dtype.np_dtype
+    if t.quant is not None and dt == np.int8:
+        return np.dtype(np.uint8), True
+    return np.dtype(dt), False
+
+
+class Lowering:
+    def __init__(self, graph: Graph, name: str, batch: str | None = None) -> None:
+        self.graph = graph
+        self.batch = batch
+        """The symbol of the batch dimension (the run-time N); other symbols are refused."""
+        self.prog = Program(name)
+        self.tensors: dict[Value, Tensor] = {}
+        self._views: dict[tuple[int, str, bool], Tensor] = {}
+        self.users = graph.users()
+        self.output_values = set(graph.outputs)
+        self.fused: set[Node] = set()
+        """Nodes an earlier emitter computed as part of its own step (a residual Add)."""
+        for i, v in enumerate(graph.inputs):
+            self.tensors[v] = self.prog.tensor(v.name, v.type.dtype.np_dtype, self.shape(v),
+                                               kind="input", index=i)
+
+    # -- shapes and types -------------------------------------------------------------------
+    def shape(self, v: Value) -> tuple:
+        """The value's static shape, the batch dimension as BATCH."""
+        t = v.type
+        dims = [self._dim(d) for d in t.shape] if t is not None and t.shape is not None \
+            else [None]
+        if any(d is None for d in dims):
+            raise UnsupportedError(f"the cpu backend needs static shapes (the batch size "
+                                   f"aside); value '{v.name}' has shape "
+                                   f"{None if t is None else t.shape}")
+        return tuple(dims)
+
+    def _dim(self, d):
+        """int, BATCH, "k*N" (a multiple of the batch size), or None (not static)."""
+        if isinstance(d, int):
+            return d
+        if not isinstance(d, str) or self.batch is None:
+            return None
+        if d == self.batch:
+            return BATCH
+        for a, b in (d.split("*", 1),) if d.count("*") == 1 else ():
+            if b == self.batch and a.isdigit():
+                return f"{int(a)}*N"
+            if a == self.batch and b.isdigit():
+                return f"{int(b)}*N"
+        return None
+
+    @staticmethod
+    def type_code(t: Tensor) -> int:
+        return TYPE_CODES[t.dtype]
+
+    # -- operands ---------------------------------------------------------------------------
+    def const_array(self, v: Value) -> np.ndarray:
+        a = v.const_value
+        if a is None:
+            raise KernelError(f"value '{v.name}' must be a constant here")
+        return np.asarray(a)
+
+    def tensor_of(self, v: Value) -> Tensor:
+        t = self.tensors.get(v)
+        if t is not None:
+            return t
+        if v.is_constant:
+            a = self.const_array(v)
+            dtype, biased = stored_dtype(v.type) if v.type is not None else (a.dtype, False)
+            if biased:
+                a = (a.astype(np.int16) + 128).astype(np.uint8)
+            t = self.prog.const(a.astype(dtype, copy=False), v.name, biased=biased)
+            self.tensors[v] = t
+            return t
+        raise KernelError(f"value '{v.name}' is used before it is computed")
+
+    def operand(self, v: Value, layout: str | None = "plain", biased: bool | None = None
+                ) -> Tensor:
+        """The stored tensor of value `v`, converted to `layout` ("plain", "nhwc", or None for
+        as stored) and, for quantized int8, to stored (biased=True) or raw codes."""
+        t = self.tensor_of(v)
+        if biased is None:
+            biased = stored_dtype(v.type)[1] if v.type is not None else t.biased
+        if t.biased != biased:
+            t = self._flip(t, biased)
+        if layout is not None and t.layout != layout:
+            t = self._relayout(t, layout)
+        return t
+
+    def _relayout(self, t: Tensor, layout: str) -> Tensor:
+        key = (t.id, layout, t.biased)
+        if key in self._views:
+            return self._views[key]
+        n, c, h, w = t.shape
+        if (h == 1 and w == 1) or c == 1:  # the same bytes in both orders
+            out = self.prog.alias(t, f"{t.name}.{layout}", layout=layout)
+        else:
+            out = self.prog.tensor(f"{t.name}.{layout}", t.dtype, t.shape, layout=layout,
+                                   biased=t.biased)
+            hw = h * w
+            if layout == "nhwc":  # physical [N, H, W, C] read from NCHW
+                shape, strides = (n, h, w, c), (c * hw, w, 1, hw)
+            else:  # physical [N, C, H, W] read from NHWC
+                shape, strides = (n, c, h, w), (hw * c, 1, w * c, c)
+            self.permute(out, t, shape, strides, f"{t.name}: layout {t.layout} -> {layout}")
+        self._views[key] = out
+        return out
+
+    def _flip(self, t: Tensor, biased: bool) -> Tensor:
+        """int8 codes <-> stored uint8 codes (XOR 0x80 through a table)."""
+        key = (t.id, t.layout, biased)
+        if key in self._views:
+            return self._views[key]
+        out = self.prog.tensor(f"{t.name}.{'stored' if biased else 'raw'}",
+                               np.uint8 if biased else np.int8, t.shape, layout=t.layout,
+                               biased=biased)
+        table = self.prog.data(np.arange(256, dtype=np.uint8) ^ 0x80)
+        self.prog.step(f"{t.name}: int8 codes {'to' if biased else 'from'} stored uint8",
+                       [f"lb_lookup(ctx, {numel(t.shape).c()}, {t.ptr}, LB_U8, 0, {table}, "
+                        f"LB_U8, {out.ptr});"], [t], [out])
+        self._views[key] = out
+        return out
+
+    def permute(self, out: Tensor, src: Tensor, shape, strides, comment: str) -> None:
+        self.permute_from(out, src, 0, shape, strides, comment)
+
+    def permute_from(self, out: Tensor, src: Tensor, offset: int, shape, strides,
+                     comment: str) -> None:
+        """out[i...] = src[offset + sum i_j * strides[j]] (elements), out contiguous."""
+        nd = len(shape)
+        offset = offset if isinstance(offset, Size) else Size(int(offset))
+        base = f"{src.ptr} + ({offset.c()}) * {src.dtype.itemsize}" if offset.coef else src.ptr
+        self.prog.step(comment, [
+            f"const int64_t shape[{nd}] = {{{', '.join(dim_c(d) for d in shape)}}};",
+            f"const int64_t strides[{nd}] = {{{', '.join(stride_c(s) for s in strides)}}};",
+            f"lb_permute(ctx, {nd}, shape, strides, {src.dtype.itemsize}, {base}, "
+            f"{out.ptr});"], [src], [out])
+
+    def sole_user(self, v: Value) -> Node | None:
+        """The one node reading `v` (once), if `v` is not a graph output."""
+        uses = self.users.get(v, [])
+        if len(uses) != 1 or v in self.output_values:
+            return None
+        return uses[0][0]
+
+    def available(self, v: Value) -> bool:
+        """Whether `v` is computed already (or a constant or an input)."""
+        return v in self.tensors or v.is_constant
+
+    # -- results ----------------------------------------------------------------------------
+    def result(self, v: Value, layout: str = "plain", dtype=None, biased: bool | None = None
+               ) -> Tensor:
+        """A new tensor for value `v` computed by the current node (written straight into the
+        caller's output array when it can be)."""
+        if dtype is None:
+            dtype, stored_biased = stored_dtype(v.type)
+            biased = stored_biased if biased is None else biased
+        shape = self.shape(v)
+        direct = v in self.output_values and layout == "plain" and not biased and \
+            v not in self.graph.inputs and self.graph.outputs.count(v) == 1
+        if direct:
+            t = self.prog.tensor(v.name, dtype, shape, layout=layout, biased=False,
+                                 kind="output", index=self.graph.outputs.index(v))
+        else:
+            t = self.prog.tensor(v.name, dtype, shape, layout=layout, biased=bool(biased))
+        self.tensors[v] = t
+        return t
+
+    def alias_result(self, v: Value, src: Tensor) -> Tensor:
+        """Value `v` holds the bytes of `src` (a reshape): no copy."""
+        t = self.prog.alias(src, v.name, shape=self.shape(v), layout="plain")
+        self.tensors[v] = t
+        return t
+
+    def finish(self) -> None:
+        """Copy or convert graph outputs that are not already in the caller's arrays."""
+        for i, v in enumerate(self.graph.outputs):
+            t = self.tensors.get(v) or self.tensor_of(v)
+            if t.kind == "output" and t.index == i:
+                continue
+            src = self.operand(v, "plain" if len(t.shape) == 4 and t.layout != "plain" else
+                               t.layout, biased=False)
+            out = self.prog.tensor(f"{v.name}.out", src.dtype, src.shape, kind="output",
+                                   index=i)
+            self.prog.step(f"output {i}: {v.name}", [
+                f"lb_copy(ctx, {src.nbytes.c()}, {src.ptr}, {out.ptr});"], [src], [out])
+
+    def needed(self) -> set[Node]:
+        """Nodes whose results reach an output through data: a Reshape's target shape, a
+        Squeeze's or Unsqueeze's axes are known statically (from the types), so whatever
+        computes only them is not generated."""
+        shape_only = {"Reshape": 1, "Squeeze": 1, "Unsqueeze": 1, "Expand": 1}
+        needed: set[Node] = set()
+        stack = [v.producer for v in self.graph.outputs if v.producer is not None]
+        while stack:
+            node = stack.pop()
+            if node in needed:
+                continue
+            needed.add(node)
+            skip = shape_only.get(node.op_type)
+            for i, v in enumerate(node.inputs):
+                if v is not None and v.producer is not None and i != skip:
+                    stack.append(v.producer)
+        return needed
+
+    def lower(self) -> Program:
+        needed = self.needed()
+        self.graph = graph = _pruned(self.graph, needed)
+        self.users = graph.users()
+        missing = unsupported(self.graph)
+        if missing:
+            raise UnsupportedError(f"the cpu backend has no kernel for: {', '.join(missing)} "
+                                   f"(backend='reference' runs every op)")
+        for node in self.graph.nodes:
+            if node.op_type == CONSTANT or node in self.fused:
+                continue
+            fn = find_emitter(node)
+            assert fn is not None
+            try:
+                fn(self, node)
+            except (KernelError, UnsupportedError) as exc:
+                raise type(exc)(f"{node.describe()}: {exc}") from exc
+        self.finish()
+        return self.prog
+
+
+def _pruned(graph: Graph, needed: set[Node]) -> Graph:
+    """`graph` without the nodes outside `needed` (the same objects otherwise)."""
+    if len(needed) == len(graph.nodes):
+        return graph
+    pruned = Graph(graph.name, graph.opset)
+    pruned.inputs, pruned.outputs = graph.inputs, graph.outputs
+    pruned.nodes = [n for n in graph.nodes if n in needed]
+    return pruned
+
+
+def stride_c(s) -> str:
+    return s.c() if isinstance(s, Size) else str(s)

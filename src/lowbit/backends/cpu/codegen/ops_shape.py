@@ -1,0 +1,141 @@
+"""Emitters of ops that move values without computing on them: reshapes (no copy), Transpose,
+Concat of same-typed inputs, MaxPool (on codes or floats)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from lowbit.backends.cpu.codegen import cexpr
+from lowbit.backends.cpu.codegen.lower import Lowering, emitter
+from lowbit.backends.cpu.codegen.program import Size, dim_c, dim_size, is_batch, numel
+from lowbit.errors import UnsupportedError
+from lowbit.ops.pool import pool_window
+
+
+def _reshape(lw: Lowering, node) -> None:
+    src = lw.operand(node.inputs[0], "plain")
+    lw.alias_result(node.outputs[0], src)
+
+
+for _op in ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"):
+    emitter(_op)(_reshape)
+    emitter(_op, quantized=True)(_reshape)
+
+
+def row_major_strides(shape) -> list[Size]:
+    """Element strides of a row-major tensor (a stride holds N when the batch dimension is not
+    the first)."""
+    strides, acc = [], Size(1)
+    for d in reversed(shape):
+        strides.append(acc)
+        acc = acc * dim_size(d)
+    strides.reverse()
+    return strides
+
+
+def logical_strides(t) -> list[Size]:
+    """Element strides of each logical axis of stored tensor t (plain or nhwc)."""
+    if t.layout == "nhwc":
+        _, c, h, w = t.shape
+        return [Size(h * w * c), Size(1), Size(w * c), Size(c)]
+    return row_major_strides(t.shape)
+
+
+@emitter("Transpose")
+@emitter("Transpose", quantized=True)
+def transpose(lw: Lowering, node) -> None:
+    src = lw.operand(node.inputs[0], None)
+    perm = node.attrs.get("perm") or list(reversed(range(len(src.shape))))
+    strides = logical_strides(src)
+    out = lw.result(node.outputs[0], biased=src.biased)
+    shape = [src.shape[p] for p in perm]
+    lw.permute(out, src, shape, [strides[p] for p in perm], f"{node.name}: Transpose {perm}")
+
+
+@emitter("MaxPool")
+@emitter("MaxPool", quantized=True)
+def max_pool(lw: Lowering, node) -> None:
+    if len(node.outputs) > 1 and node.outputs[1] is not None:
+        raise UnsupportedError("MaxPool's Indices output")
+    x = lw.operand(node.inputs[0], "nhwc")
+    if len(x.shape) != 4:
+        raise UnsupportedError("MaxPool over other than 2 spatial axes")
+    n, c, ih, iw = x.shape
+    win = pool_window(node, 2)
+    pads = win.resolved_pads((ih, iw))
+    out = lw.result(node.outputs[0], "nhwc", biased=x.biased)
+    _, _, oh, ow = out.shape
+    lw.prog.step(f"{node.name}: MaxPool", [
+        f"const lb_window w = {cexpr.window(n, ih, iw, c, oh, ow, win, pads)};",
+        f"lb_maxpool(ctx, &w, {cexpr.TYPE_NAMES[lw.type_code(x)]}, {x.ptr}, {out.ptr});"],
+        [x], [out])
+
+
+def concat_into(lw: Lowering, node, parts, out, axis: int) -> None:
+    """Copy stored tensors `parts` (already in out's dtype and layout) into their slices of
+    `out` along logical `axis`."""
+    perm = [0, 2, 3, 1] if out.layout == "nhwc" else list(range(len(out.shape)))
+    phys = out.physical_shape
+    pa = perm.index(axis)
+    outer = numel(phys[:pa])
+    inner_out = numel(phys[pa:]).coef * out.dtype.itemsize
+    if numel(phys[pa:]).power:
+        raise UnsupportedError("Concat along or before the batch dimension")
+    offset = 0
+    code = []
+    for t in parts:
+        tp = t.physical_shape
+        row = numel(tp[pa:]).coef * t.dtype.itemsize
+        code.append(f"lb_copy_rows(ctx, {outer.c()}, {row}, {t.ptr}, {row}, {out.ptr} + "
+                    f"{offset}, {inner_out});")
+        offset += row
+    lw.prog.step(f"{node.name}: Concat", code, parts, [out])
+
+
+@emitter("Concat")
+def concat(lw: Lowering, node) -> None:
+    axis = int(node.attrs["axis"]) % len(lw.shape(node.outputs[0]))
+    first = lw.operand(node.inputs[0], None)
+    layout = first.layout if len(first.shape) == 4 else "plain"
+    parts = [lw.operand(v, layout) for v in node.inputs]
+    out = lw.result(node.outputs[0], layout)
+    concat_into(lw, node, parts, out, axis)
+
+
+def _slice(lw: Lowering, node) -> None:
+    """Slice with constant starts, ends, axes and steps: a strided view copied (lb_permute)."""
+    from lowbit.ops.symbolic import clamped_slice
+
+    src = lw.operand(node.inputs[0], "plain")
+    shape = src.shape
+    consts = []
+    for v in node.inputs[1:5]:
+        if v is not None and not v.is_constant:
+            raise UnsupportedError("Slice with computed starts, ends, axes or steps")
+        consts.append(None if v is None else lw.const_array(v).astype(np.int64).ravel())
+    starts, ends, axes, steps = consts + [None] * (4 - len(consts))
+    axes = range(len(starts)) if axes is None else axes
+    steps = np.ones(len(starts), np.int64) if steps is None else steps
+    strides = row_major_strides(shape)
+    offset = Size(0)
+    out_strides = list(strides)
+    for start, end, axis, step in zip(starts, ends, axes, steps, strict=True):
+        axis = int(axis) % len(shape)
+        if is_batch(shape[axis]):
+            raise UnsupportedError("Slice along the batch axis")
+        sl = clamped_slice(int(start), int(end), int(step), int(shape[axis]))
+        offset = offset + strides[axis] * sl.start
+        out_strides[axis] = strides[axis] * int(step)
+    out = lw.result(node.outputs[0], biased=src.biased)
+    lw.permute_from(out, src, offset, out.shape, out_strides, f"{node.name}: Slice")
+
+
+emitter("Slice")(_slice)
+emitter("Slice", quantized=True)(_slice)
+
+
+def _dims(shape) -> str:
+    return ", ".join(dim_c(d) for d in shape)
+
+
+__all__ = ["concat_into", "logical_strides", "np"]

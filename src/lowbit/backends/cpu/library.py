@@ -1,0 +1,163 @@
+"""The kernel library loaded with ctypes: its structs, its contexts (ISA and thread pool).
+
+The ISA is chosen once per context: the best one the CPU supports (cpuid and xgetbv in C), or
+the one `$LOWBIT_CPU_ISA` names (`vnni`, `avx2`, `scalar`), so tests exercise every path on one
+machine. Asking for an ISA the CPU lacks is an error, never a silent downgrade.
+"""
+
+from __future__ import annotations
+
+import ctypes as C
+import functools
+import os
+import weakref
+
+from lowbit.backends.cpu import toolchain
+from lowbit.errors import LowbitError
+
+ISAS = ("scalar", "avx2", "vnni")
+ISA_ENV = "LOWBIT_CPU_ISA"
+
+# enum lb_rq_method and enum lb_type of lowbit_rt.h
+RQ_Q31, RQ_PRESCALE, RQ_FLOAT32, RQ_DEQUANT = 0, 1, 2, 3
+U8, I16, U16, F32, I32, I8, I64, F64, BOOL = range(9)
+
+i32p = C.POINTER(C.c_int32)
+
+
+class Requant(C.Structure):
+    _fields_ = [("method", C.c_int32), ("qmin", C.c_int32), ("qmax", C.c_int32),
+                ("p0", i32p), ("p1", i32p), ("p2", i32p), ("p3", i32p),
+                ("zero_point", i32p), ("fmul", C.POINTER(C.c_float)),
+                ("dscale", C.POINTER(C.c_double)), ("fmin", C.c_float), ("fmax", C.c_float)]
+
+
+class PackedB(C.Structure):
+    _fields_ = [("data", C.c_void_p), ("n", C.c_int64), ("k", C.c_int64), ("k4", C.c_int64)]
+
+
+class AddParams(C.Structure):
+    _fields_ = [("shift", C.c_int32), ("z1", C.c_int32), ("m1", C.c_int32), ("l1", C.c_int32),
+                ("r1", C.c_int32), ("z2", C.c_int32), ("m2", C.c_int32), ("l2", C.c_int32),
+                ("r2", C.c_int32), ("sub", C.c_int32), ("out", Requant)]
+
+
+class Epilogue(C.Structure):
+    _fields_ = [("col_offset", i32p), ("col_zb", i32p), ("rq", Requant),
+                ("out_type", C.c_int32), ("residual", C.c_void_p), ("ld_residual", C.c_int64),
+                ("add", C.POINTER(AddParams))]
+
+
+class WideParams(C.Structure):
+    _fields_ = [("a_type", C.c_int32), ("out_type", C.c_int32), ("za", C.c_int32),
+                ("narrow_shift", C.c_int32), ("w", i32p), ("bias", C.POINTER(C.c_int64)),
+                ("rq", Requant)]
+
+
+class Ctx(C.Structure):
+    _fields_ = [("isa", C.c_int), ("threads", C.c_int), ("pool", C.c_void_p)]
+
+
+_SIGNATURES = {
+    "lb_detect_isa": (C.c_int, []),
+    "lb_isa_name": (C.c_char_p, [C.c_int]),
+    "lb_ctx_create": (C.POINTER(Ctx), [C.c_int, C.c_int]),
+    "lb_ctx_destroy": (None, [C.POINTER(Ctx)]),
+    "lb_requant_one": (C.c_int32, [C.POINTER(Requant), C.c_int64, C.c_int32]),
+    "lb_requant_i32": (None, [C.POINTER(Ctx), C.c_int64, C.c_void_p, C.POINTER(Requant),
+                              C.c_int32, C.c_void_p]),
+    "lb_qgemm": (None, [C.POINTER(Ctx), C.c_int64, C.c_int64, C.c_int64, C.c_void_p, C.c_int64,
+                        C.POINTER(PackedB), C.POINTER(Epilogue), C.c_void_p, C.c_int64,
+                        C.c_void_p]),
+    "lb_pack_b": (None, [C.c_int64, C.c_int64, C.c_void_p, C.c_int64, C.c_int64, C.c_int,
+                         C.c_void_p]),
+    "lb_qgemm_wide": (None, [C.POINTER(Ctx), C.c_int64, C.c_int64, C.c_int64, C.c_void_p,
+                             C.c_int64, C.POINTER(WideParams), C.c_void_p, C.c_int64]),
+}
+
+
+@functools.cache
+def lib() -> C.CDLL:
+    """The kernel library, built on first use (cached on disk), with its signatures set."""
+    path = toolchain.runtime_library()
+    try:
+        handle = C.CDLL(str(path))
+    except OSError:
+        toolchain.invalidate(path)  # a cache entry that does not load: build it again
+        handle = C.CDLL(str(toolchain.runtime_library()))
+    for name, (restype, argtypes) in _SIGNATURES.items():
+        fn = getattr(handle, name)
+        fn.restype = restype
+        fn.argtypes = argtypes
+    return handle
+
+
+def best_isa() -> str:
+    """The best instruction set of this CPU that the library has kernels for."""
+    return ISAS[lib().lb_detect_isa()]
+
+
+def chosen_isa(isa: str | None = None) -> str:
+    """`isa`, else `$LOWBIT_CPU_ISA`, else the best one; LowbitError if unknown or unsupported
+    by this CPU."""
+    name = isa or os.environ.get(ISA_ENV, "").strip().lower() or best_isa()
+    if name not in ISAS:
+        raise LowbitError(f"unknown cpu ISA {name!r} (from {'the argument' if isa else ISA_ENV});"
+                          f" choose one of {', '.join(ISAS)}")
+    best = best_isa()
+    if ISAS.index(name) > ISAS.index(best):
+        raise LowbitError(f"this CPU cannot run the {name} kernels (its best is {best}); set "
+                          f"{ISA_ENV} to one of {', '.join(ISAS[:ISAS.index(best) + 1])}")
+    return name
+
+
+@functools.cache
+def physical_cores() -> int:
+    """Physical cores this process may run on (hyper-threads of one core counted once)."""
+    try:
+        cpus = sorted(os.sched_getaffinity(0))
+    except AttributeError:
+        return max(1, os.cpu_count() or 1)
+    cores = set()
+    for cpu in cpus:
+        base = f"/sys/devices/system/cpu/cpu{cpu}/topology/"
+        try:
+            with open(base + "core_id") as f:
+                core = f.read().strip()
+            with open(base + "physical_package_id") as f:
+                package = f.read().strip()
+            cores.add((package, core))
+        except OSError:
+            cores.add(("cpu", str(cpu)))
+    return max(1, len(cores))
+
+
+class Context:
+    """An lb_ctx: the kernels' ISA and a thread pool of `threads` threads (the caller counts)."""
+
+    def __init__(self, threads: int | None = None, isa: str | None = None) -> None:
+        self.isa = chosen_isa(isa)
+        self.threads = int(threads) if threads else physical_cores()
+        if self.threads < 1:
+            raise LowbitError(f"threads must be at least 1, got {threads}")
+        handle = lib().lb_ctx_create(self.threads, ISAS.index(self.isa))
+        if not handle:
+            raise LowbitError("could not create the cpu backend's thread pool")
+        self.handle = handle
+        self._finalizer = weakref.finalize(self, lib().lb_ctx_destroy, handle)
+
+    def close(self) -> None:
+        self._finalizer()
+
+
+_contexts: dict[tuple[int, str], Context] = {}
+
+
+def context(threads: int | None = None, isa: str | None = None) -> Context:
+    """A shared Context per (threads, ISA): executables with the same settings share one pool."""
+    isa = chosen_isa(isa)
+    threads = int(threads) if threads else physical_cores()
+    key = (threads, isa)
+    if key not in _contexts:
+        _contexts[key] = Context(threads, isa)
+    return _contexts[key]

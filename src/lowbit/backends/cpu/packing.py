@@ -1,0 +1,153 @@
+"""Constants in the kernels' layouts: packed weights, folded per-channel offsets, and the
+requantization parameters as padded int32 arrays (see lowbit_rt.h for each layout)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from lowbit.backends.cpu import library as L
+from lowbit.errors import KernelError
+from lowbit.numerics.fixed_point import PrescaleParams, Q31Params, RequantParams
+
+LANES = 16
+"""Per-channel arrays are padded to a multiple of this many entries (one zmm of int32)."""
+
+
+def padded(values, dtype, n: int | None = None) -> np.ndarray:
+    """`values` broadcast to n entries (or as given) and zero-padded to a multiple of LANES."""
+    a = np.asarray(values)
+    if n is not None:
+        a = np.broadcast_to(a.reshape(-1) if a.size > 1 else a.reshape(()), (n,))
+    a = a.reshape(-1).astype(dtype)
+    size = max(LANES, -(-a.size // LANES) * LANES)
+    out = np.zeros(size, dtype)
+    out[: a.size] = a
+    return out
+
+
+def wrap_int32(values) -> np.ndarray:
+    """Integers reduced modulo 2**32 into int32 (two's complement)."""
+    v = np.asarray(values, np.int64)
+    return (((v + (1 << 31)) & 0xFFFFFFFF) - (1 << 31)).astype(np.int32)
+
+
+def pack_weights(w: np.ndarray) -> np.ndarray:
+    """int8 weights W[n, k] in the lb_packed_b layout: per block of 16 rows of W, per group of
+    4 columns, 16 x 4 bytes; zero beyond n and k."""
+    if w.dtype != np.int8:
+        raise TypeError(f"pack_weights takes int8, got {w.dtype}")
+    n, k = w.shape
+    n16, k4 = -(-n // 16) * 16, -(-k // 4)
+    full = np.zeros((n16, k4 * 4), np.int8)
+    full[:n, :k] = w
+    return np.ascontiguousarray(full.reshape(n16 // 16, 16, k4, 4).transpose(0, 2, 1, 3)
+                                ).reshape(-1)
+
+
+@dataclass
+class RequantArrays:
+    """One requantization as the C struct wants it: method code, bounds, padded arrays."""
+
+    method: int
+    qmin: int
+    qmax: int
+    p: list[np.ndarray]  # p0..p3 (int32)
+    zero_point: np.ndarray  # int32
+    fmul: np.ndarray | None = None
+    dscale: np.ndarray | None = None
+    fmin: float = -np.inf
+    fmax: float = np.inf
+
+
+def requant_arrays(params: RequantParams, zero_point, qmin: int, qmax: int,
+                   n: int) -> RequantArrays:
+    """fixed_point parameters (scalars or per channel) as n-channel padded int32 arrays."""
+    if isinstance(params, Q31Params):
+        raw = [params.multiplier, params.left_shift, params.right_shift, 0]
+        method = L.RQ_Q31
+    elif isinstance(params, PrescaleParams):
+        raw = [params.pre, params.scale, params.post, params.clip]
+        method = L.RQ_PRESCALE
+    else:
+        raise TypeError(f"unknown requantization parameters {type(params).__name__}")
+    for a in raw[:3]:
+        if np.any(np.asarray(a) > np.iinfo(np.int32).max):
+            raise KernelError("requantization parameter does not fit int32")
+    return RequantArrays(method, int(qmin), int(qmax), [padded(a, np.int32, n) for a in raw],
+                         padded(zero_point, np.int32, n))
+
+
+def float32_arrays(multiplier, zero_point, qmin: int, qmax: int, n: int) -> RequantArrays:
+    """ONNX Runtime's float32 requantization (QLinearConv/QLinearMatMul)."""
+    zeros = padded(0, np.int32, n)
+    return RequantArrays(L.RQ_FLOAT32, int(qmin), int(qmax), [zeros] * 4,
+                         padded(zero_point, np.int32, n),
+                         fmul=padded(np.asarray(multiplier, np.float32), np.float32, n))
+
+
+def dequant_arrays(scale, n: int, lo: float = -np.inf, hi: float = np.inf) -> RequantArrays:
+    """A float result `float32(double(acc) * scale)` clamped to [lo, hi] (a fused clip)."""
+    zeros = padded(0, np.int32, n)
+    return RequantArrays(L.RQ_DEQUANT, 0, 0, [zeros] * 4, zeros,
+                         dscale=padded(np.asarray(scale, np.float64), np.float64, n),
+                         fmin=float(lo), fmax=float(hi))
+
+
+def _ptr(a: np.ndarray | None, ctype):
+    import ctypes as C
+
+    if a is None:
+        return C.POINTER(ctype)()
+    return a.ctypes.data_as(C.POINTER(ctype))
+
+
+def requant_struct(r: RequantArrays) -> L.Requant:
+    """The lb_requant of `r` (pointers into r's arrays: keep r alive while it is used)."""
+    import ctypes as C
+
+    return L.Requant(r.method, r.qmin, r.qmax, *(_ptr(p, C.c_int32) for p in r.p),
+                     _ptr(r.zero_point, C.c_int32), _ptr(r.fmul, C.c_float),
+                     _ptr(r.dscale, C.c_double), np.float32(r.fmin), np.float32(r.fmax))
+
+
+def weights_int8(codes: np.ndarray, zero_point) -> tuple[np.ndarray, np.ndarray]:
+    """Weight codes and zero points as the kernels store them: int8 unchanged, uint8 minus 128
+    (both), so `w - z_w` is the same number."""
+    zp = np.asarray(zero_point, np.int64)
+    if codes.dtype == np.uint8:
+        return (codes.astype(np.int16) - 128).astype(np.int8), zp - 128
+    if codes.dtype != np.int8:
+        raise TypeError(f"8-bit weights expected, got {codes.dtype}")
+    return codes, zp
+
+
+def fold_offsets(w: np.ndarray, zw, za: int, bias: np.ndarray | None
+                 ) -> tuple[np.ndarray, np.ndarray | None]:
+    """The per-channel constant and row-sum factor of a product of stored activations (zero
+    point `za`) with int8 weights W[n, k] (zero points `zw`, one or per row):
+
+        sum_k (a - za)(w - zw) + bias = sum_k a w + [bias - za sum_k w + K za zw] - zw sum_k a
+
+    returns (the bracket wrapped to int32, zw per channel or None when all are zero)."""
+    n, k = w.shape
+    zw = np.broadcast_to(np.asarray(zw, np.int64).reshape(-1) if np.size(zw) > 1 else
+                         np.asarray(zw, np.int64), (n,))
+    offset = -int(za) * w.astype(np.int64).sum(axis=1) + k * int(za) * zw
+    if bias is not None:
+        offset = offset + np.asarray(bias, np.int64).reshape(-1)
+    zb = zw.astype(np.int32) if np.any(zw != 0) else None
+    return wrap_int32(offset), zb
+
+
+def exact_bound(a_span: int, w: np.ndarray, zw, bias: np.ndarray | None) -> int:
+    """An upper bound of |sum_k (a - za)(w - zw) + bias| for activations with |a - za| <=
+    a_span: the fast product, in wrapping int32 arithmetic, is exact when this is below
+    2**31."""
+    zw = np.asarray(zw, np.int64)
+    centred = np.abs(w.astype(np.int64) - (zw.reshape(-1, 1) if zw.ndim else zw))
+    worst = int(centred.sum(axis=1).max(initial=0)) * a_span
+    if bias is not None and np.size(bias):
+        worst += int(np.abs(np.asarray(bias, np.int64)).max())
+    return worst

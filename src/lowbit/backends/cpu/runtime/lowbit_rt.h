@@ -1,0 +1,453 @@
+/* lowbit's CPU kernel library: the hand-written half of the compiled backend.
+ *
+ * Generated model code (one C file per graph) calls these kernels with pointers into one arena
+ * and into one blob of prepacked constants. The library keeps no global mutable state: the
+ * instruction set and the thread pool live in an `lb_ctx` that the caller creates once, so two
+ * models, or two instances of one, can run side by side.
+ *
+ * Exactness: every integer kernel computes what lowbit's reference interpreter computes, bit
+ * for bit (lowbit/backends/reference is the specification). Requantization executes the integer
+ * expressions of lowbit.numerics.fixed_point; the parameters are derived in Python by the same
+ * functions the reference calls and reach the kernels as arrays.
+ *
+ * Storage conventions of the generated code:
+ *   - 8-bit quantized tensors are stored as uint8. An int8 code q is stored as q + 128 (its bits
+ *     XOR 0x80) with zero point z + 128, so every 8-bit kernel reads unsigned bytes (what
+ *     `vpdpbusd` multiplies) and results are unchanged: only q - z ever enters arithmetic.
+ *   - 16-bit quantized tensors are stored as int16 / uint16 codes.
+ *   - 4-D activations between convolutions are NHWC; the generated code converts at the edges.
+ */
+#ifndef LOWBIT_RT_H
+#define LOWBIT_RT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(_WIN32)
+#define LB_API __declspec(dllexport)
+#else
+#define LB_API __attribute__((visibility("default")))
+#endif
+
+/* ---- instruction sets and the execution context ---------------------------------------- */
+
+enum lb_isa {
+    LB_ISA_SCALAR = 0,     /* portable C */
+    LB_ISA_AVX2 = 1,       /* x86-64 AVX2: int8 widened to int16, vpmaddwd */
+    LB_ISA_AVX512VNNI = 2, /* x86-64 AVX-512 F/BW/VL + VNNI: vpdpbusd, vpdpwssd */
+    LB_ISA_COUNT = 3
+};
+
+/* The best instruction set this CPU and OS support (cpuid + xgetbv: the OS must save the
+ * vector registers' state). */
+LB_API int lb_detect_isa(void);
+LB_API const char *lb_isa_name(int isa);
+/* The ISA named by `name` ("scalar", "avx2", "vnni"), or -1. */
+LB_API int lb_isa_from_name(const char *name);
+
+typedef struct lb_pool lb_pool;
+
+typedef struct lb_ctx {
+    int isa;       /* an lb_isa this CPU supports */
+    int threads;   /* >= 1; the calling thread is one of them */
+    lb_pool *pool; /* NULL when threads == 1 */
+} lb_ctx;
+
+/* A context running kernels on `threads` threads (the caller plus threads - 1 workers waiting
+ * on a condition variable) with instruction set `isa` (clamped to what the CPU supports).
+ * NULL on failure. */
+LB_API lb_ctx *lb_ctx_create(int threads, int isa);
+LB_API void lb_ctx_destroy(lb_ctx *ctx);
+
+/* fn(arg, task, worker) for task in [0, ntasks), spread over the context's threads; returns
+ * when all are done. Tasks are handed out dynamically (an atomic counter), so a thread slowed
+ * down by another process does not hold the others back. `worker` is in [0, threads). */
+typedef void (*lb_task_fn)(void *arg, int64_t task, int worker);
+LB_API void lb_parallel_for(const lb_ctx *ctx, int64_t ntasks, lb_task_fn fn, void *arg);
+
+/* CPU time of the process in seconds (per-step profiles of generated code: on one thread, the
+ * work of each step even when other processes share the cores). */
+LB_API double lb_seconds(void);
+
+/* ---- requantization -------------------------------------------------------------------- */
+
+enum lb_rq_method {
+    LB_RQ_Q31 = 0,      /* p0 multiplier, p1 left shift, p2 right shift (fixed_point "q31") */
+    LB_RQ_PRESCALE = 1, /* p0 pre, p1 scale, p2 post, p3 clip (fixed_point "prescale") */
+    LB_RQ_FLOAT32 = 2,  /* ONNX Runtime's QLinear*: rint(clamp(float32(acc) * fmul)) */
+    LB_RQ_DEQUANT = 3   /* float output: float32(double(acc) * dscale), then fclamp */
+};
+
+/* Everything that turns an int32 accumulator of output channel c into a stored value. Every
+ * array has one entry per channel, padded with zeros to a multiple of 16 entries so that
+ * vector loads at the last channels stay inside the array. */
+typedef struct lb_requant {
+    int32_t method;
+    int32_t qmin, qmax; /* output range, narrowed by a fused Relu/Clip */
+    const int32_t *p0, *p1, *p2, *p3;
+    const int32_t *zero_point; /* output zero point per channel (stored domain) */
+    const float *fmul;         /* LB_RQ_FLOAT32 */
+    const double *dscale;      /* LB_RQ_DEQUANT */
+    float fmin, fmax;          /* LB_RQ_DEQUANT: fused clip of the float result */
+} lb_requant;
+
+/* The exact integer expression of one method on one value (scalar; the vector kernels compute
+ * the same). Returns the stored output value as int32, or for LB_RQ_DEQUANT nothing: use
+ * lb_dequant_one. */
+LB_API int32_t lb_requant_one(const lb_requant *rq, int64_t c, int32_t acc);
+LB_API float lb_dequant_one(const lb_requant *rq, int64_t c, int32_t acc);
+
+/* Elementwise requantization of int32 accumulators with per-tensor parameters (index 0),
+ * storing `out_type` values. */
+LB_API void lb_requant_i32(const lb_ctx *ctx, int64_t n, const int32_t *acc,
+                           const lb_requant *rq, int32_t out_type, void *out);
+
+/* ---- element types of stored tensors --------------------------------------------------- */
+
+enum lb_type {
+    LB_U8 = 0,  /* uint8 codes, or int8 codes + 128 */
+    LB_I16 = 1,
+    LB_U16 = 2,
+    LB_F32 = 3,
+    LB_I32 = 4,
+    LB_I8 = 5,  /* raw int8 (graph inputs and outputs only) */
+    LB_I64 = 6,
+    LB_F64 = 7,
+    LB_BOOL = 8
+};
+
+/* ---- int8 products --------------------------------------------------------------------- */
+
+/* Weights of a product packed for the micro-kernels: for each block of 16 output channels,
+ * for each group of 4 reduction steps, 16 channels x 4 int8 values (64 bytes):
+ *   data[((nb * k4) + g) * 64 + j * 4 + t] = W[nb * 16 + j][g * 4 + t]
+ * zero beyond N and K. Unsigned weights are stored minus 128 (their zero point too), so the
+ * packed values are always int8. */
+typedef struct lb_packed_b {
+    const int8_t *data;
+    int64_t n, k, k4; /* k4 = ceil(k / 4) */
+} lb_packed_b;
+
+/* The per-channel constant folded into the accumulator, the optional row-sum correction, the
+ * requantization, and an optional residual Add fused after it. */
+typedef struct lb_add_params {
+    /* lowbit's quantized Add (backends/reference/kernels/int_combine.py), with the first
+     * operand the value just computed and the second read from `residual`:
+     *   a_i = q31((q_i - z_i) << shift, m_i, l_i, r_i);  y = requant(a_1 + a_2) */
+    int32_t shift;
+    int32_t z1, m1, l1, r1;
+    int32_t z2, m2, l2, r2;
+    int32_t sub; /* 1: y = requant(a_1 - a_2) (Sub) */
+    lb_requant out;
+} lb_add_params;
+
+typedef struct lb_epilogue {
+    const int32_t *col_offset; /* bias and zero-point corrections, wrapped to int32 */
+    const int32_t *col_zb;     /* weight zero point per channel for the row-sum term, or NULL */
+    lb_requant rq;
+    int32_t out_type;          /* LB_U8, LB_I16, LB_U16, LB_F32, LB_I32 (raw accumulator) */
+    const uint8_t *residual;   /* NULL, or the Add's second operand (u8, same layout as out) */
+    int64_t ld_residual;
+    const lb_add_params *add;
+} lb_epilogue;
+
+/* C[m, n] = epilogue(sum_k A[m, k] * B[k, n]) for m < M, n < N, with A uint8 (row stride lda)
+ * and B packed. `row_sums` is scratch of M int32 when ep->col_zb is set (else NULL).
+ * The accumulator is exact: requires |sum + col_offset - zb * row_sum| < 2**31, which the
+ * code generator checks statically (else it uses lb_qgemm_wide). */
+LB_API void lb_qgemm(const lb_ctx *ctx, int64_t M, int64_t N, int64_t K, const uint8_t *A,
+                     int64_t lda, const lb_packed_b *B, const lb_epilogue *ep, void *C,
+                     int64_t ldc, int32_t *row_sums);
+
+/* Pack a row-major int8 matrix W[n, k] (row stride ldw) into `out` (lb_packed_b layout,
+ * ceil(n/16) * k4 * 64 bytes); with `flip`, W holds uint8 values and is stored minus 128.
+ * Used at run time for products of two activations; constants are packed in Python. */
+LB_API void lb_pack_b(int64_t n, int64_t k, const uint8_t *W, int64_t ldw, int64_t ldk,
+                      int flip, int8_t *out);
+
+/* The exact product for operands that the fast path cannot take (16-bit activations or
+ * weights, accumulators that may leave int32): int64 accumulation, then
+ * acc = saturate_int32(round_shift(sum + bias, narrow_shift)) as the reference's
+ * narrow_accumulator, then the requantization.
+ *   A: type a_type (LB_U8 stored codes, LB_I16, LB_U16), row stride lda, zero point za
+ *   W: row-major [N, K] int32 values already centred on their zero points
+ *   bias: int64 per channel or NULL */
+typedef struct lb_wide_params {
+    int32_t a_type, out_type;
+    int32_t za;
+    int32_t narrow_shift;
+    const int32_t *w;   /* N x K centred weights */
+    const int64_t *bias;
+    lb_requant rq;
+} lb_wide_params;
+
+LB_API void lb_qgemm_wide(const lb_ctx *ctx, int64_t M, int64_t N, int64_t K, const void *A,
+                          int64_t lda, const lb_wide_params *p, void *C, int64_t ldc);
+
+
+/* ---- data movement --------------------------------------------------------------------- */
+
+/* out[i0, ..., i{nd-1}] = in[sum_j i_j * in_strides[j]] for a contiguous `out` of `shape`
+ * (nd <= 8; strides in elements of `esize` bytes). Transposes, layout changes, slices. */
+LB_API void lb_permute(const lb_ctx *ctx, int nd, const int64_t *shape, const int64_t *in_strides,
+                       int esize, const void *in, void *out);
+
+LB_API void lb_copy(const lb_ctx *ctx, int64_t nbytes, const void *in, void *out);
+/* rows x row_bytes from `in` (rows in_stride bytes apart) to `out` (out_stride apart):
+ * Concat, Slice, Split along an outer axis. */
+LB_API void lb_copy_rows(const lb_ctx *ctx, int64_t rows, int64_t row_bytes, const void *in,
+                         int64_t in_stride, void *out, int64_t out_stride);
+
+/* Convolution geometry, shared by the convolution and pooling kernels: NHWC input
+ * [n, ih, iw, c] (row stride of a pixel: `c` elements), output [n, oh, ow, ...]. */
+typedef struct lb_window {
+    int64_t n, ih, iw, c;
+    int64_t oh, ow;
+    int64_t kh, kw, sh, sw, dh, dw, pt, pl; /* kernel, strides, dilations, top/left pads */
+} lb_window;
+
+/* im2col of one image of a uint8 NHWC input for a grouped convolution: row p = oh*ow + ow of
+ * `out` holds, for each group g, kp bytes: for each kernel tap the group's cg channels,
+ *   out[p * (groups * kp) + g * kp + tap * cg + ci]
+ * then `pad` up to kp (a multiple of 4 >= taps * cg: the product then has no K tail). Positions
+ * outside the image are `pad` too (the input's zero point: they add nothing). The float
+ * version has kp = taps * cg and pads with 0. */
+LB_API void lb_im2col_u8(const lb_ctx *ctx, const lb_window *w, int64_t groups, int64_t cg,
+                         int64_t kp, const uint8_t *in, uint8_t pad, uint8_t *out);
+LB_API void lb_im2col_f32(const lb_ctx *ctx, const lb_window *w, int64_t groups, int64_t cg,
+                          const float *in, float *out);
+
+/* ---- quantize / dequantize / requantize / tables --------------------------------------- */
+
+/* Per-channel parameters of an elementwise op run along one axis: element i has channel
+ * (i / inner) % channels (channels == 1: per tensor). */
+typedef struct lb_axis {
+    int64_t channels, inner;
+} lb_axis;
+
+/* y = clamp(r + zp, qmin, qmax) with r = rint(float32(x) / scale), NaN giving r = nanv and
+ * -inf / +inf r = ninf / pinf, stored as out_type (zp, qmin, qmax in the stored domain: + 128
+ * for int8 as uint8). lowbit.numerics.arith.quantize: nanv 0, infinities the type's range
+ * (before the zero point); ONNX QuantizeLinear: NaN and -inf to qmin, +inf to qmax. */
+LB_API void lb_quantize_f32(const lb_ctx *ctx, int64_t n, const float *x, lb_axis ax,
+                            const float *scale, const int32_t *zp, int32_t qmin, int32_t qmax,
+                            float nanv, float ninf, float pinf, int32_t out_type, void *out);
+/* The same from an NCHW float input [n, c, hw] into an NHWC output [n, hw, c] (the layout of
+ * the convolution that reads it); parameters per tensor or per channel c. */
+LB_API void lb_quantize_f32_nhwc(const lb_ctx *ctx, int64_t n, int64_t c, int64_t hw,
+                                 const float *x, int per_channel, const float *scale,
+                                 const int32_t *zp, int32_t qmin, int32_t qmax, float nanv,
+                                 float ninf, float pinf, int32_t out_type, void *out);
+/* y = float32(q - zp) * scale (lowbit.numerics.arith.dequantize) from in_type codes. */
+LB_API void lb_dequantize(const lb_ctx *ctx, int64_t n, const void *q, int32_t in_type,
+                          lb_axis ax, const float *scale, const int32_t *zp, float *out);
+/* y = requant(q - zin) with per-channel rq along ax (Requantize, Relu/Clip on new types,
+ * Concat inputs). */
+LB_API void lb_requantize(const lb_ctx *ctx, int64_t n, const void *q, int32_t in_type,
+                          lb_axis ax, const int32_t *zin, const lb_requant *rq,
+                          int32_t out_type, void *out);
+/* y = table[q - qmin_in]: 8-bit inputs (256 entries) or 16-bit (65536). */
+LB_API void lb_lookup(const lb_ctx *ctx, int64_t n, const void *q, int32_t in_type,
+                      int32_t in_min, const void *table, int32_t out_type, void *out);
+/* y = clamp(q, lo, hi) on in_type codes (Relu and Clip with unchanged types). */
+LB_API void lb_clamp(const lb_ctx *ctx, int64_t n, const void *q, int32_t type, int32_t lo,
+                     int32_t hi, void *out);
+
+/* ---- quantized elementwise with broadcasting ------------------------------------------- */
+
+/* An n-d iteration over a contiguous output of `shape` (nd <= 6) with the operands' element
+ * strides (0 along broadcast axes). */
+typedef struct lb_bcast {
+    int nd;
+    int64_t shape[6];
+    int64_t sa[6], sb[6];
+} lb_bcast;
+
+enum lb_qbinary_op { LB_QADD = 0, LB_QSUB = 1, LB_QMUL = 2, LB_QTABLE2 = 3 };
+
+/* lowbit's quantized Add/Sub (int_combine.add: both operands aligned by q31 at 2**shift, then
+ * requantized) and Mul (product of centred codes requantized), per tensor. */
+typedef struct lb_qbinary {
+    int32_t op;
+    int32_t a_type, b_type, out_type; /* LB_U8, LB_I16, LB_U16 */
+    lb_add_params p; /* Add/Sub: everything; Mul: z1, z2 and out */
+    int32_t narrow;  /* Mul: |(a - z1)(b - z2)| < 2**31 for every code (vector path) */
+    const uint8_t *table; /* LB_QTABLE2: out = table[a * 256 + b] (8-bit operands) */
+} lb_qbinary;
+
+LB_API void lb_qbinary_run(const lb_ctx *ctx, const lb_bcast *bc, const lb_qbinary *op,
+                           const void *a, const void *b, void *out);
+
+/* ---- pooling ---------------------------------------------------------------------------- */
+
+/* Max pooling of NHWC codes or floats (type LB_U8, LB_I16, LB_U16, LB_F32); padded positions
+ * are skipped. */
+LB_API void lb_maxpool(const lb_ctx *ctx, const lb_window *w, int32_t type, const void *in,
+                       void *out);
+/* Quantized average over windows of NHWC codes: acc = sum(q - zin) over the window's elements
+ * inside the image (plus padded ones when count_pad, which add 0), then requantized with the
+ * parameters for that element count: rq_for_count[count - 1] (int_pool: M = s_x / (s_y n)).
+ * Global average pooling (one window covering the whole image, no padding) has one count:
+ * rq_for_count[0] is its requantization. */
+LB_API void lb_qavgpool(const lb_ctx *ctx, const lb_window *w, int32_t in_type, int32_t zin,
+                        int count_pad, const lb_requant *rq_for_count, int32_t out_type,
+                        const void *in, void *out);
+
+/* ---- convolutions ----------------------------------------------------------------------- */
+
+/* A quantized convolution of NHWC uint8 activations: groups x (cg input channels -> mg output
+ * channels), weights packed per group (`packed[g]`: K = taps * cg in (tap, channel) order,
+ * rounded up to a multiple of 4 with zero weights unless pointwise), the epilogue per output
+ * channel (its arrays indexed by the global output channel). `scratch`: im2col rows of one
+ * image (oh*ow * groups*K bytes) unless the convolution is pointwise (1x1, stride 1, no
+ * padding), then NULL; `row_sums` as lb_qgemm's (oh*ow int32, or n*oh*ow when pointwise). */
+typedef struct lb_qconv {
+    lb_window win;
+    int64_t groups, cg, mg;
+    uint8_t pad; /* input zero point (stored) */
+    const lb_packed_b *packed;
+    lb_epilogue ep;
+} lb_qconv;
+
+LB_API void lb_qconv_run(const lb_ctx *ctx, const lb_qconv *p, const uint8_t *in, void *out,
+                         uint8_t *scratch, int32_t *row_sums);
+
+/* Depthwise convolution (one input channel per output channel) of NHWC uint8 activations.
+ * Weights w_c[tap] - zw_c as int16 in two layouts: `w_plain` [taps][c], and for the AVX-512
+ * kernel `w_pairs` (taps rounded up to even, per 32 channels per tap pair, as packing.py
+ * writes). `zero_row`: c bytes equal to the input zero point (padded taps read it).
+ * The epilogue's col_offset holds bias - zx * sum_taps(w_c - zw_c). */
+typedef struct lb_dwconv {
+    lb_window win;
+    const int16_t *w_plain, *w_pairs;
+    const uint8_t *zero_row;
+    lb_epilogue ep;
+} lb_dwconv;
+
+LB_API void lb_dwconv_run(const lb_ctx *ctx, const lb_dwconv *p, const uint8_t *in, void *out);
+
+/* The exact convolution for operands the int8 kernels cannot take (16-bit activations or
+ * weights, accumulators that may leave int32): a direct loop with int64 accumulation, then
+ * as lb_qgemm_wide (narrow shift, saturation to int32, requantization; float results from
+ * the unshifted accumulator). Weights centred, [groups * mg][taps][cg] as int32; padded taps
+ * add nothing. */
+typedef struct lb_qconv_wide {
+    lb_window win;
+    int64_t groups, cg, mg;
+    lb_wide_params p;
+} lb_qconv_wide;
+
+LB_API void lb_qconv_wide_run(const lb_ctx *ctx, const lb_qconv_wide *p, const void *in,
+                              void *out);
+
+/* A batch of products of two activations, C_b = A_b B_b (A_b [M, K], B_b [K, N], row-major,
+ * b-th matrices `*_bstride` elements apart, 0 to reuse one): attention's products. Each B_b is
+ * packed at run time (`packed`: ceil(N/16) * ceil(K/4) * 64 bytes), its column sums fold the
+ * zero points into `offsets` (N padded to 16, int32), then lb_qgemm with `ep` (whose
+ * col_offset is replaced). `flip`: B holds uint8 stored codes, packed as code ^ 0x80 with
+ * zero point zb (already moved by -128). With `wide` (16-bit operands, or sums that may leave
+ * int32) every element is summed in int64 instead, as lb_qgemm_wide: the codes minus za and
+ * zb_raw, then the narrow shift and the requantization of ep.rq. */
+typedef struct lb_qmatmul {
+    int64_t batch, M, N, K;
+    int64_t a_bstride, b_bstride, c_bstride;
+    int32_t a_type, b_type;
+    int32_t flip, za, zb;
+    int32_t wide, narrow_shift, zb_raw;
+    lb_epilogue ep;
+} lb_qmatmul;
+
+LB_API void lb_qmatmul_run(const lb_ctx *ctx, const lb_qmatmul *p, const void *A, const void *B,
+                           void *C, int8_t *packed, int32_t *offsets, int32_t *row_sums);
+
+/* ---- float kernels ---------------------------------------------------------------------- */
+
+/* C[m, n] = clamp(sum_k A[m, k] * B[n, k] + bias[n], lo, hi), products and sums in double,
+ * rounded once to float (as the reference). B is row-major [n, k] (row stride ldb), A row
+ * stride lda, C row stride ldc. bias may be NULL. */
+LB_API void lb_fgemm(const lb_ctx *ctx, int64_t M, int64_t N, int64_t K, const float *A,
+                     int64_t lda, const float *B, int64_t ldb, const float *bias, float lo,
+                     float hi, float *C, int64_t ldc);
+
+typedef struct lb_fconv {
+    lb_window win;
+    int64_t groups, cg, mg;
+    const float *w; /* per group [mg][taps * cg] in (tap, channel) order */
+    const float *bias;
+    float lo, hi;
+} lb_fconv;
+
+LB_API void lb_fconv_run(const lb_ctx *ctx, const lb_fconv *p, const float *in, float *out,
+                         float *scratch);
+
+/* A batch of float products C_b = A_b B_b of activations (strides as lb_qmatmul's); each B_b
+ * is transposed into `scratch` (N * K floats) for lb_fgemm. */
+LB_API void lb_fmatmul_run(const lb_ctx *ctx, int64_t batch, int64_t M, int64_t N, int64_t K,
+                           const float *A, int64_t a_bstride, const float *B, int64_t b_bstride,
+                           float *C, int64_t c_bstride, float *scratch);
+
+/* Elementwise float32 arithmetic with broadcasting (IEEE float32, as numpy computes it). */
+enum lb_fbinary_op { LB_FADD = 0, LB_FSUB, LB_FMUL, LB_FDIV, LB_FMAX, LB_FMIN, LB_FPOW };
+LB_API void lb_fbinary_run(const lb_ctx *ctx, const lb_bcast *bc, int op, const float *a,
+                           const float *b, float *out);
+
+/* One-input float functions, with the reference's formulas (activation.py, unary.py). */
+enum lb_funary_op {
+    LB_FRELU = 0, LB_FLEAKY, LB_FSIGMOID, LB_FHARDSIGMOID, LB_FHARDSWISH, LB_FTANH, LB_FEXP,
+    LB_FLOG, LB_FSQRT, LB_FABS, LB_FNEG, LB_FRECIP, LB_FCLIP, LB_FERF, LB_FGELU, LB_FGELU_TANH,
+    LB_FFLOOR, LB_FCEIL, LB_FROUND, LB_FSOFTPLUS, LB_FELU, LB_FIDENTITY
+};
+LB_API void lb_funary(const lb_ctx *ctx, int64_t n, int op, float alpha, float beta,
+                      const float *x, float *out);
+
+/* Means in double, rounded once: of each row of `cols` contiguous values (ReduceMean over
+ * trailing axes), or over the pixels of NHWC images per channel (global averages). */
+LB_API void lb_fmean_rows(const lb_ctx *ctx, int64_t rows, int64_t cols, const float *x,
+                          float *out);
+LB_API void lb_fmean_nhwc(const lb_ctx *ctx, int64_t n, int64_t pixels, int64_t c,
+                          const float *x, float *out);
+/* Softmax along rows of `cols` values, in double after subtracting the row's maximum. */
+LB_API void lb_fsoftmax_rows(const lb_ctx *ctx, int64_t rows, int64_t cols, const float *x,
+                             float *out);
+/* LayerNormalization over rows of `cols` values, in double; scale and bias per column (bias
+ * may be NULL). */
+LB_API void lb_flayernorm_rows(const lb_ctx *ctx, int64_t rows, int64_t cols, const float *x,
+                               const float *scale, const float *bias, double epsilon,
+                               float *out);
+/* Float average pooling over NHWC windows: the sum in double divided by the element count
+ * (pads counted with count_pad, never ceil_mode's overhang beyond pb/pr). */
+LB_API void lb_favgpool(const lb_ctx *ctx, const lb_window *w, int count_pad, int64_t pb,
+                        int64_t pr, const float *in, float *out);
+
+/* Nearest-neighbour resizing of NHWC images: out[n, y, x, :] = in[n, iy[y], ix[x], :] (index
+ * tables computed by the code generator with the reference's rounding). */
+LB_API void lb_resize_nearest(const lb_ctx *ctx, int64_t n, int64_t ih, int64_t iw, int64_t c,
+                              int64_t oh, int64_t ow, const int64_t *iy, const int64_t *ix,
+                              int esize, const void *in, void *out);
+
+/* BatchNormalization in double as the reference: y = (x - mean[c]) * k[c] + b[c], k = scale /
+ * sqrt(var + eps), on NHWC (or any tensor whose channel is innermost: channels c). */
+LB_API void lb_fbatchnorm(const lb_ctx *ctx, int64_t rows, int64_t c, const float *x,
+                          const double *mean, const double *k, const double *b, float *out);
+
+/* ConvTranspose (group 1) of NHWC floats: each input pixel times the kernel lands at
+ * (iy * sh + ky * dh, ix * sw + kx * dw) of a full output of fh x fw; the result is the window
+ * of it starting at (by, bx), oh x ow, plus bias: sums in double, rounded once. Weights
+ * [taps][m][c]. */
+typedef struct lb_fconvt {
+    int64_t n, ih, iw, c, m, kh, kw, sh, sw, dh, dw;
+    int64_t fh, fw, by, bx, oh, ow;
+    const float *w, *bias;
+} lb_fconvt;
+
+LB_API void lb_fconvt_run(const lb_ctx *ctx, const lb_fconvt *p, const float *in, float *out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* LOWBIT_RT_H */

@@ -1,0 +1,266 @@
+/* Instruction-set detection, the execution context and its thread pool. */
+#define _POSIX_C_SOURCE 200809L
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "rt_internal.h"
+
+#ifndef LB_NO_THREADS
+#include <pthread.h>
+#include <sched.h>
+#endif
+
+#include <time.h>
+
+double lb_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* ---- instruction-set detection ----------------------------------------------------------- */
+
+#if LB_HAVE_X86
+#include <cpuid.h>
+
+static uint64_t lb_xgetbv0(void) {
+    uint32_t lo, hi;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    return ((uint64_t)hi << 32) | lo;
+}
+
+/* cpuid and xgetbv directly: __builtin_cpu_supports answered 0 for AVX2 and AVX512-VNNI under
+ * some toolchains on CPUs that have them (../shared/BACKEND_NOTES.md). */
+int lb_detect_isa(void) {
+    unsigned a, b, c, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d)) return LB_ISA_SCALAR;
+    int osxsave = (c >> 27) & 1, fma = (c >> 12) & 1;
+    if (!osxsave) return LB_ISA_SCALAR;
+    uint64_t xcr0 = lb_xgetbv0();
+    int ymm_saved = (xcr0 & 0x6) == 0x6;    /* SSE and AVX state */
+    int zmm_saved = (xcr0 & 0xe6) == 0xe6;  /* plus opmask and both halves of ZMM */
+    if (__get_cpuid_max(0, 0) < 7) return LB_ISA_SCALAR;
+    __cpuid_count(7, 0, a, b, c, d);
+    int avx2 = (b >> 5) & 1, bmi2 = (b >> 8) & 1;
+    int avx512f = (b >> 16) & 1, avx512dq = (b >> 17) & 1, avx512bw = (b >> 30) & 1;
+    int avx512vl = (b >> 31) & 1, vnni = (c >> 11) & 1;
+    if (zmm_saved && avx512f && avx512bw && avx512vl && avx512dq && vnni && avx2 && fma)
+        return LB_ISA_AVX512VNNI;
+    if (ymm_saved && avx2 && fma && bmi2) return LB_ISA_AVX2;
+    return LB_ISA_SCALAR;
+}
+#else
+int lb_detect_isa(void) { return LB_ISA_SCALAR; }
+#endif
+
+static const char *const lb_isa_names[LB_ISA_COUNT] = {"scalar", "avx2", "vnni"};
+
+const char *lb_isa_name(int isa) {
+    return (isa >= 0 && isa < LB_ISA_COUNT) ? lb_isa_names[isa] : "unknown";
+}
+
+int lb_isa_from_name(const char *name) {
+    for (int i = 0; i < LB_ISA_COUNT; i++)
+        if (strcmp(name, lb_isa_names[i]) == 0) return i;
+    return -1;
+}
+
+/* ---- thread pool -------------------------------------------------------------------------
+ * Workers wait for a job on a condition variable after a short spin (consecutive kernels of
+ * one inference follow each other within microseconds; between inferences they sleep, and a
+ * process sharing the cores never finds them spinning for long). The caller works on the job
+ * too. Tasks are claimed from one atomic word holding the job's generation and the next task,
+ * so a worker that wakes late (another process had its core) finds the job finished and
+ * claims nothing, and the caller waits only for tasks actually claimed, never for a worker
+ * that has not started. */
+
+#ifndef LB_NO_THREADS
+#define LB_SPIN_ROUNDS 4000
+
+struct lb_pool {
+    pthread_mutex_t run_mu; /* one job at a time (callers from several threads queue here) */
+    pthread_mutex_t mu;
+    pthread_cond_t wake, finished;
+    pthread_t *threads;
+    int nworkers;
+    atomic_int stop;
+    atomic_uint_fast64_t state; /* generation << 32 | next task */
+    atomic_int_fast64_t done;   /* tasks of the current job finished */
+    /* the current job, written before its generation is published */
+    lb_task_fn fn;
+    void *arg;
+    int64_t ntasks;
+};
+
+typedef struct lb_worker_start {
+    lb_pool *pool;
+    int index;
+} lb_worker_start;
+
+static inline void lb_cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ volatile("yield");
+#endif
+}
+
+static inline uint32_t lb_gen(uint64_t state) { return (uint32_t)(state >> 32); }
+
+/* Claim and run tasks of generation `gen` until none is left (or a newer job started). */
+static void lb_run_tasks(lb_pool *p, uint32_t gen, int worker) {
+    uint64_t s = atomic_load_explicit(&p->state, memory_order_acquire);
+    for (;;) {
+        if (lb_gen(s) != gen) return;
+        int64_t t = (int64_t)(s & 0xffffffffu);
+        if (t >= p->ntasks) return;
+        if (!atomic_compare_exchange_weak_explicit(&p->state, &s, s + 1, memory_order_acq_rel,
+                                                   memory_order_acquire))
+            continue;
+        p->fn(p->arg, t, worker);
+        int64_t d = atomic_fetch_add_explicit(&p->done, 1, memory_order_acq_rel) + 1;
+        if (d == p->ntasks) { /* the last one: the caller may be asleep */
+            pthread_mutex_lock(&p->mu);
+            pthread_cond_broadcast(&p->finished);
+            pthread_mutex_unlock(&p->mu);
+        }
+        s = atomic_load_explicit(&p->state, memory_order_acquire);
+    }
+}
+
+static void *lb_worker_main(void *raw) {
+    lb_worker_start start = *(lb_worker_start *)raw;
+    free(raw);
+    lb_pool *p = start.pool;
+    uint32_t seen = 0;
+    for (;;) {
+        uint64_t s = atomic_load_explicit(&p->state, memory_order_acquire);
+        for (int i = 0; lb_gen(s) == seen && i < LB_SPIN_ROUNDS; i++) {
+            lb_cpu_relax();
+            s = atomic_load_explicit(&p->state, memory_order_acquire);
+        }
+        if (lb_gen(s) == seen) {
+            pthread_mutex_lock(&p->mu);
+            while (!atomic_load(&p->stop) && lb_gen(atomic_load(&p->state)) == seen)
+                pthread_cond_wait(&p->wake, &p->mu);
+            pthread_mutex_unlock(&p->mu);
+            s = atomic_load_explicit(&p->state, memory_order_acquire);
+        }
+        if (atomic_load(&p->stop)) return NULL;
+        seen = lb_gen(s);
+        lb_run_tasks(p, seen, start.index);
+    }
+}
+
+static lb_pool *lb_pool_create(int nworkers) {
+    lb_pool *p = (lb_pool *)calloc(1, sizeof(lb_pool));
+    if (!p) return NULL;
+    p->threads = (pthread_t *)calloc((size_t)nworkers, sizeof(pthread_t));
+    if (!p->threads) {
+        free(p);
+        return NULL;
+    }
+    pthread_mutex_init(&p->run_mu, NULL);
+    pthread_mutex_init(&p->mu, NULL);
+    pthread_cond_init(&p->wake, NULL);
+    pthread_cond_init(&p->finished, NULL);
+    atomic_init(&p->stop, 0);
+    atomic_init(&p->state, 0);
+    atomic_init(&p->done, 0);
+    for (int i = 0; i < nworkers; i++) {
+        lb_worker_start *s = (lb_worker_start *)malloc(sizeof(lb_worker_start));
+        if (!s) break;
+        s->pool = p;
+        s->index = i + 1;
+        if (pthread_create(&p->threads[i], NULL, lb_worker_main, s) != 0) {
+            free(s);
+            break;
+        }
+        p->nworkers++;
+    }
+    return p;
+}
+
+static void lb_pool_destroy(lb_pool *p) {
+    pthread_mutex_lock(&p->mu);
+    atomic_store(&p->stop, 1);
+    pthread_cond_broadcast(&p->wake);
+    pthread_mutex_unlock(&p->mu);
+    for (int i = 0; i < p->nworkers; i++) pthread_join(p->threads[i], NULL);
+    pthread_mutex_destroy(&p->mu);
+    pthread_mutex_destroy(&p->run_mu);
+    pthread_cond_destroy(&p->wake);
+    pthread_cond_destroy(&p->finished);
+    free(p->threads);
+    free(p);
+}
+
+static void lb_pool_run(lb_pool *p, int64_t ntasks, lb_task_fn fn, void *arg) {
+    pthread_mutex_lock(&p->run_mu);
+    /* Close the previous job before touching the job fields: a worker that read its state
+     * just before it ended could otherwise compare a stale task index with the new task count
+     * and claim a task that does not exist (counted as done in the new job). */
+    uint64_t old = atomic_load(&p->state);
+    atomic_store(&p->state, (old & ~(uint64_t)0xffffffffu) | 0xffffffffu);
+    p->fn = fn;
+    p->arg = arg;
+    p->ntasks = ntasks;
+    atomic_store_explicit(&p->done, 0, memory_order_relaxed);
+    uint32_t gen = lb_gen(atomic_load(&p->state)) + 1;
+    pthread_mutex_lock(&p->mu);
+    atomic_store_explicit(&p->state, (uint64_t)gen << 32, memory_order_release);
+    pthread_cond_broadcast(&p->wake);
+    pthread_mutex_unlock(&p->mu);
+    lb_run_tasks(p, gen, 0);
+    for (int i = 0; atomic_load_explicit(&p->done, memory_order_acquire) < ntasks &&
+                    i < LB_SPIN_ROUNDS; i++)
+        lb_cpu_relax();
+    if (atomic_load_explicit(&p->done, memory_order_acquire) < ntasks) {
+        pthread_mutex_lock(&p->mu);
+        while (atomic_load(&p->done) < ntasks) pthread_cond_wait(&p->finished, &p->mu);
+        pthread_mutex_unlock(&p->mu);
+    }
+    pthread_mutex_unlock(&p->run_mu);
+}
+#endif /* LB_NO_THREADS */
+
+lb_ctx *lb_ctx_create(int threads, int isa) {
+    lb_ctx *ctx = (lb_ctx *)calloc(1, sizeof(lb_ctx));
+    if (!ctx) return NULL;
+    int best = lb_detect_isa();
+    ctx->isa = (isa < 0 || isa > best) ? best : isa;
+    ctx->threads = 1;
+#ifndef LB_NO_THREADS
+    if (threads > 1) {
+        ctx->pool = lb_pool_create(threads - 1);
+        if (!ctx->pool) {
+            free(ctx);
+            return NULL;
+        }
+        ctx->threads = 1 + ctx->pool->nworkers;
+    }
+#else
+    (void)threads;
+#endif
+    return ctx;
+}
+
+void lb_ctx_destroy(lb_ctx *ctx) {
+    if (!ctx) return;
+#ifndef LB_NO_THREADS
+    if (ctx->pool) lb_pool_destroy(ctx->pool);
+#endif
+    free(ctx);
+}
+
+void lb_parallel_for(const lb_ctx *ctx, int64_t ntasks, lb_task_fn fn, void *arg) {
+    if (ntasks <= 0) return;
+#ifndef LB_NO_THREADS
+    if (ctx->pool && ntasks > 1 && ntasks < 0xffffffffu) {
+        lb_pool_run(ctx->pool, ntasks, fn, arg);
+        return;
+    }
+#endif
+    for (int64_t t = 0; t < ntasks; t++) fn(arg, t, 0);
+}

@@ -1,0 +1,217 @@
+/* AVX-512 depthwise convolution: 32 channels at a time, two taps per `vpdpwssd`.
+ *
+ * The uint8 inputs of taps t and t+1 are widened to int16 and interleaved (unpacklo/hi), so
+ * each int32 lane holds (x_t[c], x_t+1[c]) for one channel c; `vpdpwssd` multiplies them with
+ * the packed pair (w_t[c] - zw, w_t+1[c] - zw) and adds both products to the lane's
+ * accumulator, exactly (|x w| <= 255 * 255). unpacklo/hi work within 128-bit lanes, so the
+ * accumulators hold channels in the order
+ *   lo: 0-3, 8-11, 16-19, 24-27    hi: 4-7, 12-15, 20-23, 28-31
+ * (the order packing.py writes the weights in); one permutation restores 0-15 and 16-31 for
+ * the epilogue. */
+#include "rt_internal.h"
+
+#if LB_HAVE_X86
+#include "rt_vec512.h"
+
+typedef struct lb_dw512_job {
+    const lb_dwconv *p;
+    const uint8_t *in;
+    lb_gemm_tile tile;
+    const int64_t *offsets;
+    int64_t pairs;
+} lb_dw512_job;
+
+/* Parameters of 16 channels' requantization in registers. */
+typedef struct lb_dwrq {
+    __m512i off, zp, p0, p1, p2, clip, negclip, rnd;
+} lb_dwrq;
+
+LB_V512 lb_dwrq lb_dwrq_load(const lb_epilogue *ep, int64_t c, const int METHOD) {
+    const lb_requant *rq = &ep->rq;
+    const __m512i one = _mm512_set1_epi32(1), zero = _mm512_setzero_si512();
+    lb_dwrq v;
+    v.off = _mm512_loadu_si512(ep->col_offset + c);
+    v.zp = _mm512_loadu_si512(rq->zero_point + c);
+    v.p0 = _mm512_loadu_si512(rq->p0 + c);
+    v.p1 = _mm512_loadu_si512(rq->p1 + c);
+    v.p2 = _mm512_loadu_si512(rq->p2 + c);
+    v.clip = v.negclip = v.rnd = zero;
+    if (METHOD == LB_RQ_PRESCALE) {
+        v.clip = _mm512_loadu_si512(rq->p3 + c);
+        v.negclip = _mm512_sub_epi32(zero, v.clip);
+        v.rnd = _mm512_sllv_epi32(one, _mm512_sub_epi32(v.p2, one));
+    }
+    return v;
+}
+
+LB_V512 __m512i lb_dwrq_apply(const lb_dwrq *v, __m512i x, __m512i qmin, __m512i qmax,
+                              const int METHOD) {
+    x = _mm512_add_epi32(x, v->off);
+    __m512i y;
+    if (METHOD == LB_RQ_PRESCALE) {
+        __m512i q = _mm512_max_epi32(_mm512_min_epi32(_mm512_srav_epi32(x, v->p0), v->clip),
+                                     v->negclip);
+        y = _mm512_srav_epi32(_mm512_add_epi32(_mm512_mullo_epi32(q, v->p1), v->rnd), v->p2);
+    } else {
+        y = lb_q31_v512(x, v->p0, v->p1, v->p2);
+    }
+    return _mm512_min_epi32(_mm512_max_epi32(_mm512_add_epi32(y, v->zp), qmin), qmax);
+}
+
+/* One output row (n, oy): tap pointers of every pixel first, then for each block of 32
+ * channels every pixel, the block's weights and requantization parameters held throughout.
+ * METHOD, OUT (0: uint8, 1: 16-bit) and RES (a fused residual Add) are constants. */
+LB_V512 void lb_dw512_row(const lb_dw512_job *j, int64_t t, const int METHOD, const int OUT,
+                          const int RES) {
+    const lb_dwconv *p = j->p;
+    const lb_window *w = &p->win;
+    const lb_epilogue *ep = &p->ep;
+    int64_t n = t / w->oh, oy = t % w->oh, taps = w->kh * w->kw, c = w->c;
+    int64_t stride = j->pairs * 2;
+    const uint8_t *tap[256 * 2 * 8];
+    const __m512i lo_idx = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21,
+                                             22, 23);
+    const __m512i hi_idx = _mm512_setr_epi32(8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28,
+                                             29, 30, 31);
+    const __m512i qmin = _mm512_set1_epi32(ep->rq.qmin), qmax = _mm512_set1_epi32(ep->rq.qmax);
+    lb_add512 addv;
+    memset(&addv, 0, sizeof(addv));
+    if (RES) addv = lb_add512_load(ep->add);
+    for (int64_t ox0 = 0; ox0 < w->ow; ox0 += 256 / 8) {
+        int64_t count = LB_MIN(256 / 8, w->ow - ox0);
+        for (int64_t i = 0; i < count; i++) {
+            const uint8_t **tp = tap + i * stride;
+            lb_dw_taps(w, j->in, p->zero_row, j->offsets, n, oy, ox0 + i, tp);
+            if (taps & 1) tp[taps] = p->zero_row; /* the odd tap's partner: zero weights */
+        }
+        for (int64_t c0 = 0; c0 < c; c0 += 32) {
+            __mmask32 k = c - c0 >= 32 ? (__mmask32)0xFFFFFFFFu
+                                       : (__mmask32)((1u << (c - c0)) - 1u);
+            __mmask16 k1 = (__mmask16)k, k2 = (__mmask16)(k >> 16);
+            const int16_t *wp = p->w_pairs + (c0 / 32) * j->pairs * 64;
+            lb_dwrq r1 = lb_dwrq_load(ep, c0, METHOD), r2 = lb_dwrq_load(ep, c0 + 16, METHOD);
+            for (int64_t i = 0; i < count; i++) {
+                const uint8_t **tp = tap + i * stride;
+                __m512i acc_lo = _mm512_setzero_si512(), acc_hi = acc_lo;
+                for (int64_t q = 0; q < j->pairs; q++) {
+                    __m512i x0 = _mm512_cvtepu8_epi16(_mm256_maskz_loadu_epi8(k, tp[2 * q] + c0));
+                    __m512i x1 = _mm512_cvtepu8_epi16(_mm256_maskz_loadu_epi8(k, tp[2 * q + 1] + c0));
+                    acc_lo = _mm512_dpwssd_epi32(acc_lo, _mm512_unpacklo_epi16(x0, x1),
+                                                 _mm512_loadu_si512(wp + q * 64));
+                    acc_hi = _mm512_dpwssd_epi32(acc_hi, _mm512_unpackhi_epi16(x0, x1),
+                                                 _mm512_loadu_si512(wp + q * 64 + 32));
+                }
+                __m512i y1 = lb_dwrq_apply(&r1, _mm512_permutex2var_epi32(acc_lo, lo_idx, acc_hi),
+                                           qmin, qmax, METHOD);
+                __m512i y2 = lb_dwrq_apply(&r2, _mm512_permutex2var_epi32(acc_lo, hi_idx, acc_hi),
+                                           qmin, qmax, METHOD);
+                int64_t m = (n * w->oh + oy) * w->ow + ox0 + i, at = m * c + c0;
+                if (RES) {
+                    const uint8_t *res = ep->residual + m * ep->ld_residual + c0;
+                    y1 = lb_add_v512(ep->add, &addv, y1,
+                                     _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(k1, res)));
+                    y2 = lb_add_v512(ep->add, &addv, y2,
+                                     _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(k2, res + 16)));
+                }
+                if (OUT == 0) {
+                    __m256i b = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm512_cvtepi32_epi8(y1)),
+                                                        _mm512_cvtepi32_epi8(y2), 1);
+                    _mm256_mask_storeu_epi8((uint8_t *)j->tile.C + at, k, b);
+                } else {
+                    __m512i h = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi32_epi16(y1)),
+                                                   _mm512_cvtepi32_epi16(y2), 1);
+                    _mm512_mask_storeu_epi16((int16_t *)j->tile.C + at, k, h);
+                }
+            }
+        }
+    }
+}
+
+#define LB_DW_FN(M, O, R)                                                                \
+    LB_TARGET_AVX512 static void lb_dw512_##M##_##O##_##R(void *arg, int64_t t, int worker) { \
+        (void)worker;                                                                  \
+        lb_dw512_row((const lb_dw512_job *)arg, t, M, O, R);                           \
+    }
+LB_DW_FN(0, 0, 0)
+LB_DW_FN(0, 0, 1)
+LB_DW_FN(0, 1, 0)
+LB_DW_FN(0, 1, 1)
+LB_DW_FN(1, 0, 0)
+LB_DW_FN(1, 0, 1)
+LB_DW_FN(1, 1, 0)
+LB_DW_FN(1, 1, 1)
+static const lb_task_fn lb_dw512_fns[2][2][2] = {
+    {{lb_dw512_0_0_0, lb_dw512_0_0_1}, {lb_dw512_0_1_0, lb_dw512_0_1_1}},
+    {{lb_dw512_1_0_0, lb_dw512_1_0_1}, {lb_dw512_1_1_0, lb_dw512_1_1_1}}};
+
+/* Other epilogues (float or int32 results, ONNX Runtime's float requantization): per pixel
+ * through the general epilogue. */
+LB_TARGET_AVX512 static void lb_dw512_task(void *arg, int64_t t, int worker) {
+    (void)worker;
+    const lb_dw512_job *j = (const lb_dw512_job *)arg;
+    const lb_dwconv *p = j->p;
+    const lb_window *w = &p->win;
+    int64_t n = t / w->oh, oy = t % w->oh, taps = w->kh * w->kw, c = w->c;
+    const uint8_t *tap[LB_DW_MAX_TAPS + 1];
+    const __m512i lo_idx = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21,
+                                             22, 23);
+    const __m512i hi_idx = _mm512_setr_epi32(8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28,
+                                             29, 30, 31);
+    const lb_epilogue *ep = &p->ep;
+    int quantized = ep->out_type != LB_I32 && ep->out_type != LB_F32;
+    lb_add512 addv;
+    memset(&addv, 0, sizeof(addv));
+    if (ep->residual) addv = lb_add512_load(ep->add);
+    for (int64_t ox = 0; ox < w->ow; ox++) {
+        lb_dw_taps(w, j->in, p->zero_row, j->offsets, n, oy, ox, tap);
+        tap[taps] = p->zero_row;
+        int64_t m = (n * w->oh + oy) * w->ow + ox;
+        for (int64_t c0 = 0; c0 < c; c0 += 32) {
+            __mmask32 k = c - c0 >= 32 ? (__mmask32)0xFFFFFFFFu : (__mmask32)((1u << (c - c0)) - 1u);
+            __m512i acc_lo = _mm512_setzero_si512(), acc_hi = acc_lo;
+            const int16_t *wp = p->w_pairs + (c0 / 32) * j->pairs * 64;
+            for (int64_t q = 0; q < j->pairs; q++) {
+                __m512i x0 = _mm512_cvtepu8_epi16(_mm256_maskz_loadu_epi8(k, tap[2 * q] + c0));
+                __m512i x1 = _mm512_cvtepu8_epi16(_mm256_maskz_loadu_epi8(k, tap[2 * q + 1] + c0));
+                acc_lo = _mm512_dpwssd_epi32(acc_lo, _mm512_unpacklo_epi16(x0, x1),
+                                             _mm512_loadu_si512(wp + q * 64));
+                acc_hi = _mm512_dpwssd_epi32(acc_hi, _mm512_unpackhi_epi16(x0, x1),
+                                             _mm512_loadu_si512(wp + q * 64 + 32));
+            }
+            __m512i first = _mm512_permutex2var_epi32(acc_lo, lo_idx, acc_hi);
+            __m512i second = _mm512_permutex2var_epi32(acc_lo, hi_idx, acc_hi);
+            lb_rq512 rv;
+            memset(&rv, 0, sizeof(rv));
+            if (quantized) rv = lb_rq512_load(&ep->rq, c0);
+            lb_epilogue_v512(&j->tile, m, c0, first, &rv, &addv);
+            if (c0 + 16 < c) {
+                if (quantized) rv = lb_rq512_load(&ep->rq, c0 + 16);
+                lb_epilogue_v512(&j->tile, m, c0 + 16, second, &rv, &addv);
+            }
+        }
+    }
+}
+
+LB_TARGET_AVX512 void lb_dwconv_avx512(const lb_ctx *ctx, const lb_dwconv *p,
+                                       const uint8_t *in, void *out, const int64_t *offsets) {
+    const lb_window *w = &p->win;
+    lb_dw512_job j;
+    memset(&j, 0, sizeof(j));
+    j.p = p;
+    j.in = in;
+    j.tile.M = w->n * w->oh * w->ow;
+    j.tile.N = w->c;
+    j.tile.ep = &p->ep;
+    j.tile.C = out;
+    j.tile.ldc = w->c;
+    j.offsets = offsets;
+    j.pairs = (w->kh * w->kw + 1) / 2;
+    const lb_epilogue *ep = &p->ep;
+    int method = ep->rq.method, otype = ep->out_type;
+    lb_task_fn fn = lb_dw512_task;
+    if ((method == LB_RQ_Q31 || method == LB_RQ_PRESCALE) &&
+        (otype == LB_U8 || otype == LB_I16 || otype == LB_U16))
+        fn = lb_dw512_fns[method][otype != LB_U8][ep->residual != NULL];
+    lb_parallel_for(ctx, w->n * w->oh, fn, &j);
+}
+#endif /* LB_HAVE_X86 */

@@ -1,0 +1,197 @@
+/* Float kernels: the product (lb_fgemm), convolutions (im2col + product, depthwise), with
+ * double accumulation; the per-ISA bodies are in rt_float_impl.h. */
+#include "rt_internal.h"
+
+typedef struct lb_fgemm_job {
+    int64_t M, N, K;
+    const float *A;
+    int64_t lda;
+    const float *B;
+    int64_t ldb;
+    const float *bias;
+    float lo, hi;
+    float *C;
+    int64_t ldc;
+    int64_t rows_per_task, cols_per_task, mtasks;
+} lb_fgemm_job;
+
+/* Round the double sum (plus bias) once to float, then clamp (a fused Relu/Clip). */
+static inline void lb_fgemm_store(const lb_fgemm_job *j, int64_t m, int64_t n, double v) {
+    if (j->bias) v += (double)j->bias[n];
+    float f = (float)v;
+    if (f < j->lo) f = j->lo;
+    if (f > j->hi) f = j->hi;
+    j->C[m * j->ldc + n] = f;
+}
+
+typedef struct lb_fdw_job {
+    const lb_fconv *p;
+    const float *in;
+    float *out;
+    int64_t c;
+    const float *w;
+    int64_t offsets[LB_DW_MAX_TAPS];
+} lb_fdw_job;
+
+static inline void lb_fdw_store(const lb_fdw_job *j, float *out, int64_t ch, double v) {
+    if (j->p->bias) v += (double)j->p->bias[ch];
+    float f = (float)v;
+    if (f < j->p->lo) f = j->p->lo;
+    if (f > j->p->hi) f = j->p->hi;
+    out[ch] = f;
+}
+
+#if defined(__clang__)
+#define LB_FL_CONTRACT
+#define LB_FL_PRAGMA _Pragma("clang fp contract(fast)")
+#else
+#define LB_FL_CONTRACT __attribute__((optimize("fp-contract=fast")))
+#endif
+
+#define LB_FL_SUFFIX scalar
+#define LB_FL_TARGET
+#define LB_FL_LANES 2
+#include "rt_float_impl.h"
+#undef LB_FL_SUFFIX
+#undef LB_FL_TARGET
+#undef LB_FL_LANES
+
+#if LB_HAVE_X86
+#define LB_FL_SUFFIX avx2
+#define LB_FL_TARGET LB_TARGET_AVX2
+#define LB_FL_LANES 4
+#include "rt_float_impl.h"
+#undef LB_FL_SUFFIX
+#undef LB_FL_TARGET
+#undef LB_FL_LANES
+
+#define LB_FL_SUFFIX avx512
+#define LB_FL_TARGET LB_TARGET_AVX512
+#define LB_FL_LANES 8
+#include "rt_float_impl.h"
+#undef LB_FL_SUFFIX
+#undef LB_FL_TARGET
+#undef LB_FL_LANES
+#endif
+
+static void lb_fgemm_task(void *arg, int64_t task, int worker) {
+    (void)worker;
+    const lb_fgemm_job *j = (const lb_fgemm_job *)((const void *const *)arg)[0];
+    int isa = *(const int *)((const void *const *)arg)[1];
+    int64_t mi = task % j->mtasks, ni = task / j->mtasks;
+    int64_t m0 = mi * j->rows_per_task, m1 = LB_MIN(j->M, m0 + j->rows_per_task);
+    int64_t n0 = ni * j->cols_per_task, n1 = LB_MIN(j->N, n0 + j->cols_per_task);
+    if (m0 >= m1 || n0 >= n1) return;
+    switch (isa) {
+#if LB_HAVE_X86
+    case LB_ISA_AVX512VNNI:
+        lb_fgemm_block_avx512(j, m0, m1, n0, n1);
+        break;
+    case LB_ISA_AVX2:
+        lb_fgemm_block_avx2(j, m0, m1, n0, n1);
+        break;
+#endif
+    default:
+        lb_fgemm_block_scalar(j, m0, m1, n0, n1);
+    }
+}
+
+void lb_fgemm(const lb_ctx *ctx, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
+              const float *B, int64_t ldb, const float *bias, float lo, float hi, float *C,
+              int64_t ldc) {
+    if (M <= 0 || N <= 0) return;
+    lb_fgemm_job j = {M, N, K, A, lda, B, ldb, bias, lo, hi, C, ldc, 0, 0, 0};
+    j.rows_per_task = LB_MIN(M, 64);
+    j.mtasks = (M + j.rows_per_task - 1) / j.rows_per_task;
+    j.cols_per_task = N;
+    int64_t want = ctx->threads > 1 ? 4 * (int64_t)ctx->threads : 1;
+    while (j.mtasks * ((N + j.cols_per_task - 1) / j.cols_per_task) < want && j.cols_per_task > 16)
+        j.cols_per_task = (j.cols_per_task / 2 + 3) / 4 * 4;
+    int64_t ntasks = j.mtasks * ((N + j.cols_per_task - 1) / j.cols_per_task);
+    const void *args[2] = {&j, &ctx->isa};
+    lb_parallel_for(ctx, ntasks, lb_fgemm_task, (void *)args);
+}
+
+/* ---- convolutions ------------------------------------------------------------------------ */
+
+static void lb_fdw_task(void *arg, int64_t t, int worker) {
+    (void)worker;
+    const lb_fdw_job *j = (const lb_fdw_job *)((const void *const *)arg)[0];
+    int isa = *(const int *)((const void *const *)arg)[1];
+    const lb_window *w = &j->p->win;
+    int64_t n = t / w->oh, oy = t % w->oh, taps = w->kh * w->kw, c = w->c;
+    const float *tap[LB_DW_MAX_TAPS];
+    const float *img = j->in + n * w->ih * w->iw * c;
+    for (int64_t ox = 0; ox < w->ow; ox++) {
+        int64_t ntap = 0;
+        const float *kept[LB_DW_MAX_TAPS];
+        const float *wk[LB_DW_MAX_TAPS];
+        (void)wk;
+        for (int64_t ky = 0; ky < w->kh; ky++) {
+            int64_t iy = oy * w->sh - w->pt + ky * w->dh;
+            for (int64_t kx = 0; kx < w->kw; kx++) {
+                int64_t ix = ox * w->sw - w->pl + kx * w->dw;
+                int inside = iy >= 0 && iy < w->ih && ix >= 0 && ix < w->iw;
+                tap[ky * w->kw + kx] = inside ? img + (iy * w->iw + ix) * c : NULL;
+            }
+        }
+        /* padded taps add x * w = 0 * w: a row of zeros stands in for them */
+        for (int64_t k = 0; k < taps; k++) kept[ntap++] = tap[k] ? tap[k] : j->w + taps * c;
+        float *out = j->out + ((n * w->oh + oy) * w->ow + ox) * c;
+        switch (isa) {
+#if LB_HAVE_X86
+        case LB_ISA_AVX512VNNI:
+            lb_fdw_pixel_avx512(j, kept, ntap, out);
+            break;
+        case LB_ISA_AVX2:
+            lb_fdw_pixel_avx2(j, kept, ntap, out);
+            break;
+#endif
+        default:
+            lb_fdw_pixel_scalar(j, kept, ntap, out);
+        }
+    }
+}
+
+void lb_fconv_run(const lb_ctx *ctx, const lb_fconv *p, const float *in, float *out,
+                  float *scratch) {
+    const lb_window *w = &p->win;
+    int64_t taps = w->kh * w->kw, K = taps * p->cg, mout = p->groups * p->mg;
+    int64_t pix_in = w->ih * w->iw, pix_out = w->oh * w->ow;
+    if (p->cg == 1 && p->mg == 1 && taps <= LB_DW_MAX_TAPS) {
+        /* depthwise: p->w is [taps][c] followed by c zeros (the padded taps' row) */
+        lb_fdw_job j;
+        memset(&j, 0, sizeof(j));
+        j.p = p;
+        j.in = in;
+        j.out = out;
+        j.c = w->c;
+        j.w = p->w;
+        const void *args[2] = {&j, &ctx->isa};
+        lb_parallel_for(ctx, w->n * w->oh, lb_fdw_task, (void *)args);
+        return;
+    }
+    int pointwise = w->kh == 1 && w->kw == 1 && w->sh == 1 && w->sw == 1 && w->pt == 0 &&
+                    w->pl == 0 && w->oh == w->ih && w->ow == w->iw;
+    if (pointwise && p->groups == 1) {
+        lb_fgemm(ctx, w->n * pix_in, p->mg, p->cg, in, w->c, p->w, p->cg, p->bias, p->lo, p->hi,
+                 out, mout);
+        return;
+    }
+    for (int64_t b = 0; b < w->n; b++) {
+        const float *A = in + b * pix_in * w->c;
+        int64_t lda = w->c, gstep = p->cg;
+        if (!pointwise) {
+            lb_window one = *w;
+            one.n = 1;
+            lb_im2col_f32(ctx, &one, p->groups, p->cg, A, scratch);
+            A = scratch;
+            lda = p->groups * K;
+            gstep = K;
+        }
+        for (int64_t g = 0; g < p->groups; g++)
+            lb_fgemm(ctx, pix_out, p->mg, K, A + g * gstep, lda, p->w + g * p->mg * K, K,
+                     p->bias ? p->bias + g * p->mg : NULL, p->lo, p->hi,
+                     out + b * pix_out * mout + g * p->mg, mout);
+    }
+}

@@ -1,0 +1,199 @@
+/* Helpers shared by the library's source files (not part of the public interface). */
+#ifndef LOWBIT_RT_INTERNAL_H
+#define LOWBIT_RT_INTERNAL_H
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "lowbit_rt.h"
+
+/* Vector code is compiled per function with a target attribute, so one build of the library
+ * holds every path and the context picks one at run time. LB_NO_X86_KERNELS builds the
+ * portable path alone (other architectures, or bundles for one target). */
+#if (defined(__x86_64__) || defined(_M_X64)) && !defined(LB_NO_X86_KERNELS)
+#define LB_HAVE_X86 1
+#define LB_TARGET_AVX2 __attribute__((target("avx2,fma,f16c,bmi,bmi2")))
+#define LB_TARGET_AVX512 \
+    __attribute__((target("avx2,fma,f16c,bmi,bmi2,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")))
+#else
+#define LB_HAVE_X86 0
+#endif
+
+#define LB_INLINE static inline __attribute__((always_inline))
+#define LB_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define LB_MAX(a, b) ((a) > (b) ? (a) : (b))
+
+static inline int32_t lb_clamp32(int64_t v, int32_t lo, int32_t hi) {
+    return (int32_t)(v < lo ? lo : (v > hi ? hi : v));
+}
+
+/* Two's complement int32 addition and product without undefined behaviour (the accumulator
+ * arithmetic relies on wrap-around: the exact result is in range, partial sums may not be). */
+static inline int32_t lb_wrap_add(int32_t a, int32_t b) {
+    return (int32_t)((uint32_t)a + (uint32_t)b);
+}
+static inline int32_t lb_wrap_mul(int32_t a, int32_t b) {
+    return (int32_t)((uint32_t)a * (uint32_t)b);
+}
+
+/* fixed_point "q31": xs = sat32(x << l); h = (xs * m + 2**30) >> 31;
+ * y = r > 0 ? (h + 2**(r-1) - (h < 0)) >> r : h. `>>` on negative values is arithmetic (as
+ * gcc and clang define it). */
+static inline int32_t lb_q31(int32_t x, int32_t m, int32_t l, int32_t r) {
+    int64_t xs = (int64_t)x * ((int64_t)1 << l);
+    if (xs > INT32_MAX) xs = INT32_MAX;
+    if (xs < INT32_MIN) xs = INT32_MIN;
+    int64_t h = (xs * m + ((int64_t)1 << 30)) >> 31;
+    if (r > 0) h = (h + ((int64_t)1 << (r - 1)) - (h < 0)) >> r;
+    return (int32_t)h;
+}
+
+/* fixed_point "prescale": t = clamp(x >> pre, -clip, clip); y = (t * scale + 2**(post-1)) >>
+ * post, every step inside int32 by the encoder's choice of clip. */
+static inline int32_t lb_prescale(int32_t x, int32_t pre, int32_t scale, int32_t post,
+                                  int32_t clip) {
+    int32_t t = x >> pre;
+    if (t > clip) t = clip;
+    if (t < -clip) t = -clip;
+    return (t * scale + (int32_t)(1u << (post - 1))) >> post;
+}
+
+/* ONNX Runtime's QLinear requantization: rint(clamp(float32(acc) * M, lo, hi)), NaN -> lo. */
+static inline int32_t lb_rq_float32(int32_t acc, float m, int32_t zp, int32_t qmin,
+                                    int32_t qmax) {
+    float v = (float)acc * m;
+    double lo = (double)qmin - zp, hi = (double)qmax - zp, d = (double)v;
+    if (d != d) d = lo;
+    if (d < lo) d = lo;
+    if (d > hi) d = hi;
+    return (int32_t)nearbyint(d) + zp;
+}
+
+/* The stored value of accumulator `acc` of channel c (every method but LB_RQ_DEQUANT). */
+static inline int32_t lb_requant_scalar(const lb_requant *rq, int64_t c, int32_t acc) {
+    int64_t y;
+    switch (rq->method) {
+    case LB_RQ_Q31:
+        y = lb_q31(acc, rq->p0[c], rq->p1[c], rq->p2[c]);
+        break;
+    case LB_RQ_PRESCALE:
+        y = lb_prescale(acc, rq->p0[c], rq->p1[c], rq->p2[c], rq->p3[c]);
+        break;
+    case LB_RQ_FLOAT32:
+        return lb_rq_float32(acc, rq->fmul[c], rq->zero_point[c], rq->qmin, rq->qmax);
+    default:
+        return 0;
+    }
+    return lb_clamp32(y + rq->zero_point[c], rq->qmin, rq->qmax);
+}
+
+static inline float lb_dequant_scalar(const lb_requant *rq, int64_t c, int32_t acc) {
+    if (rq->method == LB_RQ_FLOAT32) return (float)acc * rq->fmul[c]; /* ONNX Runtime's QGemm */
+    float v = (float)((double)acc * rq->dscale[c]);
+    if (v < rq->fmin) v = rq->fmin;
+    if (v > rq->fmax) v = rq->fmax;
+    return v;
+}
+
+/* Store one requantized value of type `out_type` at element index i of `out`. */
+static inline void lb_store(void *out, int32_t out_type, int64_t i, int32_t v) {
+    switch (out_type) {
+    case LB_U8:
+        ((uint8_t *)out)[i] = (uint8_t)v;
+        break;
+    case LB_I16:
+        ((int16_t *)out)[i] = (int16_t)v;
+        break;
+    case LB_U16:
+        ((uint16_t *)out)[i] = (uint16_t)v;
+        break;
+    case LB_I32:
+        ((int32_t *)out)[i] = v;
+        break;
+    case LB_I8:
+        ((int8_t *)out)[i] = (int8_t)v;
+        break;
+    default:
+        break;
+    }
+}
+
+/* lowbit's quantized Add/Sub of a computed value y1 (stored code) and a residual code y2. */
+static inline int32_t lb_add_scalar(const lb_add_params *p, int32_t y1, int32_t y2) {
+    int32_t d1 = (int32_t)((uint32_t)(y1 - p->z1) << p->shift);
+    int32_t d2 = (int32_t)((uint32_t)(y2 - p->z2) << p->shift);
+    int32_t a1 = lb_q31(d1, p->m1, p->l1, p->r1);
+    int32_t a2 = lb_q31(d2, p->m2, p->l2, p->r2);
+    return lb_requant_scalar(&p->out, 0, p->sub ? a1 - a2 : a1 + a2);
+}
+
+/* ---- per-ISA entry points (defined in rt_*_avx2.c / rt_*_avx512.c) ---------------------- */
+
+typedef struct lb_gemm_tile {
+    int64_t M, N, K;
+    const uint8_t *A;
+    int64_t lda;
+    const lb_packed_b *B;
+    const lb_epilogue *ep;
+    void *C;
+    int64_t ldc;
+    const int32_t *row_sums;
+} lb_gemm_tile;
+
+/* Compute rows [m0, m1) and 16-column blocks [nb0, nb1) of the product. */
+void lb_gemm_block_scalar(const lb_gemm_tile *t, int64_t m0, int64_t m1, int64_t nb0,
+                          int64_t nb1);
+#if LB_HAVE_X86
+void lb_gemm_block_avx2(const lb_gemm_tile *t, int64_t m0, int64_t m1, int64_t nb0,
+                        int64_t nb1);
+void lb_gemm_block_avx512(const lb_gemm_tile *t, int64_t m0, int64_t m1, int64_t nb0,
+                          int64_t nb1);
+#endif
+
+/* Apply the epilogue to one row of raw accumulators acc[0..n) for columns [n0, n0+n) of row m
+ * (shared by the scalar and AVX2 paths). */
+void lb_epilogue_row(const lb_gemm_tile *t, int64_t m, int64_t n0, int64_t n,
+                     const int32_t *acc);
+
+#if LB_HAVE_X86
+void lb_qbinary_row_avx512(const lb_qbinary *op, const void *a, int64_t sa, const void *b,
+                           int64_t sb, void *out, int64_t n);
+#endif
+
+/* ---- depthwise convolution helpers (rt_qconv.c) ------------------------------------------ */
+
+#define LB_DW_MAX_TAPS 64 /* the code generator uses the depthwise kernels up to 8 x 8 */
+
+void lb_dw_offsets(const lb_window *w, int64_t *offsets);
+
+/* The input rows each tap of output pixel (n, oy, ox) reads (the zero row where the tap falls
+ * in the padding). `offsets[t]` are the taps' offsets from the window's corner when the whole
+ * window is inside. */
+static inline void lb_dw_taps(const lb_window *w, const uint8_t *in, const uint8_t *zero_row,
+                const int64_t *offsets, int64_t n, int64_t oy, int64_t ox,
+                const uint8_t **taps) {
+    int64_t iy0 = oy * w->sh - w->pt, ix0 = ox * w->sw - w->pl;
+    int64_t iy1 = iy0 + (w->kh - 1) * w->dh, ix1 = ix0 + (w->kw - 1) * w->dw;
+    const uint8_t *img = in + n * w->ih * w->iw * w->c;
+    if (iy0 >= 0 && ix0 >= 0 && iy1 < w->ih && ix1 < w->iw) {
+        const uint8_t *corner = img + (iy0 * w->iw + ix0) * w->c;
+        for (int64_t t = 0; t < w->kh * w->kw; t++) taps[t] = corner + offsets[t];
+        return;
+    }
+    for (int64_t ky = 0; ky < w->kh; ky++) {
+        int64_t iy = iy0 + ky * w->dh;
+        for (int64_t kx = 0; kx < w->kw; kx++) {
+            int64_t ix = ix0 + kx * w->dw;
+            int inside = iy >= 0 && iy < w->ih && ix >= 0 && ix < w->iw;
+            taps[ky * w->kw + kx] = inside ? img + (iy * w->iw + ix) * w->c : zero_row;
+        }
+    }
+}
+
+#if LB_HAVE_X86
+void lb_dwconv_avx512(const lb_ctx *ctx, const lb_dwconv *p, const uint8_t *in, void *out,
+                      const int64_t *offsets);
+#endif
+
+#endif /* LOWBIT_RT_INTERNAL_H */

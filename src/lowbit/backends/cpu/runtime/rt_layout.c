@@ -1,0 +1,204 @@
+/* Data movement: n-d permutation (transposes, NCHW <-> NHWC, slices), copies, im2col. */
+#include "rt_internal.h"
+
+typedef struct lb_perm_job {
+    int nd;
+    const int64_t *shape, *strides;
+    int esize;
+    const char *in;
+    char *out;
+    int64_t inner; /* elements per task: the product of all but the first axis */
+} lb_perm_job;
+
+/* One slice along the first axis: an odometer over the remaining axes, the last one moving
+ * fastest with a typed inner loop. */
+static void lb_perm_task(void *arg, int64_t i0, int worker) {
+    (void)worker;
+    const lb_perm_job *j = (const lb_perm_job *)arg;
+    int64_t idx[8] = {0};
+    int nd = j->nd;
+    int64_t last = j->shape[nd - 1], ls = j->strides[nd - 1];
+    const char *base = j->in + i0 * j->strides[0] * j->esize;
+    char *dst = j->out + i0 * j->inner * j->esize;
+    int64_t rows = last ? j->inner / last : 0;
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t off = 0;
+        for (int d = 1; d < nd - 1; d++) off += idx[d] * j->strides[d];
+        const char *src = base + off * j->esize;
+        switch (j->esize) {
+        case 1:
+            for (int64_t i = 0; i < last; i++) dst[i] = src[i * ls];
+            break;
+        case 2:
+            for (int64_t i = 0; i < last; i++)
+                ((int16_t *)dst)[i] = ((const int16_t *)src)[i * ls];
+            break;
+        case 4:
+            for (int64_t i = 0; i < last; i++)
+                ((int32_t *)dst)[i] = ((const int32_t *)src)[i * ls];
+            break;
+        case 8:
+            for (int64_t i = 0; i < last; i++)
+                ((int64_t *)dst)[i] = ((const int64_t *)src)[i * ls];
+            break;
+        default:
+            for (int64_t i = 0; i < last; i++) memcpy(dst + i * j->esize, src + i * ls * j->esize,
+                                                      (size_t)j->esize);
+        }
+        dst += last * j->esize;
+        for (int d = nd - 2; d >= 1; d--) {
+            if (++idx[d] < j->shape[d]) break;
+            idx[d] = 0;
+        }
+    }
+}
+
+void lb_permute(const lb_ctx *ctx, int nd, const int64_t *shape, const int64_t *in_strides,
+                int esize, const void *in, void *out) {
+    int64_t shape1[8] = {1, 1}, strides1[8] = {0, 0};
+    if (nd < 2) { /* treat as [1, n] */
+        shape1[1] = nd == 1 ? shape[0] : 1;
+        strides1[1] = nd == 1 ? in_strides[0] : 0;
+        shape = shape1;
+        in_strides = strides1;
+        nd = 2;
+    }
+    int64_t inner = 1;
+    for (int d = 1; d < nd; d++) inner *= shape[d];
+    lb_perm_job j = {nd, shape, in_strides, esize, (const char *)in, (char *)out, inner};
+    if (inner == 0) return;
+    lb_parallel_for(ctx, shape[0], lb_perm_task, &j);
+}
+
+typedef struct lb_copy_job {
+    const char *in;
+    char *out;
+    int64_t n;
+} lb_copy_job;
+
+#define LB_COPY_CHUNK (1 << 18)
+
+static void lb_copy_task(void *arg, int64_t t, int worker) {
+    (void)worker;
+    const lb_copy_job *j = (const lb_copy_job *)arg;
+    int64_t i0 = t * LB_COPY_CHUNK, n = LB_MIN(LB_COPY_CHUNK, j->n - i0);
+    memcpy(j->out + i0, j->in + i0, (size_t)n);
+}
+
+void lb_copy(const lb_ctx *ctx, int64_t nbytes, const void *in, void *out) {
+    if (in == out || nbytes <= 0) return;
+    lb_copy_job j = {(const char *)in, (char *)out, nbytes};
+    lb_parallel_for(ctx, (nbytes + LB_COPY_CHUNK - 1) / LB_COPY_CHUNK, lb_copy_task, &j);
+}
+
+/* ---- im2col ------------------------------------------------------------------------------ */
+
+typedef struct lb_im2col_job {
+    const lb_window *w;
+    int64_t groups, cg, kp;
+    const void *in;
+    void *out;
+    int esize;
+    uint8_t pad8;
+} lb_im2col_job;
+
+/* n elements of `pad` (bytes) or zeros (wider elements). */
+static inline void lb_fill(char *d, int64_t n, int64_t es, uint8_t pad) {
+    if (n > 0) memset(d, es == 1 ? pad : 0, (size_t)(n * es));
+}
+
+/* Task = one output row. Small channel counts are copied element by element (a memcpy call
+ * per tap and group costs more than the bytes). */
+static void lb_im2col_task(void *arg, int64_t oy, int worker) {
+    (void)worker;
+    const lb_im2col_job *j = (const lb_im2col_job *)arg;
+    const lb_window *w = j->w;
+    int64_t taps = w->kh * w->kw, es = j->esize, cg = j->cg, seg = taps * cg;
+    int64_t row = j->groups * j->kp;
+    if (j->groups == 1 && w->dw == 1) { /* a window row is one run of kw * c elements */
+        for (int64_t ox = 0; ox < w->ow; ox++) {
+            char *dst = (char *)j->out + (oy * w->ow + ox) * row * es;
+            int64_t ix0 = ox * w->sw - w->pl;
+            int64_t lo = LB_MAX(0, -ix0), hi = LB_MIN(w->kw, w->iw - ix0); /* taps inside */
+            for (int64_t ky = 0; ky < w->kh; ky++) {
+                int64_t iy = oy * w->sh - w->pt + ky * w->dh;
+                char *d = dst + ky * w->kw * cg * es;
+                if (iy < 0 || iy >= w->ih || hi <= lo) {
+                    lb_fill(d, w->kw * cg, es, j->pad8);
+                    continue;
+                }
+                lb_fill(d, lo * cg, es, j->pad8);
+                memcpy(d + lo * cg * es, (const char *)j->in + ((iy * w->iw + ix0 + lo) * w->c) * es,
+                       (size_t)((hi - lo) * cg * es));
+                lb_fill(d + hi * cg * es, (w->kw - hi) * cg, es, j->pad8);
+            }
+            lb_fill(dst + seg * es, j->kp - seg, es, j->pad8);
+        }
+        return;
+    }
+    for (int64_t ox = 0; ox < w->ow; ox++) {
+        char *dst = (char *)j->out + (oy * w->ow + ox) * row * es;
+        for (int64_t ky = 0; ky < w->kh; ky++) {
+            int64_t iy = oy * w->sh - w->pt + ky * w->dh;
+            for (int64_t kx = 0; kx < w->kw; kx++) {
+                int64_t ix = ox * w->sw - w->pl + kx * w->dw;
+                int64_t tap = ky * w->kw + kx;
+                int inside = iy >= 0 && iy < w->ih && ix >= 0 && ix < w->iw;
+                const char *src = (const char *)j->in + ((iy * w->iw + ix) * w->c) * es;
+                for (int64_t g = 0; g < j->groups; g++) {
+                    char *d = dst + (g * j->kp + tap * cg) * es;
+                    if (inside && es == 1 && cg <= 8) {
+                        for (int64_t i = 0; i < cg; i++) d[i] = src[g * cg + i];
+                    } else if (inside) {
+                        memcpy(d, src + g * cg * es, (size_t)(cg * es));
+                    } else if (es == 1) {
+                        memset(d, j->pad8, (size_t)cg);
+                    } else {
+                        memset(d, 0, (size_t)(cg * es));
+                    }
+                }
+            }
+        }
+        for (int64_t g = 0; g < j->groups && j->kp > seg; g++) /* each group's padding to kp */
+            memset(dst + (g * j->kp + seg) * es, es == 1 ? j->pad8 : 0, (size_t)((j->kp - seg) * es));
+    }
+}
+
+void lb_im2col_u8(const lb_ctx *ctx, const lb_window *w, int64_t groups, int64_t cg, int64_t kp,
+                  const uint8_t *in, uint8_t pad, uint8_t *out) {
+    lb_im2col_job j = {w, groups, cg, kp, in, out, 1, pad};
+    lb_parallel_for(ctx, w->oh, lb_im2col_task, &j);
+}
+
+void lb_im2col_f32(const lb_ctx *ctx, const lb_window *w, int64_t groups, int64_t cg,
+                   const float *in, float *out) {
+    lb_im2col_job j = {w, groups, cg, w->kh * w->kw * cg, in, out, 4, 0};
+    lb_parallel_for(ctx, w->oh, lb_im2col_task, &j);
+}
+
+/* ---- strided rows ------------------------------------------------------------------------ */
+
+typedef struct lb_rows_job {
+    int64_t row_bytes;
+    const char *in;
+    int64_t in_stride;
+    char *out;
+    int64_t out_stride;
+    int64_t rows, per;
+} lb_rows_job;
+
+static void lb_rows_task(void *arg, int64_t t, int worker) {
+    (void)worker;
+    const lb_rows_job *j = (const lb_rows_job *)arg;
+    int64_t r1 = LB_MIN(j->rows, (t + 1) * j->per);
+    for (int64_t r = t * j->per; r < r1; r++)
+        memcpy(j->out + r * j->out_stride, j->in + r * j->in_stride, (size_t)j->row_bytes);
+}
+
+void lb_copy_rows(const lb_ctx *ctx, int64_t rows, int64_t row_bytes, const void *in,
+                  int64_t in_stride, void *out, int64_t out_stride) {
+    if (rows <= 0 || row_bytes <= 0) return;
+    int64_t per = LB_MAX(1, (1 << 16) / row_bytes);
+    lb_rows_job j = {row_bytes, (const char *)in, in_stride, (char *)out, out_stride, rows, per};
+    lb_parallel_for(ctx, (rows + per - 1) / per, lb_rows_task, &j);
+}

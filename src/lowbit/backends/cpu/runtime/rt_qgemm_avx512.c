@@ -1,0 +1,238 @@
+/* AVX-512 VNNI micro-kernels of the int8 product: tiles of up to 6 rows x 64 columns held in
+ * 24 zmm accumulators. Each step broadcasts 4 bytes of a row of A (uint8) and multiplies them
+ * with 16 columns x 4 int8 weights by `vpdpbusd`, which sums the four products straight into
+ * int32 lanes without saturating. The epilogue runs on the registers. */
+#include "rt_internal.h"
+
+#if LB_HAVE_X86
+#include "rt_vec512.h"
+
+#define LB_MR 6
+#define LB_NV 4
+
+/* The epilogue of one tile, from the accumulators the K loop stored (a separate function so
+ * that the K loop keeps all 24 accumulators in registers). The common cases (q31 or prescale
+ * into 8- or 16-bit codes, with or without a row-sum term and a residual Add) are compiled
+ * apart with their parameters loaded once per 16 columns; others take the general path. */
+LB_V512 void lb_tile_epilogue_fast(const lb_gemm_tile *t, int64_t m, int64_t nb, int mr, int nv,
+                                   const __m512i *acc, const int METHOD, const int OUT,
+                                   const int RES, const int ZB) {
+    const lb_epilogue *ep = t->ep;
+    const lb_requant *rq = &ep->rq;
+    const __m512i qmin = _mm512_set1_epi32(rq->qmin), qmax = _mm512_set1_epi32(rq->qmax);
+    const __m512i one = _mm512_set1_epi32(1), zero = _mm512_setzero_si512();
+    lb_add512 addv;
+    memset(&addv, 0, sizeof(addv));
+    if (RES) addv = lb_add512_load(ep->add);
+    for (int v = 0; v < nv; v++) {
+        int64_t n0 = (nb + v) * 16;
+        if (n0 >= t->N) break;
+        __mmask16 k = lb_tail_mask(t->N - n0);
+        __m512i off = _mm512_loadu_si512(ep->col_offset + n0);
+        __m512i zp = _mm512_loadu_si512(rq->zero_point + n0);
+        __m512i p0 = _mm512_loadu_si512(rq->p0 + n0), p1 = _mm512_loadu_si512(rq->p1 + n0);
+        __m512i p2 = _mm512_loadu_si512(rq->p2 + n0), clip = zero, negclip = zero, rnd = zero;
+        if (METHOD == LB_RQ_PRESCALE) {
+            clip = _mm512_loadu_si512(rq->p3 + n0);
+            negclip = _mm512_sub_epi32(zero, clip);
+            rnd = _mm512_sllv_epi32(one, _mm512_sub_epi32(p2, one));
+        }
+        __m512i zb = ZB ? _mm512_loadu_si512(ep->col_zb + n0) : zero;
+        for (int r = 0; r < mr; r++) {
+            __m512i x = _mm512_add_epi32(_mm512_load_si512(acc + r * LB_NV + v), off);
+            if (ZB)
+                x = _mm512_sub_epi32(x, _mm512_mullo_epi32(zb, _mm512_set1_epi32(t->row_sums[m + r])));
+            __m512i y;
+            if (METHOD == LB_RQ_PRESCALE) {
+                __m512i q = _mm512_max_epi32(_mm512_min_epi32(_mm512_srav_epi32(x, p0), clip),
+                                             negclip);
+                y = _mm512_srav_epi32(_mm512_add_epi32(_mm512_mullo_epi32(q, p1), rnd), p2);
+            } else {
+                y = lb_q31_v512(x, p0, p1, p2);
+            }
+            y = _mm512_min_epi32(_mm512_max_epi32(_mm512_add_epi32(y, zp), qmin), qmax);
+            if (RES) {
+                __m512i res = _mm512_cvtepu8_epi32(
+                    _mm_maskz_loadu_epi8(k, ep->residual + (m + r) * ep->ld_residual + n0));
+                y = lb_add_v512(ep->add, &addv, y, res);
+            }
+            int64_t at = (m + r) * t->ldc + n0;
+            if (OUT == LB_U8)
+                _mm_mask_storeu_epi8((uint8_t *)t->C + at, k, _mm512_cvtepi32_epi8(y));
+            else
+                _mm256_mask_storeu_epi16((int16_t *)t->C + at, k, _mm512_cvtepi32_epi16(y));
+        }
+    }
+}
+
+#define LB_EPI_FN(METHOD, OUT, RES, ZB)                                                     \
+    LB_TARGET_AVX512 __attribute__((noinline)) static void lb_epi_##METHOD##_##OUT##_##RES##_##ZB( \
+        const lb_gemm_tile *t, int64_t m, int64_t nb, int mr, int nv, const __m512i *acc) {   \
+        lb_tile_epilogue_fast(t, m, nb, mr, nv, acc, METHOD, OUT, RES, ZB);                  \
+    }
+#define LB_EPI_ZB(M, O, R) LB_EPI_FN(M, O, R, 0) LB_EPI_FN(M, O, R, 1)
+#define LB_EPI_RES(M, O) LB_EPI_ZB(M, O, 0) LB_EPI_ZB(M, O, 1)
+LB_EPI_RES(0, 0) /* q31 -> uint8 */
+LB_EPI_RES(0, 1) /* q31 -> int16 */
+LB_EPI_RES(1, 0) /* prescale -> uint8 */
+LB_EPI_RES(1, 1) /* prescale -> int16 */
+typedef void (*lb_epi_fn)(const lb_gemm_tile *, int64_t, int64_t, int, int, const __m512i *);
+#define LB_EPI_NAMES(M, O) \
+    {{lb_epi_##M##_##O##_0_0, lb_epi_##M##_##O##_0_1}, {lb_epi_##M##_##O##_1_0, lb_epi_##M##_##O##_1_1}}
+static const lb_epi_fn lb_epis[2][2][2][2] = {{LB_EPI_NAMES(0, 0), LB_EPI_NAMES(0, 1)},
+                                               {LB_EPI_NAMES(1, 0), LB_EPI_NAMES(1, 1)}};
+
+/* Raw int32 results (ConvInteger, MatMulInteger): the offset added, stored. */
+LB_TARGET_AVX512 __attribute__((noinline)) static void lb_epi_i32(
+    const lb_gemm_tile *t, int64_t m, int64_t nb, int mr, int nv, const __m512i *acc) {
+    const lb_epilogue *ep = t->ep;
+    for (int v = 0; v < nv; v++) {
+        int64_t n0 = (nb + v) * 16;
+        if (n0 >= t->N) break;
+        __mmask16 k = lb_tail_mask(t->N - n0);
+        __m512i off = _mm512_loadu_si512(ep->col_offset + n0);
+        __m512i zb = ep->col_zb ? _mm512_loadu_si512(ep->col_zb + n0) : _mm512_setzero_si512();
+        for (int r = 0; r < mr; r++) {
+            __m512i x = _mm512_add_epi32(_mm512_load_si512(acc + r * LB_NV + v), off);
+            if (ep->col_zb)
+                x = _mm512_sub_epi32(x, _mm512_mullo_epi32(zb, _mm512_set1_epi32(t->row_sums[m + r])));
+            _mm512_mask_storeu_epi32((int32_t *)t->C + (m + r) * t->ldc + n0, k, x);
+        }
+    }
+}
+
+LB_TARGET_AVX512 __attribute__((noinline)) static void lb_tile_epilogue(
+    const lb_gemm_tile *t, int64_t m, int64_t nb, int mr, int nv, const __m512i *acc) {
+    const lb_epilogue *ep = t->ep;
+    int method = ep->rq.method, out = ep->out_type;
+    if (out == LB_I32) {
+        lb_epi_i32(t, m, nb, mr, nv, acc);
+        return;
+    }
+    if ((method == LB_RQ_Q31 || method == LB_RQ_PRESCALE) &&
+        (out == LB_U8 || out == LB_I16 || out == LB_U16)) {
+        lb_epis[method][out != LB_U8][ep->residual != NULL][ep->col_zb != NULL](t, m, nb, mr, nv,
+                                                                                 acc);
+        return;
+    }
+    lb_add512 addv;
+    memset(&addv, 0, sizeof(addv));
+    if (ep->residual) addv = lb_add512_load(ep->add);
+    for (int v = 0; v < nv; v++) {
+        int64_t n0 = (nb + v) * 16;
+        if (n0 >= t->N) break;
+        lb_rq512 rv;
+        memset(&rv, 0, sizeof(rv));
+        if (ep->out_type != LB_I32 && ep->out_type != LB_F32)
+            rv = lb_rq512_load(&ep->rq, n0);
+        for (int r = 0; r < mr; r++)
+            lb_epilogue_v512(t, m + r, n0, _mm512_load_si512(acc + r * LB_NV + v), &rv, &addv);
+    }
+}
+
+/* The K loop of one tile of MR rows x NV blocks of 16 columns (constants after inlining);
+ * stores the accumulators to out[r * LB_NV + v]. The accumulators are named variables, not an
+ * array: gcc keeps named vectors in registers but copied an array of them around. */
+#define LB_ROW(r)                                                                  \
+    const uint8_t *a##r = t->A + (m + (MR > r ? r : 0)) * t->lda;                  \
+    __m512i c##r##0 = _mm512_setzero_si512(), c##r##1 = c##r##0, c##r##2 = c##r##0, \
+            c##r##3 = c##r##0;
+#define LB_STEP(r, A4)                                                            \
+    if (MR > r) {                                                                 \
+        __m512i av = _mm512_set1_epi32(A4);                                       \
+        c##r##0 = _mm512_dpbusd_epi32(c##r##0, av, b0);                           \
+        if (NV > 1) c##r##1 = _mm512_dpbusd_epi32(c##r##1, av, b1);               \
+        if (NV > 2) c##r##2 = _mm512_dpbusd_epi32(c##r##2, av, b2);               \
+        if (NV > 3) c##r##3 = _mm512_dpbusd_epi32(c##r##3, av, b3);               \
+    }
+#define LB_LOADB(g)                                                                        \
+    __m512i b0 = _mm512_loadu_si512(pb + (g) * 64), b1 = b0, b2 = b0, b3 = b0;              \
+    if (NV > 1) b1 = _mm512_loadu_si512(pb + k4 * 64 + (g) * 64);                         \
+    if (NV > 2) b2 = _mm512_loadu_si512(pb + 2 * k4 * 64 + (g) * 64);                     \
+    if (NV > 3) b3 = _mm512_loadu_si512(pb + 3 * k4 * 64 + (g) * 64);
+#define LB_STORE(r)                                                          \
+    if (MR > r) {                                                            \
+        _mm512_store_si512(out + r * LB_NV, c##r##0);                        \
+        if (NV > 1) _mm512_store_si512(out + r * LB_NV + 1, c##r##1);        \
+        if (NV > 2) _mm512_store_si512(out + r * LB_NV + 2, c##r##2);        \
+        if (NV > 3) _mm512_store_si512(out + r * LB_NV + 3, c##r##3);        \
+    }
+
+LB_V512 int32_t lb_tail_a4(const uint8_t *p, __mmask16 tail) {
+    return _mm_cvtsi128_si32(_mm_maskz_loadu_epi8(tail, p));
+}
+
+LB_V512 int32_t lb_load_a4(const uint8_t *p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+LB_V512 void lb_tile_v512(const lb_gemm_tile *t, int64_t m, int64_t nb, const int MR,
+                          const int NV, __m512i *out) {
+    const int64_t k4 = t->B->k4, kfull = t->K / 4;
+    /* the last 1-3 steps of K (if any) are added by lb_tile_tail: with them in this function
+     * gcc 12 kept the accumulators on the stack */
+    const int8_t *pb = t->B->data + nb * k4 * 64;
+    LB_ROW(0) LB_ROW(1) LB_ROW(2) LB_ROW(3) LB_ROW(4) LB_ROW(5)
+    for (int64_t g = 0; g < kfull; g++) {
+        LB_LOADB(g)
+        LB_STEP(0, lb_load_a4(a0 + g * 4))
+        LB_STEP(1, lb_load_a4(a1 + g * 4))
+        LB_STEP(2, lb_load_a4(a2 + g * 4))
+        LB_STEP(3, lb_load_a4(a3 + g * 4))
+        LB_STEP(4, lb_load_a4(a4 + g * 4))
+        LB_STEP(5, lb_load_a4(a5 + g * 4))
+    }
+    LB_STORE(0) LB_STORE(1) LB_STORE(2) LB_STORE(3) LB_STORE(4) LB_STORE(5)
+}
+
+/* Adds the last K % 4 steps to a tile's stored accumulators; a masked load reads only the
+ * bytes inside each row. */
+LB_TARGET_AVX512 __attribute__((noinline)) static void lb_tile_tail(
+    const lb_gemm_tile *t, int64_t m, int64_t nb, int mr, int nv, __m512i *acc) {
+    const int64_t k4 = t->B->k4, kfull = t->K / 4;
+    const __mmask16 tail = (__mmask16)((1u << (t->K - kfull * 4)) - 1u);
+    for (int r = 0; r < mr; r++) {
+        __m512i av = _mm512_set1_epi32(lb_tail_a4(t->A + (m + r) * t->lda + kfull * 4, tail));
+        for (int v = 0; v < nv; v++) {
+            __m512i b = _mm512_loadu_si512(t->B->data + ((nb + v) * k4 + kfull) * 64);
+            acc[r * LB_NV + v] = _mm512_dpbusd_epi32(acc[r * LB_NV + v], av, b);
+        }
+    }
+}
+
+/* One non-inlined function per tile shape: compiled alone, each K loop keeps its accumulators
+ * in registers (inlined into one dispatcher, gcc 12 shuffled them through the stack). */
+typedef void (*lb_tile_fn)(const lb_gemm_tile *, int64_t, int64_t, __m512i *);
+#define LB_TILE_FN(MR, NV)                                                              \
+    LB_TARGET_AVX512 __attribute__((noinline)) static void lb_tile_##MR##_##NV(         \
+        const lb_gemm_tile *t, int64_t m, int64_t nb, __m512i *out) {                 \
+        lb_tile_v512(t, m, nb, MR, NV, out);                                          \
+    }
+#define LB_TILE_ROW(MR) LB_TILE_FN(MR, 1) LB_TILE_FN(MR, 2) LB_TILE_FN(MR, 3) LB_TILE_FN(MR, 4)
+LB_TILE_ROW(1)
+LB_TILE_ROW(2)
+LB_TILE_ROW(3)
+LB_TILE_ROW(4)
+LB_TILE_ROW(5)
+LB_TILE_ROW(6)
+#define LB_TILE_NAMES(MR) {lb_tile_##MR##_1, lb_tile_##MR##_2, lb_tile_##MR##_3, lb_tile_##MR##_4}
+static const lb_tile_fn lb_tiles[LB_MR][LB_NV] = {LB_TILE_NAMES(1), LB_TILE_NAMES(2),
+                                                  LB_TILE_NAMES(3), LB_TILE_NAMES(4),
+                                                  LB_TILE_NAMES(5), LB_TILE_NAMES(6)};
+
+LB_TARGET_AVX512 void lb_gemm_block_avx512(const lb_gemm_tile *t, int64_t m0, int64_t m1,
+                                           int64_t nb0, int64_t nb1) {
+    __attribute__((aligned(64))) __m512i acc[LB_MR * LB_NV];
+    for (int64_t nb = nb0; nb < nb1; nb += LB_NV) {
+        int nv = (int)LB_MIN(LB_NV, nb1 - nb);
+        for (int64_t m = m0; m < m1; m += LB_MR) {
+            int mr = (int)LB_MIN(LB_MR, m1 - m);
+            lb_tiles[mr - 1][nv - 1](t, m, nb, acc);
+            if (t->K % 4) lb_tile_tail(t, m, nb, mr, nv, acc);
+            lb_tile_epilogue(t, m, nb, mr, nv, acc);
+        }
+    }
+}
+#endif /* LB_HAVE_X86 */

@@ -1,0 +1,323 @@
+/* Elementwise quantized kernels: Quantize, Dequantize, Requantize, lookup tables, clamps, and
+ * Add/Sub/Mul with broadcasting. Each is the reference's integer expression, element by
+ * element; work is split in chunks over the threads. */
+#include "rt_internal.h"
+
+#define LB_CHUNK 16384
+
+static inline int64_t lb_chunks(int64_t n) { return (n + LB_CHUNK - 1) / LB_CHUNK; }
+
+static inline int64_t lb_channel(lb_axis ax, int64_t i) {
+    return ax.channels == 1 ? 0 : (i / ax.inner) % ax.channels;
+}
+
+static inline int32_t lb_load(const void *p, int32_t type, int64_t i) {
+    switch (type) {
+    case LB_U8:
+        return ((const uint8_t *)p)[i];
+    case LB_I16:
+        return ((const int16_t *)p)[i];
+    case LB_U16:
+        return ((const uint16_t *)p)[i];
+    case LB_I32:
+        return ((const int32_t *)p)[i];
+    case LB_I8:
+        return ((const int8_t *)p)[i];
+    default:
+        return 0;
+    }
+}
+
+/* ---- Quantize ---------------------------------------------------------------------------- */
+
+typedef struct lb_q_job {
+    int64_t n;
+    const float *x;
+    lb_axis ax;
+    const float *scale;
+    const int32_t *zp;
+    int32_t qmin, qmax, out_type;
+    void *out;
+    float pinf, ninf, nanv;
+} lb_q_job;
+
+/* quantize(x) of lowbit.numerics.arith as a branch-free float expression the compiler vectorises:
+ * r = rint(x / s) with NaN -> 0 and +-inf -> the type's qmax / qmin (before the zero point is
+ * added, as numpy's nan_to_num there), then r + zp clamped. Adding zp in float is exact where
+ * it matters: past 2**24 the clamp decides. */
+static inline float lb_quantize_one(float x, float s, float zp, float lo, float hi, float pinf,
+                                    float ninf, float nanv) {
+    float r = nearbyintf(x / s);
+    r = r != r ? nanv : r;
+    r = r == INFINITY ? pinf : r;
+    r = r == -INFINITY ? ninf : r;
+    r += zp;
+    r = r < lo ? lo : r;
+    return r > hi ? hi : r;
+}
+
+/* Runs of elements sharing one channel: the inner loop has constant parameters. */
+static void lb_quantize_task(void *arg, int64_t t, int worker) {
+    (void)worker;
+    const lb_q_job *j = (const lb_q_job *)arg;
+    int64_t i = t * LB_CHUNK, i1 = LB_MIN(j->n, i + LB_CHUNK);
+    const float lo = (float)j->qmin, hi = (float)j->qmax;
+    while (i < i1) {
+        int64_t c = lb_channel(j->ax, i);
+        int64_t run = j->ax.channels == 1 ? i1 - i : LB_MIN(i1 - i, j->ax.inner - i % j->ax.inner);
+        const float s = j->scale[c], zp = (float)j->zp[c];
+        const float *x = j->x + i;
+        if (j->out_type == LB_U8) {
+            uint8_t *o = (uint8_t *)j->out + i;
+            for (int64_t k = 0; k < run; k++) o[k] = (uint8_t)(int32_t)lb_quantize_one(x[k], s, zp, lo, hi, j->pinf, j->ninf, j->nanv);
+        } else if (j->out_type == LB_I16) {
+            int16_t *o = (int16_t *)j->out + i;
+            for (int64_t k = 0; k < run; k++) o[k] = (int16_t)(int32_t)lb_quantize_one(x[k], s, zp, lo, hi, j->pinf, j->ninf, j->nanv);
+        } else {
+            for (int64_t k = 0; k < run; k++)
+                lb_store(j->out, j->out_type, i + k, (int32_t)lb_quantize_one(x[k], s, zp, lo, hi, j->pinf, j->ninf, j->nanv));
+        }
+        i += run;
+    }
+}
+
+void lb_quantize_f32(const lb_ctx *ctx, int64_t n, const float *x, lb_axis ax,
+                     const float *scale, const int32_t *zp, int32_t qmin, int32_t qmax,
+                     float nanv, float ninf, float pinf, int32_t out_type, void *out) {
+    lb_q_job j = {n, x, ax, scale, zp, qmin, qmax, out_type, out, pinf, ninf, nanv};
+    lb_parallel_for(ctx, lb_chunks(n), lb_quantize_task, &j);
+}
+
+typedef struct lb_qnhwc_job {
+    int64_t c, hw, blocks;
+    const float *x;
+    const float *scale;
+    const int32_t *zp;
+    int per_channel;
+    int32_t qmin, qmax, out_type;
+    void *out;
+    float pinf, ninf, nanv;
+} lb_qnhwc_job;
+
+#define LB_PIXELS 256
+
+/* Task = (image, block of pixels): each channel's run quantized in a local buffer, then
+ * written every c elements (NCHW in, NHWC out). */
+static void lb_quantize_nhwc_task(void *arg, int64_t t, int worker) {
+    (void)worker;
+    const lb_qnhwc_job *j = (const lb_qnhwc_job *)arg;
+    int64_t n = t / j->blocks, p0 = (t % j->blocks) * LB_PIXELS;
+    int64_t np = LB_MIN(LB_PIXELS, j->hw - p0);
+    const float lo = (float)j->qmin, hi = (float)j->qmax;
+    int32_t buf[LB_PIXELS];
+    for (int64_t ch = 0; ch < j->c; ch++) {
+        int64_t pc = j->per_channel ? ch : 0;
+        const float s = j->scale[pc], zp = (float)j->zp[pc];
+        const float *x = j->x + (n * j->c + ch) * j->hw + p0;
+        for (int64_t k = 0; k < np; k++) buf[k] = (int32_t)lb_quantize_one(x[k], s, zp, lo, hi, j->pinf, j->ninf, j->nanv);
+        int64_t base = (n * j->hw + p0) * j->c + ch;
+        if (j->out_type == LB_U8) {
+            uint8_t *o = (uint8_t *)j->out + base;
+            for (int64_t k = 0; k < np; k++) o[k * j->c] = (uint8_t)buf[k];
+        } else {
+            for (int64_t k = 0; k < np; k++) lb_store(j->out, j->out_type, base + k * j->c, buf[k]);
+        }
+    }
+}
+
+void lb_quantize_f32_nhwc(const lb_ctx *ctx, int64_t n, int64_t c, int64_t hw, const float *x,
+                          int per_channel, const float *scale, const int32_t *zp, int32_t qmin,
+                          int32_t qmax, float nanv, float ninf, float pinf, int32_t out_type,
+                          void *out) {
+    int64_t blocks = (hw + LB_PIXELS - 1) / LB_PIXELS;
+    lb_qnhwc_job j = {c,    hw,   blocks,   x,   scale, zp,  per_channel,
+                      qmin, qmax, out_type, out, pinf,  ninf, nanv};
+    lb_parallel_for(ctx, n * blocks, lb_quantize_nhwc_task, &j);
+}
+
+/* ---- Dequantize -------------------------------------------------------------------------- */
+
+typedef struct lb_dq_job {
+    int64_t n;
+    const void *q;
+    int32_t in_type;
+    lb_axis ax;
+    const float *scale;
+    const int32_t *zp;
+    float *out;
+} lb_dq_job;
+
+static void lb_dequantize_task(void *arg, int64_t t, int worker) {
+    (void)worker;
+    const lb_dq_job *j = (const lb_dq_job *)arg;
+    int64_t i1 = LB_MIN(j->n, (t + 1) * LB_CHUNK);
+    for (int64_t i = t * LB_CHUNK; i < i1; i++) {
+        int64_t c = lb_channel(j->ax, i);
+        j->out[i] = (float)((int64_t)lb_load(j->q, j->in_type, i) - j->zp[c]) * j->scale[c];
+    }
+}
+
+void lb_dequantize(const lb_ctx *ctx, int64_t n, const void *q, int32_t in_type, lb_axis ax,
+                   const float *scale, const int32_t *zp, float *out) {
+    lb_dq_job j = {n, q, in_type, ax, scale, zp, out};
+    lb_parallel_for(ctx, lb_chunks(n), lb_dequantize_task, &j);
+}
+
+/* ---- Requantize -------------------------------------------------------------------------- */
+
+typedef struct lb_rq_job {
+    int64_t n;
+    const void *q;
+    int32_t in_type;
+    lb_axis ax;
+    const int32_t *zin;
+    const lb_requant *rq;
+    int32_t out_type;
+    void *out;
+} lb_rq_job;
+
+static void lb_requantize_task(void *arg, int64_t t, int worker) {
+    (void)worker;
+    const lb_rq_job *j = (const lb_rq_job *)arg;
+    int64_t i1 = LB_MIN(j->n, (t + 1) * LB_CHUNK);
+    for (int64_t i = t * LB_CHUNK; i < i1; i++) {
+        int64_t c = lb_channel(j->ax, i);
+        int32_t d = lb_load(j->q, j->in_type, i) - j->zin[c];
+        lb_store(j->out, j->out_type, i, lb_requant_scalar(j->rq, c, d));
+    }
+}
+
+void lb_requantize(const lb_ctx *ctx, int64_t n, const void *q, int32_t in_type, lb_axis ax,
+                   const int32_t *zin, const lb_requant *rq, int32_t out_type, void *out) {
+    lb_rq_job j = {n, q, in_type, ax, zin, rq, out_type, out};
+    lb_parallel_for(ctx, lb_chunks(n), lb_requantize_task, &j);
+}
+
+/* ---- tables and clamps ------------------------------------------------------------------- */
+
+typedef struct lb_lut_job {
+    int64_t n;
+    const void *q;
+    int32_t in_type, in_min;
+    const void *table;
+    int32_t out_type;
+    void *out;
+    int32_t lo, hi;
+} lb_lut_job;
+
+static void lb_lookup_task(void *arg, int64_t t, int worker) {
+    (void)worker;
+    const lb_lut_job *j = (const lb_lut_job *)arg;
+    int64_t i0 = t * LB_CHUNK, i1 = LB_MIN(j->n, i0 + LB_CHUNK);
+    if (j->in_type == LB_U8 && j->out_type == LB_U8) {
+        const uint8_t *q = (const uint8_t *)j->q, *tab = (const uint8_t *)j->table;
+        uint8_t *o = (uint8_t *)j->out;
+        for (int64_t i = i0; i < i1; i++) o[i] = tab[q[i]];
+        return;
+    }
+    for (int64_t i = i0; i < i1; i++) {
+        int32_t k = lb_load(j->q, j->in_type, i) - j->in_min;
+        lb_store(j->out, j->out_type, i, lb_load(j->table, j->out_type, k));
+    }
+}
+
+void lb_lookup(const lb_ctx *ctx, int64_t n, const void *q, int32_t in_type, int32_t in_min,
+               const void *table, int32_t out_type, void *out) {
+    lb_lut_job j = {n, q, in_type, in_min, table, out_type, out, 0, 0};
+    lb_parallel_for(ctx, lb_chunks(n), lb_lookup_task, &j);
+}
+
+static void lb_clamp_task(void *arg, int64_t t, int worker) {
+    (void)worker;
+    const lb_lut_job *j = (const lb_lut_job *)arg;
+    int64_t i0 = t * LB_CHUNK, i1 = LB_MIN(j->n, i0 + LB_CHUNK);
+    if (j->in_type == LB_U8) {
+        const uint8_t *q = (const uint8_t *)j->q;
+        uint8_t *o = (uint8_t *)j->out;
+        uint8_t lo = (uint8_t)j->lo, hi = (uint8_t)j->hi;
+        for (int64_t i = i0; i < i1; i++) o[i] = q[i] < lo ? lo : (q[i] > hi ? hi : q[i]);
+        return;
+    }
+    for (int64_t i = i0; i < i1; i++)
+        lb_store(j->out, j->in_type, i, lb_clamp32(lb_load(j->q, j->in_type, i), j->lo, j->hi));
+}
+
+void lb_clamp(const lb_ctx *ctx, int64_t n, const void *q, int32_t type, int32_t lo,
+              int32_t hi, void *out) {
+    lb_lut_job j = {n, q, type, 0, NULL, type, out, lo, hi};
+    lb_parallel_for(ctx, lb_chunks(n), lb_clamp_task, &j);
+}
+
+/* ---- Add / Sub / Mul with broadcasting --------------------------------------------------- */
+
+typedef struct lb_qb_job {
+    const lb_bcast *bc;
+    const lb_qbinary *op;
+    const void *a, *b;
+    void *out;
+    int64_t rows, last;
+    int isa;
+} lb_qb_job;
+
+static inline int32_t lb_qbinary_one(const lb_qbinary *op, int32_t x, int32_t y) {
+    if (op->op == LB_QTABLE2) return op->table[x * 256 + y];
+    if (op->op == LB_QMUL) {
+        int64_t prod = (int64_t)(x - op->p.z1) * (int64_t)(y - op->p.z2);
+        return lb_requant_scalar(&op->p.out, 0, lb_clamp32(prod, INT32_MIN, INT32_MAX));
+    }
+    return lb_add_scalar(&op->p, x, y);
+}
+
+/* Rows of the output's last axis; a row's operand offsets come from its n-d index. */
+static void lb_qbinary_task(void *arg, int64_t t, int worker) {
+    (void)worker;
+    const lb_qb_job *j = (const lb_qb_job *)arg;
+    const lb_bcast *bc = j->bc;
+    int64_t per = (j->rows + 63) / 64;
+    int64_t r0 = t * per, r1 = LB_MIN(j->rows, r0 + per);
+    int nd = bc->nd;
+    for (int64_t r = r0; r < r1; r++) {
+        int64_t rest = r, oa = 0, ob = 0;
+        for (int d = nd - 2; d >= 0; d--) {
+            int64_t i = rest % bc->shape[d];
+            rest /= bc->shape[d];
+            oa += i * bc->sa[d];
+            ob += i * bc->sb[d];
+        }
+        int64_t sa = bc->sa[nd - 1], sb = bc->sb[nd - 1], base = r * j->last;
+#if LB_HAVE_X86
+        if (j->isa == LB_ISA_AVX512VNNI && j->op->narrow && j->op->op != LB_QTABLE2 && sa <= 1 &&
+            sb <= 1 &&
+            j->op->out_type != LB_I32) {
+            int64_t ea = j->op->a_type == LB_U8 ? 1 : 2, eb = j->op->b_type == LB_U8 ? 1 : 2;
+            int64_t eo = j->op->out_type == LB_U8 ? 1 : 2;
+            lb_qbinary_row_avx512(j->op, (const char *)j->a + oa * ea, sa,
+                                  (const char *)j->b + ob * eb, sb, (char *)j->out + base * eo,
+                                  j->last);
+            continue;
+        }
+#endif
+        if (j->op->a_type == LB_U8 && j->op->b_type == LB_U8 && j->op->out_type == LB_U8) {
+            const uint8_t *a = (const uint8_t *)j->a + oa, *b = (const uint8_t *)j->b + ob;
+            uint8_t *o = (uint8_t *)j->out + base;
+            for (int64_t i = 0; i < j->last; i++)
+                o[i] = (uint8_t)lb_qbinary_one(j->op, a[i * sa], b[i * sb]);
+            continue;
+        }
+        for (int64_t i = 0; i < j->last; i++) {
+            int32_t x = lb_load(j->a, j->op->a_type, oa + i * sa);
+            int32_t y = lb_load(j->b, j->op->b_type, ob + i * sb);
+            lb_store(j->out, j->op->out_type, base + i, lb_qbinary_one(j->op, x, y));
+        }
+    }
+}
+
+void lb_qbinary_run(const lb_ctx *ctx, const lb_bcast *bc, const lb_qbinary *op, const void *a,
+                    const void *b, void *out) {
+    int64_t rows = 1;
+    for (int d = 0; d < bc->nd - 1; d++) rows *= bc->shape[d];
+    int64_t last = bc->shape[bc->nd - 1];
+    if (rows * last == 0) return;
+    lb_qb_job j = {bc, op, a, b, out, rows, last, ctx->isa};
+    lb_parallel_for(ctx, LB_MIN(rows, 64), lb_qbinary_task, &j);
+}

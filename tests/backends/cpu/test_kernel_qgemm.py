@@ -1,0 +1,121 @@
+"""The int8 product of the cpu backend's C library against numpy, on every ISA path this CPU
+has (scalar, AVX2, AVX-512 VNNI): random shapes (tile edges in M, N and K), zero points,
+multipliers and both requantization encodings must give the reference's integers exactly."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from cpu_kernels import ISAS, qgemm, reference_product, reference_requant
+
+from lowbit.backends.cpu import library as L
+from lowbit.backends.cpu import packing
+from lowbit.numerics import fixed_point
+
+RNG = np.random.default_rng(0)
+
+
+def _case(rng, m, n, k, *, unsigned_w=False, per_channel=True, method="q31", out_bits=8):
+    a = rng.integers(0, 256, (m, k), dtype=np.int64).astype(np.uint8)
+    za = int(rng.integers(0, 256))
+    if unsigned_w:
+        w_codes = rng.integers(0, 256, (n, k)).astype(np.uint8)
+        zw_codes = rng.integers(0, 256, n if per_channel else ())
+    else:
+        w_codes = rng.integers(-128, 128, (n, k)).astype(np.int8)
+        zw_codes = np.zeros(n if per_channel else (), np.int64)
+    w, zw = packing.weights_int8(w_codes, zw_codes)
+    bias = rng.integers(-50000, 50000, n)
+    span = 2.0 ** rng.uniform(-22, 1, n if per_channel else ())
+    params = fixed_point.encode(span, method, output_bits=out_bits)
+    return a, za, w, zw, bias, params
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("method", ["q31", "prescale"])
+def test_qgemm_matches_numpy_on_random_shapes(isa, method):
+    ctx = L.Context(1, isa)
+    for trial in range(60):
+        m, n, k = (int(v) for v in RNG.integers(1, [30, 90, 200]))
+        unsigned_w = trial % 3 == 0
+        a, za, w, zw, bias, params = _case(RNG, m, n, k, unsigned_w=unsigned_w,
+                                            per_channel=trial % 2 == 0, method=method)
+        zp = int(RNG.integers(0, 256))
+        lo, hi = sorted(int(v) for v in RNG.integers(0, 256, 2))
+        lo, hi = min(lo, zp), max(hi, zp)
+        rq = packing.requant_arrays(params, zp, lo, hi, n)
+        got = qgemm(ctx, a, za, w, zw, bias, rq, L.U8)
+        acc = reference_product(a, za, w, zw, bias)
+        want = reference_requant(acc, params, zp, 0, 255, (lo, hi))
+        np.testing.assert_array_equal(got, want, err_msg=f"{isa} trial {trial} {m}x{n}x{k}")
+
+
+@pytest.mark.parametrize("isa", ISAS)
+def test_qgemm_int16_output_raw_and_float(isa):
+    ctx = L.Context(1, isa)
+    for _ in range(20):
+        m, n, k = (int(v) for v in RNG.integers(1, [20, 70, 150]))
+        a, za, w, zw, bias, params = _case(RNG, m, n, k, method="q31", out_bits=16)
+        acc = reference_product(a, za, w, zw, bias)
+        zp = int(RNG.integers(-100, 100))
+        rq = packing.requant_arrays(params, zp, -32768, 32767, n)
+        got = qgemm(ctx, a, za, w, zw, bias, rq, L.I16)
+        want = reference_requant(acc, params, zp, -32768, 32767, (-32768, 32767))
+        np.testing.assert_array_equal(got, want)
+        raw = qgemm(ctx, a, za, w, zw, bias, rq, L.I32)
+        np.testing.assert_array_equal(raw, acc)
+        scale = RNG.uniform(1e-5, 1e-2, n)
+        fl = qgemm(ctx, a, za, w, zw, bias, packing.dequant_arrays(scale, n, 0.0, np.inf),
+                   L.F32)
+        want_f = np.clip((acc.astype(np.float64) * scale).astype(np.float32), 0.0, np.inf)
+        np.testing.assert_array_equal(fl, want_f)
+
+
+@pytest.mark.parametrize("isa", ISAS)
+def test_qgemm_saturated_inputs_do_not_saturate_the_products(isa):
+    """255 x -128 and 255 x 127 over a long reduction: `vpmaddubsw` would saturate here."""
+    ctx = L.Context(1, isa)
+    k = 1000
+    a = np.full((7, k), 255, np.uint8)
+    w = np.stack([np.full(k, -128, np.int8), np.full(k, 127, np.int8)] * 9)
+    rq = packing.requant_arrays(fixed_point.encode(1.0, "q31"), 0, -(2**31), 2**31 - 1, 18)
+    raw = qgemm(ctx, a, 0, w, 0, None, rq, L.I32)
+    np.testing.assert_array_equal(raw, reference_product(a, 0, w, 0, None))
+
+
+@pytest.mark.parametrize("isa", ISAS)
+def test_qgemm_threads_split_work_without_changing_results(isa):
+    ctx1, ctx2 = L.Context(1, isa), L.Context(2, isa)
+    for _ in range(5):
+        m, n, k = (int(v) for v in RNG.integers([50, 100, 64], [300, 400, 300]))
+        a, za, w, zw, bias, params = _case(RNG, m, n, k, method="prescale")
+        rq = packing.requant_arrays(params, 3, 0, 255, n)
+        np.testing.assert_array_equal(qgemm(ctx1, a, za, w, zw, bias, rq, L.U8),
+                                      qgemm(ctx2, a, za, w, zw, bias, rq, L.U8))
+
+
+@pytest.mark.parametrize("isa", ISAS)
+def test_qgemm_requantization_edges(isa):
+    """Tiny and huge multipliers, accumulators at the int32 limits, both encodings."""
+    ctx = L.Context(1, isa)
+    k = 1
+    acc_values = np.array([0, 1, -1, 2**31 - 1, -(2**31), 2**30, -(2**30) - 1, 12345, -12345,
+                           2**24 + 1, -(2**24) - 1, 255, -256], np.int64)
+    m = acc_values.size
+    for method, bits in (("q31", 8), ("prescale", 8), ("q31", 16), ("prescale", 16)):
+        for M in (2.0**-40, 2.0**-32, 2.0**-31, 1e-9, 0.3, 0.5, 0.75, 0.999999, 1.0, 1.5, 7.0,
+                  2.0**20, 2.0**31):
+            params = fixed_point.encode(M, method, output_bits=bits)
+            qmin, qmax = (0, 255) if bits == 8 else (-32768, 32767)
+            zp = 5 if bits == 8 else -7
+            rq = packing.requant_arrays(params, zp, qmin, qmax, 1)
+            # acc = a * w + offset with a = 1, w = 1: put the value in the bias
+            a = np.ones((m, k), np.uint8)
+            w = np.ones((1, k), np.int8)
+            got = []
+            for v in acc_values:
+                out = qgemm(ctx, a[:1], 0, w, 0, np.array([v - 1]), rq,
+                            L.U8 if bits == 8 else L.I16)
+                got.append(int(out[0, 0]))
+            want = fixed_point.requantize(acc_values.reshape(-1, 1), params, zp, qmin, qmax)
+            assert got == [int(x) for x in want.reshape(-1)], (method, bits, M)

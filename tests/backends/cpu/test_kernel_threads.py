@@ -1,0 +1,51 @@
+"""The C thread pool: every task runs exactly once, on a worker index below the thread count,
+whatever the number of threads; contexts choose the ISA asked for or refuse it."""
+
+from __future__ import annotations
+
+import ctypes as C
+import os
+
+import numpy as np
+import pytest
+
+from lowbit.backends.cpu import library as L
+from lowbit.errors import LowbitError
+
+TASK = C.CFUNCTYPE(None, C.c_void_p, C.c_int64, C.c_int)
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3, 5])
+def test_parallel_for_runs_each_task_once(threads):
+    ctx = L.Context(threads)
+    fn = L.lib().lb_parallel_for
+    fn.argtypes = [C.POINTER(L.Ctx), C.c_int64, TASK, C.c_void_p]
+    fn.restype = None
+    for ntasks in (0, 1, 2, 7, 100):
+        counts = np.zeros(ntasks, np.int64)
+        workers = np.full(ntasks, -1, np.int64)
+
+        def task(_arg, t, worker, counts=counts, workers=workers):
+            counts[t] += 1
+            workers[t] = worker
+
+        callback = TASK(task)
+        for _ in range(3):
+            counts[:] = 0
+            fn(ctx.handle, ntasks, callback, None)
+            assert (counts == 1).all()
+            assert ((workers >= 0) & (workers < threads)).all()
+    assert ctx.threads == threads
+
+
+def test_isa_choice_and_refusal(monkeypatch):
+    best = L.best_isa()
+    for isa in L.ISAS[: L.ISAS.index(best) + 1]:
+        monkeypatch.setenv(L.ISA_ENV, isa)
+        assert L.Context(1).isa == isa
+    monkeypatch.setenv(L.ISA_ENV, "sse9")
+    with pytest.raises(LowbitError, match="unknown cpu ISA 'sse9'"):
+        L.Context(1)
+    monkeypatch.delenv(L.ISA_ENV)
+    assert L.Context(1).isa == best
+    assert 1 <= L.physical_cores() <= (os.cpu_count() or 1)

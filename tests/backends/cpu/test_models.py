@@ -1,0 +1,98 @@
+"""Whole models on the cpu backend against the reference interpreter: integer outputs equal to
+the bit, float outputs within float rounding, on every ISA path this CPU has, at several batch
+sizes of one compiled program."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from cpu_kernels import ISAS
+
+import lowbit
+from lowbit.backends import cpu
+from lowbit.cli.demo import bundled
+from lowbit.errors import InputError, UnsupportedError
+from lowbit.ir import dtypes
+from lowbit.ir.graph import Graph
+from lowbit.ir.types import TensorType
+from lowbit.quant.static import quantize
+
+
+@pytest.fixture(scope="module")
+def mnist():
+    """MNISTNet float and int8, calibrated as `lowbit demo` does, and held-out digits."""
+    graph = lowbit.load(bundled("mnistnet.onnx"))
+    with np.load(bundled("digits.npz")) as data:
+        images = data["images"]
+    prof = lowbit.profile(graph, [{"input": images[i:i + 50]} for i in range(0, 200, 50)],
+                          progress=False)
+    return graph, quantize(graph, prof).graph, images[200:]
+
+
+@pytest.mark.parametrize("isa", ISAS)
+def test_mnistnet_int8_is_bit_exact_on_every_path(mnist, isa):
+    _, q, images = mnist
+    exe = cpu.compile(q, isa=isa, threads=2)
+    assert exe.isa == isa
+    for batch in (1, 3, 64):
+        x = images[:batch]
+        ref = lowbit.run(q, {"input": x})["logits"]
+        got = exe({"input": x})["logits"]
+        assert got.dtype == ref.dtype and got.shape == ref.shape
+        np.testing.assert_array_equal(got, ref)
+    assert len(exe.compiled()) == 1  # one program for every batch size
+
+
+@pytest.mark.parametrize("isa", ISAS)
+def test_mnistnet_float_matches_the_reference(mnist, isa):
+    graph, _, images = mnist
+    exe = cpu.compile(graph, isa=isa)
+    x = images[:16]
+    ref = lowbit.run(graph, {"input": x})["logits"]
+    np.testing.assert_allclose(exe({"input": x})["logits"], ref, rtol=1e-5, atol=1e-6)
+
+
+def test_lowbit_compile_and_run_take_the_cpu_backend(mnist):
+    _, q, images = mnist
+    x = images[:5]
+    ref = lowbit.run(q, {"input": x})
+    exe = lowbit.compile(q, backend="cpu")
+    assert isinstance(exe, cpu.CpuExecutable)
+    np.testing.assert_array_equal(lowbit.run(q, {"input": x}, backend="cpu")["logits"],
+                                  ref["logits"])
+
+
+def test_bad_inputs_name_the_input(mnist):
+    _, q, images = mnist
+    exe = cpu.compile(q)
+    with pytest.raises(InputError, match="input 'input' has dtype float64"):
+        exe({"input": images[:2].astype(np.float64)})
+    with pytest.raises(InputError, match="input 'input' has shape"):
+        exe({"input": images[:2, :, :27]})
+    with pytest.raises(InputError, match="missing input"):
+        exe({})
+    with pytest.raises(InputError, match="unknown input"):
+        exe({"input": images[:2], "other": images[:2]})
+
+
+def test_an_op_without_a_kernel_is_refused_at_compile_time():
+    g = Graph("g")
+    x = g.add_input("x", TensorType(dtypes.FLOAT32, (2, 3)))
+    node = g.make_node("Hardmax", [x], {"axis": -1}, name="the_hardmax")
+    node.output.type = TensorType(dtypes.FLOAT32, (2, 3))
+    g.outputs = [node.output]
+    with pytest.raises(UnsupportedError, match="no kernel for: Hardmax"):
+        cpu.compile(g)
+
+
+def test_many_inferences_on_shared_threads_stay_exact(mnist):
+    """Consecutive jobs of different sizes on one thread pool (a worker that read the state
+    of a finished job must not claim a task of the next one: that once let a call return
+    while a worker still ran an im2col task, and crashed)."""
+    _, q, images = mnist
+    refs = {b: lowbit.run(q, {"input": images[:b]})["logits"] for b in (1, 3, 64)}
+    for threads in (2, 3):
+        exe = cpu.compile(q, threads=threads)
+        for _ in range(40):
+            for b, ref in refs.items():
+                np.testing.assert_array_equal(exe({"input": images[:b]})["logits"], ref)

@@ -1,0 +1,27 @@
+"""Random quantized Add/Sub/Mul (broadcasting), pools and averages, conversions (Quantize with
+NaN and infinities, Dequantize, Requantize), clamps, lookup tables, Concat, Gemm and MatMul
+on the cpu backend against the reference, on every ISA path."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from cpu_graphs import binary_case, convert_case, graph_of_cases, pool_case, product_case
+from cpu_kernels import ISAS
+
+import lowbit
+from lowbit.backends import cpu
+
+CASES = {"binary": binary_case, "pool": pool_case, "convert": convert_case,
+         "product": product_case}
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("kind", sorted(CASES))
+def test_random_ops_are_bit_exact(kind, seed):
+    g, feeds = graph_of_cases(100 * seed + len(kind), 60, CASES[kind])
+    ref = lowbit.run(g, feeds)
+    for isa in ISAS:
+        got = cpu.compile(g, isa=isa)(feeds)
+        for name, want in ref.items():
+            np.testing.assert_array_equal(got[name], want, err_msg=f"{name} on {isa}")

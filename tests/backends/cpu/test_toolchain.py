@@ -1,0 +1,94 @@
+"""Compiler discovery, flags and the build cache of the cpu backend."""
+
+from __future__ import annotations
+
+import ctypes
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from lowbit.backends.cpu import toolchain
+from lowbit.backends.cpu.toolchain import CompileError, ToolchainError
+
+
+def _source(body: str = "") -> str:
+    return (f"/* {uuid.uuid4()} */\n#include \"lowbit_rt.h\"\n"
+            f"LB_API int answer(void) {{ {body or 'return 42;'} }}\n")
+
+
+def test_flags_keep_float_rounding_and_warnings():
+    flags = toolchain.flags()
+    assert "-ffp-contract=off" in flags and "-Werror" in flags and "-Wall" in flags
+    assert not any("fast-math" in f or f == "-Ofast" for f in flags)
+
+
+def test_a_model_builds_once_and_loads():
+    src = _source()
+    lib = toolchain.build_model(src)
+    assert ctypes.CDLL(str(lib)).answer() == 42
+    assert toolchain.build_model(src) == lib
+
+
+def test_corrupted_cache_entry_is_rebuilt():
+    src = _source()
+    lib = toolchain.build_model(src)
+    lib.write_bytes(lib.read_bytes()[:100])  # truncated by a crash or a full disk
+    again = toolchain.build_model(src)
+    assert again == lib and ctypes.CDLL(str(again)).answer() == 42
+
+
+def test_compiler_failure_names_the_log_file():
+    with pytest.raises(CompileError, match=r"its output is in (\S+\.log)") as err:
+        toolchain.build_model(_source("return undeclared_name;"))
+    log = str(err.value).rsplit(" ", 1)[-1]
+    text = Path(log).read_text()
+    assert "undeclared_name" in text and "-ffp-contract=off" in text
+
+
+def test_warnings_are_errors():
+    with pytest.raises(CompileError):
+        toolchain.build_model(_source("int unused_variable; return 1;"))
+
+
+def test_no_compiler_says_how_to_get_one(monkeypatch, tmp_path):
+    toolchain.find_compiler.cache_clear()
+    try:
+        monkeypatch.delenv("CC", raising=False)
+        monkeypatch.setenv("PATH", str(tmp_path))
+        monkeypatch.setitem(sys.modules, "ziglang", None)
+        with pytest.raises(ToolchainError, match=r"apt-get install gcc.*pip install lowbit\[zig\]"):
+            toolchain.find_compiler()
+        monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
+        toolchain.find_compiler.cache_clear()
+        with pytest.raises(ToolchainError, match="does not run as a C compiler"):
+            toolchain.find_compiler()
+    finally:
+        toolchain.find_compiler.cache_clear()
+
+
+def test_a_cached_program_loads_without_generating_code_and_survives_corruption():
+    """A second compile of the same graph reads the generated program's blob and plan from the
+    cache (no code generation); a corrupted cached blob is generated again."""
+    import numpy as np
+
+    import lowbit
+    from lowbit.backends import cpu
+    from lowbit.cli.demo import bundled
+
+    graph = lowbit.load(bundled("mnistnet.onnx"))
+    x = np.random.default_rng(0).random((2, 1, 28, 28)).astype(np.float32)
+    name = f"m{uuid.uuid4().hex}"  # a program no earlier run cached
+    first = cpu.compile(graph, name=name)
+    want = first({"input": x})["logits"]
+    assert first.compiled()[0].source  # generated
+    again = cpu.compile(graph, name=name)
+    assert again.compiled()[0].source == ""  # loaded
+    np.testing.assert_array_equal(again({"input": x})["logits"], want)
+    key = again._artifact_key(())
+    blob = toolchain.cache_root() / "cpu" / ("art-" + key[:32]) / "blob.bin"
+    blob.write_bytes(blob.read_bytes()[:10])
+    third = cpu.compile(graph, name=name)
+    assert third.compiled()[0].source
+    np.testing.assert_array_equal(third({"input": x})["logits"], want)
