@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lowbit.numerics.exact_sum import NONE, ExactSum
+from lowbit.numerics.exact_sum import NONE, ExactSum, GridSum
 
 
 def _parts(rng, n, shape, spread):
@@ -98,3 +98,36 @@ def test_property_order_independent(values, random):
         b.merge(part)
     assert a.equals(b)
     assert a.value() == b.value()
+
+
+@pytest.mark.parametrize("spread", [0, 30, 200])
+def test_grid_sum_any_order_and_grouping_gives_the_same_limbs(spread):
+    rng = np.random.default_rng(spread)
+    parts = _parts(rng, 9, (4, 5), spread)
+    one = GridSum((4, 5))
+    for p in parts:
+        one.add(p)
+    backwards = GridSum((4, 5))
+    for p in parts[::-1]:
+        backwards.add(p)
+    halves = [GridSum((4, 5)), GridSum((4, 5))]
+    for i, p in enumerate(parts):
+        halves[i % 2].add(p)
+    halves[1].merge(halves[0])
+    assert one.equals(backwards) and one.equals(halves[1])
+    assert np.array_equal(one.value(), halves[1].value())
+    # as close as the grid allows (64 bits below the largest value's leading bit, truncated
+    # per addition), then one float64 rounding
+    exact = np.array([math.fsum(float(p[i, j]) for p in parts) for i in range(4)
+                      for j in range(5)])
+    largest = max(float(np.abs(p).max()) for p in parts)
+    error = np.abs(one.value().reshape(-1) - exact)
+    assert np.all(error <= 9 * largest * 2.0 ** -63 + np.spacing(np.abs(exact)))
+
+
+def test_grid_sum_of_the_smallest_and_largest_floats():
+    for value in (5e-324, 2.0 ** -1022, 1.7e308):
+        g = GridSum(2)
+        g.add(np.array([value, -value]))
+        g.add(np.array([value, 0.0]))
+        assert g.value().tolist() == [2 * value if value < 1e308 else np.inf, -value]

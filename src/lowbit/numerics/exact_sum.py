@@ -27,6 +27,8 @@ of one magnitude keeps every bit float64 addition would. An int64 limb takes 2**
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 WINDOW = 32
@@ -132,3 +134,101 @@ def _shifted(limbs: np.ndarray, shift: np.ndarray) -> np.ndarray:
         picked = np.take_along_axis(limbs, np.minimum(source, LIMBS - 1)[None], 0)[0]
         out[j] = np.where(ok, picked, 0)
     return out
+
+
+class GridSum:
+    """An order-independent sum of float arrays on one grid for the whole array: like
+    `ExactSum`, but with a single `top` window, set by the largest magnitude ever added to any
+    element. Every element keeps the bits from that window down to `LIMBS` windows below it (at
+    least 64 bits below the largest value's leading bit; smaller elements keep fewer of their
+    own), and the limbs and top depend only on the values added, not on their order or
+    grouping. It costs 3 int64 per element and a few passes per addition, where `ExactSum`
+    costs 4 and a per-element exponent: for large arrays (input moments, K x K)."""
+
+    def __init__(self, shape: tuple[int, ...] | int = ()) -> None:
+        shape = (shape,) if isinstance(shape, int) else tuple(shape)
+        self.limbs = np.zeros((LIMBS, *shape), np.int64)
+        """Limb j holds window `top - LIMBS + 1 + j` of every element."""
+        self.top = NONE
+        self.adds = 0
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(self.limbs.shape[1:])
+
+    def add(self, values: np.ndarray) -> None:
+        """Add `values` (float32 or float64, this sum's shape; finite)."""
+        x = np.asarray(values)
+        if x.shape != self.shape:
+            raise ValueError(f"adding shape {x.shape} to a sum of shape {self.shape}")
+        largest = float(np.max(np.abs(x))) if x.size else 0.0
+        if not math.isfinite(largest):
+            raise ValueError("an exact sum takes finite values only")
+        self._count(1)
+        if largest == 0.0:
+            return
+        self._raise_top((math.frexp(largest)[1] - 1) // WINDOW)
+        # y: x in units of the top window (|y| < 2**W; a power-of-two scaling, exact). Each
+        # limb is y's integer part (truncated toward zero), and the fraction left, scaled by
+        # 2**W (exact), gives the next: the windows of |x|, signed like x, the bits below the
+        # lowest window dropped. Scalings by 2**k stay exact: float64 keeps subnormals and no
+        # window below 2**-1074 is ever kept for a value that has one.
+        scale = -self.top * WINDOW  # in two steps: 2**scale alone may overflow
+        y = x.astype(np.float64) * math.ldexp(1.0, scale // 2)
+        y *= math.ldexp(1.0, scale - scale // 2)
+        part = np.empty(y.shape, np.int64)
+        for j in range(LIMBS - 1, -1, -1):
+            np.trunc(y, out=part, casting="unsafe")
+            self.limbs[j] += part
+            if j:
+                y -= part
+                y *= float(1 << WINDOW)
+
+    def merge(self, other: GridSum) -> None:
+        """Add another sum of the same shape (exact: as if its values were added here)."""
+        if other.shape != self.shape:
+            raise ValueError(f"merging a sum of shape {other.shape} into one of {self.shape}")
+        self._count(other.adds)
+        if other.top == NONE:
+            return
+        self._raise_top(other.top)
+        shift = self.top - other.top
+        for j in range(LIMBS - shift):
+            self.limbs[j] += other.limbs[j + shift]
+
+    def value(self) -> np.ndarray:
+        """The sum, rounded to float64 (the same for equal limbs and tops)."""
+        if self.top == NONE:
+            return np.zeros(self.shape)
+        limbs = self.limbs.copy()
+        for j in range(LIMBS - 1):
+            carry = limbs[j] >> WINDOW
+            limbs[j] -= carry << WINDOW
+            limbs[j + 1] += carry
+        base = (self.top - (LIMBS - 1)) * WINDOW
+        total = np.zeros(self.shape)
+        for j in range(LIMBS):
+            total = total + np.ldexp(limbs[j].astype(np.float64), base + j * WINDOW)
+        return total
+
+    def copy(self) -> GridSum:
+        out = GridSum(self.shape)
+        out.limbs, out.top, out.adds = self.limbs.copy(), self.top, self.adds
+        return out
+
+    def equals(self, other: GridSum) -> bool:
+        return self.top == other.top and np.array_equal(self.limbs, other.limbs)
+
+    def _count(self, n: int) -> None:
+        self.adds += n
+        if self.adds > MAX_ADDS:
+            raise OverflowError(f"an exact sum takes at most {MAX_ADDS} additions")
+
+    def _raise_top(self, top: int) -> None:
+        if top <= self.top:
+            return
+        shift = top - self.top if self.top != NONE else LIMBS
+        moved = np.zeros_like(self.limbs)
+        for j in range(max(0, LIMBS - shift)):
+            moved[j] = self.limbs[j + shift]
+        self.limbs, self.top = moved, top
