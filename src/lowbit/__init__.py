@@ -10,6 +10,7 @@ from __future__ import annotations
 from lowbit.api import (
     compare,
     compile,
+    export_bundle,
     from_torch,
     load,
     profile,
@@ -43,6 +44,7 @@ __all__ = [
     "__version__",
     "compare",
     "compile",
+    "export_bundle",
     "from_torch",
     "load",
     "profile",

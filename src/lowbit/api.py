@@ -64,6 +64,22 @@ def compile(graph: Graph, backend: str = "reference", **options) -> backends.Exe
     return backends.compile(graph, backend, **options)
 
 
+def export_bundle(graph: Graph, directory: str | os.PathLike, *, target: str | None = None,
+                  weights: str = "file", name: str | None = None,
+                  dims: Mapping[str, int] | None = None):
+    """Write `graph` as a standalone C bundle into `directory`: the cpu backend's generated code
+    with the kernel library sources, NAME.h, the weights (`weights="file"`: NAME.weights;
+    `"embed"`: a C array), a Makefile, a CMakeLists.txt and example_main.c, a program that runs
+    the model on .npy files (`make && ./NAME in.npy out.npy`). `target`: "x86-64",
+    "x86-64-avx2", "x86-64-avx512vnni", "aarch64" or "aarch64-dotprod" (default: this
+    machine's); `dims`: sizes of symbolic input dimensions other than the batch. Returns a
+    `Bundle` whose `summary()` gives the sizes; refuses (BundleError, nothing written) an
+    unknown target or an op without a kernel, naming it."""
+    from lowbit.backends.cpu.bundle import export_bundle as _export
+
+    return _export(graph, directory, target=target, weights=weights, name=name, dims=dims)
+
+
 def run(
     graph: Graph, inputs: Mapping[str, np.ndarray], backend: str = "reference"
 ) -> dict[str, np.ndarray]:

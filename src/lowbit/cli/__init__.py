@@ -16,7 +16,7 @@ import numpy as np
 from lowbit.errors import LowbitError
 from lowbit.fileio import check_writable
 
-VERBS = ("inspect", "run", "dump", "profile", "quantize", "compare", "bench", "demo")
+VERBS = ("inspect", "run", "dump", "profile", "quantize", "compare", "compile", "bench", "demo")
 OUTPUT_OPTIONS = ("output", "report", "config_out", "npz")
 """Options naming a file a verb writes: checked before any work (a missing folder is
 reported at once, not after minutes of profiling)."""
@@ -26,6 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
     from lowbit.cli import (
         bench_cmd,
         compare_cmd,
+        compile_cmd,
         demo,
         dump_cmd,
         inspect_cmd,
@@ -41,7 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="show tracebacks and verify the IR after every pass")
     sub = parser.add_subparsers(dest="verb", metavar="VERB", required=True)
     for module in (inspect_cmd, run_cmd, dump_cmd, profile_cmd, quantize_cmd, compare_cmd,
-                   bench_cmd, demo):
+                   compile_cmd, bench_cmd, demo):
         module.add_parser(sub)
     return parser
 

@@ -24,6 +24,10 @@ to its zero point: it stands for exact zeros, and never divides by zero. NaN ele
 ignored by the range and give the code `zero` (they stand for 0). The
 asymmetric per-tensor 8-bit case equals ONNX DynamicQuantizeLinear (with ONNX Runtime's scale 1
 for an all-zero input).
+
+A grouped product (lowbit DynamicMatMul with `group_size`) dequantizes its exact integer group
+sums with `dequantize_groups`, in float32 steps of a defined order (one multiply-add chain per
+output, which a vector kernel carries in float32 lanes).
 """
 
 from __future__ import annotations
@@ -105,3 +109,24 @@ def dynamic_params(x: np.ndarray, axes: Sequence[int], symmetric: bool, reduce_r
     codes = np.clip(q + zero, low, top)
     dtype = code_dtype(symmetric)
     return codes.astype(dtype), scale, zero.astype(dtype)
+
+
+def dequantize_groups(acc: np.ndarray, a_scale: np.ndarray, b_scale: np.ndarray) -> np.ndarray:
+    """The float32 result of a grouped product from its exact integer group sums.
+
+    acc [..., G, M, N] (group j's sum of (a - a_zero)(b - b_zero), integers), a_scale
+    [..., M, G] (per row and group), b_scale [..., G, N] (per group and column), batch axes
+    broadcasting. Every step in float32, groups in order:
+
+        y = 0;  for j in 0 .. G-1:  y = y + (float32(acc_j) * b_scale_j) * a_scale_j
+    """
+    acc = np.asarray(acc)
+    a_scale = np.asarray(a_scale, np.float32)
+    b_scale = np.asarray(b_scale, np.float32)
+    y = np.zeros(np.broadcast_shapes(acc.shape[:-3] + acc.shape[-2:],
+                                     a_scale.shape[:-2] + acc.shape[-2:],
+                                     b_scale.shape[:-2] + acc.shape[-2:]), np.float32)
+    for j in range(acc.shape[-3]):
+        term = acc[..., j, :, :].astype(np.float32) * b_scale[..., j:j + 1, :]
+        y = y + term * a_scale[..., :, j:j + 1]
+    return y

@@ -19,7 +19,8 @@ factors out exactly, or, with `group_size` g > 0, constant within each of the G 
 groups of g consecutive elements along K (the parameters then have length G there):
 
         acc_j = matmul(A_j - A_zero_j, B_j - B_zero_j)            group j, exact integers
-        Y     = float32(sum_j acc_j * (A_scale_j * B_scale_j)) + C (sum and products in float64)
+        Y     = dequantize_groups(acc, A_scale, B_scale) + C      (float32: y = 0, then
+                y = y + (float32(acc_j) * B_scale_j) * A_scale_j for j = 0 .. G-1)
 """
 
 from __future__ import annotations

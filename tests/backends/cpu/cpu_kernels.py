@@ -10,7 +10,7 @@ from lowbit.backends.cpu import library as L
 from lowbit.backends.cpu import packing
 from lowbit.numerics import fixed_point
 
-ISAS = [isa for isa in L.ISAS if L.ISAS.index(isa) <= L.ISAS.index(L.best_isa())]
+ISAS = L.supported_isas()
 
 
 def ptr(a: np.ndarray | None):

@@ -40,9 +40,13 @@ def test_parallel_for_runs_each_task_once(threads):
 
 def test_isa_choice_and_refusal(monkeypatch):
     best = L.best_isa()
-    for isa in L.ISAS[: L.ISAS.index(best) + 1]:
+    for isa in L.supported_isas():
         monkeypatch.setenv(L.ISA_ENV, isa)
         assert L.Context(1).isa == isa
+    other = "neon" if best in ("scalar", "avx2", "vnni") else "avx2"  # the other architecture
+    monkeypatch.setenv(L.ISA_ENV, other)
+    with pytest.raises(LowbitError, match=f"cannot run the {other} kernels"):
+        L.Context(1)
     monkeypatch.setenv(L.ISA_ENV, "sse9")
     with pytest.raises(LowbitError, match="unknown cpu ISA 'sse9'"):
         L.Context(1)

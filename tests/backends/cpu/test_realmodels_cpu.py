@@ -1,5 +1,6 @@
 """Real models on the cpu backend, bit for bit against the reference interpreter on every ISA
-path: EfficientNet-Lite0 quantized with lowbit's defaults (tests/realmodels.py)."""
+path: EfficientNet-Lite0 quantized with lowbit's defaults (the efficientnet_int8 fixture of
+conftest.py)."""
 
 from __future__ import annotations
 
@@ -9,18 +10,8 @@ from cpu_kernels import ISAS
 
 import lowbit
 from lowbit.backends import cpu
-from lowbit.quant.static import quantize
-from realmodels import efficientnet, load_photos
 
 pytestmark = pytest.mark.realmodel
-
-
-@pytest.fixture(scope="module")
-def efficientnet_int8():
-    photos = load_photos()
-    graph = lowbit.load(efficientnet(True))
-    calib = [{"input": photos[i:i + 1]} for i in range(0, len(photos), 3)]
-    return quantize(graph, lowbit.profile(graph, calib, progress=False)).graph, photos
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +37,7 @@ def test_float_models_match_the_reference():
     """EfficientNet-Lite0 and PP-OCR's direction classifier (unknown height and width,
     compiled for the sizes of the call) in float: convolutions, depthwise ones, HardSwish,
     HardSigmoid, averages, Softmax."""
-    from realmodels import ocr_model, ocr_text_lines
+    from realmodels import efficientnet, load_photos, ocr_model, ocr_text_lines
 
     cases = [(lowbit.load(efficientnet(True)), {"input": load_photos()[:1]}),
              (lowbit.load(ocr_model("cls")), {"x": ocr_text_lines(2, width=192)})]
@@ -97,7 +88,7 @@ def test_onnxruntime_quantize_static_files_match_the_reference(name, tmp_path):
     from onnxruntime.quantization import QuantFormat, quantize_static
 
     from lowbit.cli.demo import bundled
-    from realmodels import calibration_reader, ocr_model, ocr_text_lines
+    from realmodels import calibration_reader, efficientnet, load_photos, ocr_model, ocr_text_lines
 
     if name == "mnist":
         with np.load(bundled("digits.npz")) as d:

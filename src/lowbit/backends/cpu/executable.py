@@ -3,10 +3,17 @@
 `CpuExecutable(graph)` generates and compiles the graph's C program (cached on disk, see
 toolchain), and is called like the reference interpreter: `{input name: array}` in,
 `{output name: array}` out. Inputs are checked by name, dtype and shape first (the reference's
-`check_inputs`, same messages). The batch dimension (a symbolic first dimension of the inputs)
-is a run-time argument of the compiled code: every batch size runs the same library. Other
-symbolic or unknown dimensions (an image's height and width) are fixed per call: each distinct
-set of sizes is compiled once, on first use.
+`check_inputs`, same messages).
+
+Dimensions: when every node's kernel takes run-time dimensions (`lower.runtime_capable`), all
+symbolic and unknown dimensions are arguments of the one compiled program (a transformer's
+batch and sequence length). Otherwise the batch dimension alone is, and other symbolic
+dimensions (an image's height and width) are fixed per call: each distinct set of sizes is
+compiled once, on first use. Either way, the first call with new input shapes finds the
+dimension values (from the inputs, or by shape inference for derived ones) and plans the arena
+for them; both are kept for later calls with the same shapes. A generated program whose
+bookkeeping is plain data (no run-time error messages, no computed scratch sizes) is cached on
+disk with its blob (toolchain.load_artifact): loading it again skips code generation.
 """
 
 from __future__ import annotations
@@ -21,9 +28,8 @@ from pathlib import Path
 import numpy as np
 
 from lowbit.backends.cpu import library, toolchain
-from lowbit.backends.cpu.codegen.lower import Lowering
-from lowbit.backends.cpu.codegen.program import Plan, dim_size
-from lowbit.backends.lowering import fold_quantized_constants, has_quantized_constants
+from lowbit.backends.cpu.codegen.lower import Binding, Lowering, batch_symbol, runtime_capable
+from lowbit.backends.cpu.codegen.program import Liveness, Size, dim_size
 from lowbit.backends.reference.interpreter import check_inputs
 from lowbit.errors import InputError, LowbitError, UnsupportedError
 from lowbit.ir.graph import Graph
@@ -34,17 +40,35 @@ from lowbit.passes.fold_constants import fold_constants
 
 
 @dataclass
+class Prepared:
+    """What a call with given input shapes needs: dimension values, arena offsets and size,
+    output shapes."""
+
+    dims: np.ndarray
+    offsets: np.ndarray
+    arena_size: int
+    output_shapes: list[tuple[int, ...]]
+
+
+@dataclass
 class Compiled:
-    """One specialization: the loaded library, its blob and arena plan, output shapes."""
+    """One compiled program: the loaded library, its blob, the arena tensors' lifetimes, its
+    dimension variables and where they come from, output shapes (lowered)."""
 
     function: C._CFuncPtr
     library_path: str
     blob: np.ndarray
-    plan: Plan
+    liveness: Liveness
+    dim_vars: list[str]
+    bindings: list[Binding]
+    graph: Graph
     outputs: list[tuple[str, tuple, np.dtype]]
     source: str
     seconds: float
     steps: list[str]
+    prepared: dict[tuple, Prepared]
+    errors: dict
+    """Step number -> a function (detail, input arrays) -> message for its failure."""
 
 
 def _aligned(nbytes: int, align: int = 64) -> np.ndarray:
@@ -61,13 +85,14 @@ class CpuExecutable:
         self.graph = graph
         self.name = name or "model"
         self.context = library.context(threads, isa)
-        self.batch = _batch_symbol(graph)
+        self.batch = batch_symbol(graph)
+        self.runtime_dims = runtime_capable(graph)
         self._compiled: dict[tuple, Compiled] = {}
         self._lock = threading.Lock()
         self._arena = np.empty(0, np.uint8)
         self._graph_hash: str | None = None
-        if all(isinstance(d, int) or d == self.batch for v in graph.inputs
-               for d in (v.type.shape or ())):
+        if self.runtime_dims or all(isinstance(d, int) or d == self.batch
+                                    for v in graph.inputs for d in (v.type.shape or ())):
             self._specialize(())
 
     @property
@@ -82,6 +107,8 @@ class CpuExecutable:
         return list(self._compiled.values())
 
     def _key(self, arrays: list[np.ndarray]) -> tuple:
+        if self.runtime_dims:
+            return ()
         key = []
         for v, a in zip(self.graph.inputs, arrays, strict=True):
             for axis, (d, n) in enumerate(zip(v.type.shape or (), a.shape, strict=False)):
@@ -94,7 +121,8 @@ class CpuExecutable:
         specialized sizes, and the code generator's and library's sources."""
         if self._graph_hash is None:
             self._graph_hash = graph_hash(self.graph)
-        return toolchain.artifact_key(self._graph_hash, repr((key, self.batch, self.name)))
+        return toolchain.artifact_key(self._graph_hash, repr((key, self.batch, self.name,
+                                                              self.runtime_dims)))
 
     def _specialize(self, key: tuple) -> Compiled:
         found = self._compiled.get(key)
@@ -104,18 +132,11 @@ class CpuExecutable:
         akey = self._artifact_key(key)
         cached = toolchain.load_artifact(akey)
         if cached is not None:
-            meta, data = cached
-            plan = Plan({}, meta["fixed"], meta["batch"])
-            outputs = [(name, tuple(shape), np.dtype(dtype))
-                       for name, shape, dtype in meta["outputs"]]
-            compiled = self._load(Path(meta["library"]), data, plan, outputs, "",
-                                  meta["steps"], start)
+            compiled = self._from_artifact(*cached, start)
             if compiled is not None:
                 self._compiled[key] = compiled
                 return compiled
         graph = self.graph.copy()
-        if has_quantized_constants(graph):
-            graph = fold_quantized_constants(graph)
         if key:
             sizes = {(name, axis): n for name, axis, n in key}
             for v in graph.inputs:
@@ -125,50 +146,90 @@ class CpuExecutable:
                     v.type = TensorType(v.type.dtype, shape, v.type.quant)
             _forget_shapes(graph, self.batch)
             infer_graph(graph)
-        graph = fold_constants(graph)  # shape computations over now-static sizes
-        graph = _fold_dequantized_constants(graph)
-        program = Lowering(graph, self.name, self.batch).lower()
-        plan = program.make_plan()
+        graph = prepare_for_lowering(graph)
+        lowering = Lowering(graph, self.name, self.batch, runtime_dims=self.runtime_dims)
+        program = lowering.lower()
+        liveness = program.make_liveness()
         source = program.render()
-        path = toolchain.build_model(source, "model")
         data = program.blob.bytes()
-        lowering_dims = Lowering(graph, self.name, self.batch)
-        outputs = [(v.name, lowering_dims.shape(v), np.dtype(v.type.dtype.np_dtype))
+        outputs = [(v.name, lowering.shape(v), np.dtype(v.type.dtype.np_dtype))
                    for v in graph.outputs]
         steps = [s.comment for s in program.steps]
-        compiled = self._load(path, data, plan, outputs, source, steps, start)
-        if compiled is None:  # a library that does not load: build it again
+        errors = {s.number: s.error for s in program.steps if s.error}
+        path = toolchain.build_model(source, "model")
+        fn = _load(path)
+        if fn is None:  # a library that does not load: build it again
             toolchain.invalidate(path)
             path = toolchain.build_model(source, "model")
-            compiled = self._load(path, data, plan, outputs, source, steps, start)
-            if compiled is None:
+            fn = _load(path)
+            if fn is None:
                 raise LowbitError(f"the compiled model {path} does not load")
-        toolchain.store_artifact(akey, {
-            "library": str(path), "fixed": plan.fixed_size, "batch": plan.per_batch_size,
-            "outputs": [(n, list(s), d.str) for n, s, d in outputs], "steps": steps}, data)
+        compiled = Compiled(fn, str(path), _blob(data), liveness, list(program.dim_vars),
+                            list(lowering.bindings), graph, outputs, source,
+                            time.perf_counter() - start, steps, {}, errors)
+        if not errors and not any(r.size_fn for r in liveness.roots):
+            toolchain.store_artifact(akey, {
+                "library": str(path), "dim_vars": compiled.dim_vars,
+                "bindings": [[b.value, b.axis, b.coef, list(b.names)] for b in compiled.bindings],
+                "roots": [[r.nbytes.coef, list(r.nbytes.syms)] for r in liveness.roots],
+                "first": liveness.first, "last": liveness.last,
+                "outputs": [(n, list(s), d.str) for n, s, d in outputs], "steps": steps}, data)
         self._compiled[key] = compiled
         return compiled
 
-    def _load(self, path: Path, data: bytes, plan: Plan, outputs, source: str,
-              steps: list[str], start: float) -> Compiled | None:
-        if not path.exists():
+    def _from_artifact(self, meta: dict, data: bytes, start: float) -> Compiled | None:
+        fn = _load(Path(meta["library"]))
+        if fn is None:
             return None
-        try:
-            lib = C.CDLL(str(path))
-        except OSError:
-            return None
-        fn = lib.lb_model_run
-        fn.restype = C.c_int
-        fn.argtypes = [C.POINTER(library.Ctx), C.c_void_p, C.c_void_p, C.c_int64, C.c_void_p,
-                       C.c_void_p, C.c_void_p]
-        blob = _aligned(max(len(data), 64))
-        blob[:len(data)] = np.frombuffer(data, np.uint8)
-        return Compiled(fn, str(path), blob, plan, outputs, source,
-                        time.perf_counter() - start, steps)
+        liveness = Liveness([_Root(Size(c, tuple(syms))) for c, syms in meta["roots"]],
+                            list(meta["first"]), list(meta["last"]))
+        bindings = [Binding(v, a, c, tuple(n)) for v, a, c, n in meta["bindings"]]
+        outputs = [(name, tuple(shape), np.dtype(dtype))
+                   for name, shape, dtype in meta["outputs"]]
+        return Compiled(fn, meta["library"], _blob(data), liveness, list(meta["dim_vars"]),
+                        bindings, self.graph, outputs, "", time.perf_counter() - start,
+                        list(meta["steps"]), {}, {})
 
-    def arena_bytes(self, batch: int = 1) -> int:
-        """Size of the arena for one inference at batch size `batch` (first specialization)."""
-        return next(iter(self._compiled.values())).plan.size(batch)
+    def arena_bytes(self, inputs: Mapping[str, np.ndarray]) -> int:
+        """Size of the arena for one inference on `inputs` (their shapes are what counts)."""
+        arrays = [np.asarray(a) for a in check_inputs(self.graph, inputs)]
+        with self._lock:
+            compiled = self._specialize(self._key(arrays))
+            return self._prepare(compiled, arrays).arena_size
+
+    def _prepare(self, compiled: Compiled, arrays: list[np.ndarray]) -> Prepared:
+        shapes = tuple(a.shape for a in arrays)
+        found = compiled.prepared.get(shapes)
+        if found is not None:
+            return found
+        values = self._dimension_values(compiled, arrays)
+        dims = np.array([values.get(v, 1) for v in compiled.dim_vars], np.int64)
+        offsets, size = compiled.liveness.plan(values)
+        outs = [tuple(dim_size(d).at(values) for d in shape) for _, shape, _ in compiled.outputs]
+        prepared = Prepared(dims, offsets, size, outs)
+        compiled.prepared[shapes] = prepared
+        return prepared
+
+    def _dimension_values(self, compiled: Compiled, arrays: list[np.ndarray]) -> dict[str, int]:
+        """The value of each dimension variable for these inputs: read from the inputs' shapes,
+        and for the others from shape inference on the graph with these shapes."""
+        graph = compiled.graph
+        values: dict[str, int] = {}
+        if self.batch is not None:
+            values[BATCH_VAR] = next((int(a.shape[0]) for v, a in
+                                      zip(graph.inputs, arrays, strict=True)
+                                      if v.type.shape and v.type.shape[0] == self.batch), 1)
+        shapes = {v.name: a.shape for v, a in zip(graph.inputs, arrays, strict=True)}
+        _solve(compiled.bindings, shapes, values)
+        if any(v not in values for v in compiled.dim_vars):
+            shapes.update(_inferred_shapes(graph, arrays))
+            _solve(compiled.bindings, shapes, values)
+        missing = [v for v in compiled.dim_vars if v not in values and v != BATCH_VAR]
+        if missing:
+            raise LowbitError(f"the cpu backend could not find the size of dimension(s) "
+                              f"{', '.join(missing)} for inputs of shapes "
+                              f"{[tuple(a.shape) for a in arrays]}")
+        return values
 
     def __call__(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         return self._run(inputs, None)
@@ -185,31 +246,99 @@ class CpuExecutable:
 
     def _run(self, inputs, times, keep: bool = False):
         arrays = [np.ascontiguousarray(a) for a in check_inputs(self.graph, inputs)]
-        n = 1
-        for v, a in zip(self.graph.inputs, arrays, strict=True):
-            shape = v.type.shape or ()
-            if shape and shape[0] == self.batch and self.batch is not None:
-                n = int(a.shape[0])
-                break
         with self._lock:
             compiled = self._specialize(self._key(arrays))
-            outs = [np.empty(tuple(dim_size(d).at(n) for d in shape), dtype)
-                    for _, shape, dtype in compiled.outputs]
-            size = compiled.plan.size(n)
-            if self._arena.size < size:
-                self._arena = _aligned(size)
+            prep = self._prepare(compiled, arrays)
+            outs = [np.empty(shape, dtype) for shape, (_, _, dtype)
+                    in zip(prep.output_shapes, compiled.outputs, strict=True)]
+            if self._arena.size < prep.arena_size:
+                self._arena = _aligned(prep.arena_size)
             ins = (C.c_void_p * max(1, len(arrays)))(*[a.ctypes.data for a in arrays])
             outp = (C.c_void_p * max(1, len(outs)))(*[o.ctypes.data for o in outs])
             if keep and times is None:
                 times = np.zeros(len(compiled.steps), np.float64)
+            err = np.zeros(2, np.int64)
             status = compiled.function(self.context.handle, compiled.blob.ctypes.data,
-                                       self._arena.ctypes.data, n, ins, outp,
-                                       times.ctypes.data if keep else None)
+                                       self._arena.ctypes.data, prep.dims.ctypes.data,
+                                       prep.offsets.ctypes.data, ins, outp,
+                                       times.ctypes.data if keep else None, err.ctypes.data)
         if status != 0:
+            describe = compiled.errors.get(status)
+            if describe is not None:
+                raise InputError(describe(int(err[0]), arrays))
             raise LowbitError(f"the compiled model failed (status {status})")
         if keep:
             return times
         return {name: o for (name, _, _), o in zip(compiled.outputs, outs, strict=True)}
+
+
+BATCH_VAR = "N"
+
+
+@dataclass
+class _Root:
+    """An arena tensor's size, as a cached program's liveness holds it."""
+
+    nbytes: Size
+    size_fn: None = None
+
+
+def _load(path: Path) -> C._CFuncPtr | None:
+    """lb_model_run of the library at path, or None (absent or not loadable)."""
+    if not path.exists():
+        return None
+    try:
+        lib = C.CDLL(str(path))
+    except OSError:
+        return None
+    fn = lib.lb_model_run
+    fn.restype = C.c_int
+    fn.argtypes = [C.POINTER(library.Ctx), C.c_void_p, C.c_void_p, C.c_void_p, C.c_void_p,
+                   C.c_void_p, C.c_void_p, C.c_void_p, C.c_void_p]
+    return fn
+
+
+def _blob(data: bytes) -> np.ndarray:
+    blob = _aligned(max(len(data), 64))
+    blob[:len(data)] = np.frombuffer(data, np.uint8)
+    return blob
+
+
+def _solve(bindings: list[Binding], shapes: dict[str, tuple], values: dict[str, int]) -> None:
+    """Bind dimension variables from known shapes: a binding with one unbound variable gives
+    it (repeated until nothing changes)."""
+    progress = True
+    while progress:
+        progress = False
+        for b in bindings:
+            shape = shapes.get(b.value)
+            unbound = [n for n in b.names if n not in values]
+            if len(unbound) != 1 or shape is None or shape[b.axis] is None:
+                continue
+            known = b.coef
+            for n in b.names:
+                if n in values:
+                    known *= values[n]
+            if known:
+                values[unbound[0]] = int(shape[b.axis]) // known
+                progress = True
+
+
+def _inferred_shapes(graph: Graph, arrays: list[np.ndarray]) -> dict[str, tuple]:
+    """Every value's shape when the graph's inputs have the shapes of `arrays` (shape
+    inference on a copy)."""
+    g = graph.copy()
+    for v, a in zip(g.inputs, arrays, strict=True):
+        v.type = TensorType(v.type.dtype, tuple(int(n) for n in a.shape), v.type.quant)
+    _forget_shapes(g, None)
+    try:
+        infer_graph(g)
+    except LowbitError as exc:
+        given = ", ".join(f"'{v.name}' {tuple(a.shape)}" for v, a in
+                          zip(g.inputs, arrays, strict=True))
+        raise InputError(f"inputs of shapes {given} do not fit the model: {exc}") from exc
+    return {v.name: tuple(v.type.shape) for v in g.values()
+            if v.type is not None and v.type.shape is not None}
 
 
 def _forget_shapes(graph: Graph, batch: str | None) -> None:
@@ -222,6 +351,12 @@ def _forget_shapes(graph: Graph, batch: str | None) -> None:
                 continue
             shape = tuple(None if isinstance(d, str) and d != batch else d for d in t.shape)
             v.type = TensorType(t.dtype, shape, t.quant)
+
+
+def prepare_for_lowering(graph: Graph) -> Graph:
+    """The graph (sizes set) as the code generator takes it, here and in bundles: shape
+    computations over now-static sizes folded, and constants' Quantize/DequantizeLinear."""
+    return _fold_dequantized_constants(fold_constants(graph))
 
 
 def _fold_dequantized_constants(graph: Graph) -> Graph:
@@ -247,20 +382,11 @@ def _fold_dequantized_constants(graph: Graph) -> Graph:
     return eliminate_dead_code(graph) if changed else graph
 
 
-def _batch_symbol(graph: Graph) -> str | None:
-    """The symbolic first dimension of the inputs, if any: the batch size, a run-time argument."""
-    for v in graph.inputs:
-        shape = v.type.shape if v.type is not None else None
-        if shape and isinstance(shape[0], str):
-            return shape[0]
-    return None
-
-
 def _name_batch(graph: Graph) -> Graph:
     """An unknown first input dimension (an exporter's "?") is the batch size: name it, so that
     it stays a run-time argument instead of a size compiled per call."""
     graph = graph.copy()
-    symbol = _batch_symbol(graph) or "batch"
+    symbol = batch_symbol(graph) or "batch"
     for v in graph.inputs:
         shape = v.type.shape
         if shape and shape[0] is None:
@@ -271,8 +397,12 @@ def _name_batch(graph: Graph) -> Graph:
 def compile(graph: Graph, *, threads: int | None = None, isa: str | None = None,
             name: str | None = None) -> CpuExecutable:
     """Compile `graph` for the cpu backend (see the module docstring)."""
+    from lowbit.backends.lowering import fold_quantized_constants, has_quantized_constants
+
     if any(v.type is None or v.type.shape is None for v in graph.inputs):
         raise UnsupportedError("the cpu backend needs typed inputs with known ranks")
+    if has_quantized_constants(graph):
+        graph = fold_quantized_constants(graph.copy())
     if any(v.type.shape and v.type.shape[0] is None for v in graph.inputs):
         graph = _name_batch(graph)
     return CpuExecutable(graph, threads=threads, isa=isa, name=name)

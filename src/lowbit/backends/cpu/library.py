@@ -1,8 +1,9 @@
 """The kernel library loaded with ctypes: its structs, its contexts (ISA and thread pool).
 
-The ISA is chosen once per context: the best one the CPU supports (cpuid and xgetbv in C), or
-the one `$LOWBIT_CPU_ISA` names (`vnni`, `avx2`, `scalar`), so tests exercise every path on one
-machine. Asking for an ISA the CPU lacks is an error, never a silent downgrade.
+The ISA is chosen once per context: the best one the CPU supports (cpuid and xgetbv on x86-64,
+the hardware capabilities on 64-bit ARM), or the one `$LOWBIT_CPU_ISA` names (`vnni`, `avx2`,
+`neon`, `dotprod`, `scalar`), so tests exercise every path on one machine. Asking for an ISA the
+CPU lacks is an error, never a silent downgrade.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ import weakref
 from lowbit.backends.cpu import toolchain
 from lowbit.errors import LowbitError
 
-ISAS = ("scalar", "avx2", "vnni")
+ISAS = ("scalar", "avx2", "vnni", "neon", "dotprod")
+"""enum lb_isa of lowbit_rt.h, in order."""
 ISA_ENV = "LOWBIT_CPU_ISA"
 
 # enum lb_rq_method and enum lb_type of lowbit_rt.h
@@ -60,6 +62,7 @@ class Ctx(C.Structure):
 
 _SIGNATURES = {
     "lb_detect_isa": (C.c_int, []),
+    "lb_isa_supported": (C.c_int, [C.c_int]),
     "lb_isa_name": (C.c_char_p, [C.c_int]),
     "lb_ctx_create": (C.POINTER(Ctx), [C.c_int, C.c_int]),
     "lb_ctx_destroy": (None, [C.POINTER(Ctx)]),
@@ -97,6 +100,11 @@ def best_isa() -> str:
     return ISAS[lib().lb_detect_isa()]
 
 
+def supported_isas() -> list[str]:
+    """Every instruction set this CPU can run the library's kernels with (scalar first)."""
+    return [isa for i, isa in enumerate(ISAS) if lib().lb_isa_supported(i)]
+
+
 def chosen_isa(isa: str | None = None) -> str:
     """`isa`, else `$LOWBIT_CPU_ISA`, else the best one; LowbitError if unknown or unsupported
     by this CPU."""
@@ -104,10 +112,9 @@ def chosen_isa(isa: str | None = None) -> str:
     if name not in ISAS:
         raise LowbitError(f"unknown cpu ISA {name!r} (from {'the argument' if isa else ISA_ENV});"
                           f" choose one of {', '.join(ISAS)}")
-    best = best_isa()
-    if ISAS.index(name) > ISAS.index(best):
-        raise LowbitError(f"this CPU cannot run the {name} kernels (its best is {best}); set "
-                          f"{ISA_ENV} to one of {', '.join(ISAS[:ISAS.index(best) + 1])}")
+    if name not in supported_isas():
+        raise LowbitError(f"this CPU cannot run the {name} kernels (its best is {best_isa()}); "
+                          f"set {ISA_ENV} to one of {', '.join(supported_isas())}")
     return name
 
 

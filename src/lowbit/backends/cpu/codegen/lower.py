@@ -5,11 +5,19 @@ or float); emitters ask for their inputs in the layout they want (`operand`), de
 (`result`), and add C steps. Conversions between layouts and between stored and raw int8 are
 inserted here, once per value and layout. Every node must have an emitter: `unsupported`
 lists those without one before anything is generated.
+
+Dimensions: with `runtime_dims`, every symbolic or unknown dimension of the graph becomes a C
+variable of the generated function (the batch symbol is `N`, others `d1`, `d2`, ..., unknown
+ones `u1`, ...), and `bindings` records where each appears so that the caller can find its
+value from the inputs' shapes. That needs every node's emitter to handle such dimensions
+(registered with `dynamic=True`); `runtime_capable` says whether a graph qualifies. Otherwise
+the batch symbol alone is a variable and other symbols must have been fixed before lowering.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -19,9 +27,12 @@ from lowbit.backends.reference.kernels import is_quantized
 from lowbit.errors import KernelError, UnsupportedError
 from lowbit.ir.graph import CONSTANT, Graph, Node, Value
 from lowbit.ir.types import TensorType
+from lowbit.ops.symbolic import as_monomial
 
 Emitter = Callable[["Lowering", Node], None]
 _EMITTERS: dict[tuple[str, str, bool], Emitter] = {}
+_DYNAMIC: set[Emitter] = set()
+"""Emitters that handle dimensions known only at run time (C variables)."""
 
 TYPE_CODES = {np.dtype(np.uint8): L.U8, np.dtype(np.int16): L.I16,
               np.dtype(np.uint16): L.U16, np.dtype(np.float32): L.F32,
@@ -29,11 +40,15 @@ TYPE_CODES = {np.dtype(np.uint8): L.U8, np.dtype(np.int16): L.I16,
               np.dtype(np.float64): L.F64, np.dtype(np.bool_): L.BOOL}
 
 
-def emitter(op_type: str, *, quantized: bool = False, domain: str = "") -> Callable:
-    """Register the emitter of `op_type` for float (plain) or quantized nodes."""
+def emitter(op_type: str, *, quantized: bool = False, domain: str = "",
+            dynamic: bool = False) -> Callable:
+    """Register the emitter of `op_type` for float (plain) or quantized nodes; `dynamic`: it
+    handles dimensions that are C variables (see the module docstring)."""
 
     def deco(fn: Emitter) -> Emitter:
         _EMITTERS[(domain, op_type, quantized)] = fn
+        if dynamic:
+            _DYNAMIC.add(fn)
         return fn
 
     return deco
@@ -45,6 +60,8 @@ def find_emitter(node: Node) -> Emitter | None:
         ops_onnxq,
         ops_quant,
         ops_shape,
+        ops_tensor,
+        ops_transformer,
     )
 
     domain = "" if node.domain in ("", "ai.onnx") else node.domain
@@ -64,6 +81,43 @@ def unsupported(graph: Graph) -> list[str]:
     return sorted(missing)
 
 
+def batch_symbol(graph: Graph) -> str | None:
+    """The symbolic first dimension of the inputs, if any: the batch size."""
+    for v in graph.inputs:
+        shape = v.type.shape if v.type is not None else None
+        if shape and isinstance(shape[0], str):
+            return shape[0]
+    return None
+
+
+def runtime_capable(graph: Graph) -> bool:
+    """Whether every node can be lowered with run-time dimensions: its emitter is dynamic, or
+    its values have no dimension but static ones and the batch symbol."""
+    batch = batch_symbol(graph)
+    for n in graph.nodes:
+        if n.op_type == CONSTANT:
+            continue
+        fn = find_emitter(n)
+        if fn is None or fn in _DYNAMIC:
+            continue
+        for v in (*n.inputs, *n.outputs):
+            if v is None or v.type is None or v.type.shape is None:
+                continue
+            if any(not isinstance(d, int) and d != batch for d in v.type.shape):
+                return False
+    return True
+
+
+@dataclass(frozen=True)
+class Binding:
+    """Dimension `axis` of value `value` is coef * (product of the variables `names`)."""
+
+    value: str
+    axis: int
+    coef: int
+    names: tuple[str, ...]
+
+
 def stored_dtype(t: TensorType) -> tuple[np.dtype, bool]:
     """(dtype in memory, biased): quantized int8 codes are stored as uint8 code + 128."""
     dt = t.dtype.np_dtype
@@ -72,12 +126,28 @@ def stored_dtype(t: TensorType) -> tuple[np.dtype, bool]:
     return np.dtype(dt), False
 
 
+ALL_ISAS = frozenset(L.ISAS)
+
+
 class Lowering:
-    def __init__(self, graph: Graph, name: str, batch: str | None = None) -> None:
+    """`batch`: the symbol of the batch dimension (the run-time N). `runtime_dims`: other
+    symbolic dimensions become run-time variables too. `isas`: the instruction sets the
+    generated code may run with (the cpu backend: every one the library has; a bundle: its
+    target's); emitters leave out constants in layouts only other ISAs' kernels read."""
+
+    def __init__(self, graph: Graph, name: str, batch: str | None = None,
+                 runtime_dims: bool = False, isas: frozenset[str] = ALL_ISAS) -> None:
         self.graph = graph
-        self.batch = batch
-        """The symbol of the batch dimension (the run-time N); other symbols are refused."""
+        self.batch = batch if batch is not None else batch_symbol(graph)
+        """The symbol of the batch dimension (the run-time N); without `runtime_dims`, other
+        symbols are refused."""
+        self.isas = frozenset(isas)
         self.prog = Program(name)
+        self.runtime_dims = runtime_dims
+        self._dim_vars: dict[object, str] = {}
+        self.bindings: list[Binding] = []
+        """Where each dimension variable appears (the inputs' dimensions first)."""
+        self._bound: set[tuple[str, int]] = set()
         self.tensors: dict[Value, Tensor] = {}
         self._views: dict[tuple[int, str, bool], Tensor] = {}
         self.users = graph.users()
@@ -90,17 +160,47 @@ class Lowering:
 
     # -- shapes and types -------------------------------------------------------------------
     def shape(self, v: Value) -> tuple:
-        """The value's static shape, the batch dimension as BATCH."""
+        """The value's lowered shape: ints, and C products of dimension variables."""
         t = v.type
-        dims = [self._dim(d) for d in t.shape] if t is not None and t.shape is not None \
-            else [None]
-        if any(d is None for d in dims):
-            raise UnsupportedError(f"the cpu backend needs static shapes (the batch size "
-                                   f"aside); value '{v.name}' has shape "
-                                   f"{None if t is None else t.shape}")
-        return tuple(dims)
+        if t is None or t.shape is None:
+            raise UnsupportedError(f"the cpu backend needs tensors of known rank; value "
+                                   f"'{v.name}' has shape {None if t is None else t.shape}")
+        if not self.runtime_dims:
+            dims = [self._static_dim(d) for d in t.shape]
+            if any(d is None for d in dims):
+                raise UnsupportedError(f"the cpu backend needs static shapes (the batch size "
+                                       f"aside); value '{v.name}' has shape {t.shape}")
+            return tuple(dims)
+        return tuple(self._dim(v, axis, d) for axis, d in enumerate(t.shape))
 
-    def _dim(self, d):
+    def _variable(self, key: object) -> str:
+        name = self._dim_vars.get(key)
+        if name is None:
+            if key == ("symbol", self.batch):
+                name = BATCH
+            else:
+                name = f"{'u' if key[0] == 'unknown' else 'd'}{len(self.prog.dim_vars)}"
+                self.prog.dim_vars.append(name)
+            self._dim_vars[key] = name
+        return name
+
+    def _dim(self, v: Value, axis: int, d) -> int | str:
+        if isinstance(d, int):
+            return d
+        if d is None:
+            names: tuple[str, ...] = (self._variable(("unknown", v.name, axis)),)
+            coef = 1
+        else:
+            mono = as_monomial(d)
+            assert mono is not None
+            coef, symbols = mono
+            names = tuple(sorted(self._variable(("symbol", s)) for s in symbols))
+        if (v.name, axis) not in self._bound:
+            self._bound.add((v.name, axis))
+            self.bindings.append(Binding(v.name, axis, coef, names))
+        return "*".join(([str(coef)] if coef != 1 else []) + list(names)) or "1"
+
+    def _static_dim(self, d):
         """int, BATCH, "k*N" (a multiple of the batch size), or None (not static)."""
         if isinstance(d, int):
             return d
@@ -277,7 +377,9 @@ class Lowering:
         if missing:
             raise UnsupportedError(f"the cpu backend has no kernel for: {', '.join(missing)} "
                                    f"(backend='reference' runs every op)")
-        for node in self.graph.nodes:
+        from lowbit.backends.cpu.codegen.row_chain import reorder_for_fusion
+
+        for node in reorder_for_fusion(self.graph.nodes, self.users):
             if node.op_type == CONSTANT or node in self.fused:
                 continue
             fn = find_emitter(node)
@@ -287,6 +389,7 @@ class Lowering:
             except (KernelError, UnsupportedError) as exc:
                 raise type(exc)(f"{node.describe()}: {exc}") from exc
         self.finish()
+        self.prog.prune()
         return self.prog
 
 

@@ -1,6 +1,5 @@
 """Emitters of float nodes: Conv and Gemm/MatMul with double accumulation (the reference's
-rounding), elementwise ops in float32 as numpy computes them, means, Softmax and
-LayerNormalization in double."""
+rounding), elementwise ops in float32 as numpy computes them, means in double."""
 
 from __future__ import annotations
 
@@ -55,7 +54,7 @@ def conv(lw: Lowering, node) -> None:
     scratch = None if depthwise or pointwise else \
         lw.prog.scratch(Size(oh * ow * taps * c * 4), "im2col")
     code = [f"const lb_fconv conv = {{{cexpr.window(n, ih, iw, c, oh, ow, win, pads)}, {group}, "
-            f"{cg}, {mg}, {lw.prog.data(wdata)}, {bias}, {lo}, {hi}}};",
+            f"{cg}, {mg}, {lw.prog.data(wdata, 'weights')}, {bias}, {lo}, {hi}}};",
             f"lb_fconv_run(ctx, &conv, (const float *){x.ptr}, (float *){out.ptr}, "
             f"{f'(float *){scratch.ptr}' if scratch else 'NULL'});"]
     lw.prog.step(f"{node.name}: Conv {kh}x{kw} group {group}, {c} -> {m}", code, [x], [out],
@@ -70,9 +69,10 @@ def _fgemm(lw: Lowering, node, av, w_rows: np.ndarray, bias: np.ndarray | None) 
     lo, hi = _clip(node)
     b = lw.prog.data(np.broadcast_to(bias.astype(np.float32).reshape(-1), (ncols,)).copy()) \
         if bias is not None else "NULL"
+    w = lw.prog.data(np.ascontiguousarray(w_rows, np.float32), "weights")
     lw.prog.step(f"{node.name}: {node.op_type} {k} -> {ncols}", [
         f"lb_fgemm(ctx, {rows.c()}, {ncols}, {k}, (const float *){a.ptr}, {k}, "
-        f"{lw.prog.data(np.ascontiguousarray(w_rows, np.float32))}, {k}, {b}, {lo}, {hi}, "
+        f"{w}, {k}, {b}, {lo}, {hi}, "
         f"(float *){out.ptr}, {ncols});"], [a], [out])
 
 
@@ -133,8 +133,8 @@ def _binary(lw: Lowering, node) -> None:
     clamp_result(lw, node, out)
 
 
-for _op in BINARY:
-    emitter(_op)(_binary)
+# registered by ops_tensor.elementwise, which hands float32 NHWC operands, fused clips and Pow
+# to `_binary`
 
 
 def clamp_result(lw: Lowering, node, out) -> None:
@@ -152,7 +152,7 @@ UNARY = {"Relu": "LB_FRELU", "LeakyRelu": "LB_FLEAKY", "Sigmoid": "LB_FSIGMOID",
          "HardSigmoid": "LB_FHARDSIGMOID", "HardSwish": "LB_FHARDSWISH", "Tanh": "LB_FTANH",
          "Exp": "LB_FEXP", "Log": "LB_FLOG", "Sqrt": "LB_FSQRT", "Abs": "LB_FABS",
          "Neg": "LB_FNEG", "Reciprocal": "LB_FRECIP", "Clip": "LB_FCLIP", "Erf": "LB_FERF",
-         "Gelu": "LB_FGELU", "Floor": "LB_FFLOOR", "Ceil": "LB_FCEIL", "Round": "LB_FROUND",
+         "Floor": "LB_FFLOOR", "Ceil": "LB_FCEIL", "Round": "LB_FROUND",
          "Softplus": "LB_FSOFTPLUS", "Elu": "LB_FELU"}
 
 
@@ -170,8 +170,6 @@ def _unary(lw: Lowering, node) -> None:
         bounds += [None] * (2 - len(bounds))
         alpha = float(bounds[0]) if bounds[0] is not None else -np.inf
         beta = float(bounds[1]) if bounds[1] is not None else np.inf
-    elif node.op_type == "Gelu" and node.attrs.get("approximate") == "tanh":
-        op = "LB_FGELU_TANH"
     lw.prog.step(f"{node.name}: {node.op_type}", [
         f"lb_funary(ctx, {numel(x.shape).c()}, {op}, {cexpr.flt(alpha)}, {cexpr.flt(beta)}, "
         f"(const float *){x.ptr}, (float *){out.ptr});"], [x], [out])
@@ -243,46 +241,8 @@ def average_pool(lw: Lowering, node) -> None:
         f"{pads[3]}, (const float *){x.ptr}, (float *){out.ptr});"], [x], [out])
 
 
-def _rows(lw: Lowering, node, axis: int):
-    shape = lw.shape(node.inputs[0])
-    axis %= len(shape)
-    if any(map(is_batch, shape[axis:])):
-        raise UnsupportedError(f"{node.op_type} along the batch axis")
-    return numel(shape[:axis]), numel(shape[axis:]).coef
-
-
-@emitter("Softmax")
-def softmax(lw: Lowering, node) -> None:
-    _float_only(node)
-    shape = lw.shape(node.inputs[0])
-    axis = int(node.attrs["axis"]) % len(shape)
-    if any(d != 1 for d in shape[axis + 1:]):
-        raise UnsupportedError("Softmax along other than the last non-unit axis")
-    rows, cols = _rows(lw, node, axis)
-    x = lw.operand(node.inputs[0], "plain")
-    out = lw.result(node.outputs[0], "plain")
-    lw.prog.step(f"{node.name}: Softmax of rows of {cols}", [
-        f"lb_fsoftmax_rows(ctx, {rows.c()}, {cols}, (const float *){x.ptr}, "
-        f"(float *){out.ptr});"], [x], [out])
-
-
-@emitter("LayerNormalization")
-def layer_normalization(lw: Lowering, node) -> None:
-    _float_only(node)
-    if any(v is not None and lw.users.get(v) for v in node.outputs[1:]) or \
-            any(v in lw.output_values for v in node.outputs[1:]):
-        raise UnsupportedError("LayerNormalization's Mean and InvStdDev outputs")
-    rows, cols = _rows(lw, node, int(node.attrs["axis"]))
-    scale = np.broadcast_to(lw.const_array(node.inputs[1]).astype(np.float32).ravel(), (cols,))
-    bv = node.input_or_none(2)
-    bias = lw.prog.data(np.broadcast_to(lw.const_array(bv).astype(np.float32).ravel(),
-                                        (cols,)).copy()) if bv is not None else "NULL"
-    x = lw.operand(node.inputs[0], "plain")
-    out = lw.result(node.outputs[0], "plain")
-    lw.prog.step(f"{node.name}: LayerNormalization of rows of {cols}", [
-        f"lb_flayernorm_rows(ctx, {rows.c()}, {cols}, (const float *){x.ptr}, "
-        f"{lw.prog.data(scale.copy())}, {bias}, {float(node.attrs['epsilon'])!r}, "
-        f"(float *){out.ptr});"], [x], [out])
+# Softmax, LayerNormalization and Gelu: ops_transformer.py (lowbit.numerics.elementary's
+# definitions, which the reference follows)
 
 
 @emitter("BatchNormalization")
@@ -335,7 +295,7 @@ def conv_transpose(lw: Lowering, node) -> None:
     lw.prog.step(f"{node.name}: ConvTranspose {kh}x{kw} /{sh}, {c} -> {m}", [
         f"const lb_fconvt ct = {{{dim_c(n)}, {ih}, {iw}, {c}, {m}, {kh}, {kw}, {sh}, {sw}, "
         f"{dh}, {dw}, {fh}, {fw}, {geo.begins[0]}, {geo.begins[1]}, {oh}, {ow}, "
-        f"{lw.prog.data(wdata)}, {bias}}};",
+        f"{lw.prog.data(wdata, 'weights')}, {bias}}};",
         f"lb_fconvt_run(ctx, &ct, (const float *){x.ptr}, (float *){out.ptr});"], [x], [out])
     clamp_result(lw, node, out)
 

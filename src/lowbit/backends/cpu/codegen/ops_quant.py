@@ -216,7 +216,7 @@ def pack_groups(lw: Lowering, w2: np.ndarray, zw: np.ndarray, groups: int) -> st
     entries = []
     for g in range(groups):
         wg, _ = packing.weights_int8(w2[g * mg:(g + 1) * mg], zw[g * mg:(g + 1) * mg])
-        ptr = lw.prog.data(packing.pack_weights(wg))
+        ptr = lw.prog.data(packing.pack_weights(wg), "weights")
         entries.append(f"{{(const int8_t *){ptr}, {mg}, {k}, {-(-k // 4)}}}")
     return f"const lb_packed_b packed[{groups}] = {{{', '.join(entries)}}};"
 
@@ -321,8 +321,12 @@ def depthwise(lw: Lowering, node, x, w, p: params.Product, out, out_t, wdesc, za
 def depthwise_code(lw: Lowering, centred: np.ndarray, c: int, za: int, wdesc: str, x: Tensor,
                    out: Tensor) -> list[str]:
     """C lines running lb_dwconv with centred weights [taps, c] and the epilogue `ep`."""
-    plain = lw.prog.data(centred.astype(np.int16))
-    pairs = lw.prog.data(pair_weights(centred.astype(np.int16)))
+    # the portable kernel reads `plain`, the AVX-512 one `pairs`: a bundle keeps its target's
+    plain, pairs = "NULL", "NULL"
+    if lw.isas - {"vnni"}:
+        plain = lw.prog.data(centred.astype(np.int16), "weights")
+    if "vnni" in lw.isas:
+        pairs = lw.prog.data(pair_weights(centred.astype(np.int16)), "weights")
     zero_row = lw.prog.data(np.full(c, za, np.uint8))
     return [f"const lb_dwconv conv = {{{wdesc}, {plain}, {pairs}, {zero_row}, ep}};",
             f"lb_dwconv_run(ctx, &conv, {x.ptr}, {out.ptr});"]

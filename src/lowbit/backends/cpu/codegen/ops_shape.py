@@ -18,8 +18,8 @@ def _reshape(lw: Lowering, node) -> None:
 
 
 for _op in ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"):
-    emitter(_op)(_reshape)
-    emitter(_op, quantized=True)(_reshape)
+    emitter(_op, dynamic=True)(_reshape)
+    emitter(_op, quantized=True, dynamic=True)(_reshape)
 
 
 def row_major_strides(shape) -> list[Size]:
@@ -41,8 +41,8 @@ def logical_strides(t) -> list[Size]:
     return row_major_strides(t.shape)
 
 
-@emitter("Transpose")
-@emitter("Transpose", quantized=True)
+@emitter("Transpose", dynamic=True)
+@emitter("Transpose", quantized=True, dynamic=True)
 def transpose(lw: Lowering, node) -> None:
     src = lw.operand(node.inputs[0], None)
     perm = node.attrs.get("perm") or list(reversed(range(len(src.shape))))
@@ -78,21 +78,19 @@ def concat_into(lw: Lowering, node, parts, out, axis: int) -> None:
     phys = out.physical_shape
     pa = perm.index(axis)
     outer = numel(phys[:pa])
-    inner_out = numel(phys[pa:]).coef * out.dtype.itemsize
-    if numel(phys[pa:]).power:
-        raise UnsupportedError("Concat along or before the batch dimension")
-    offset = 0
+    inner_out = (numel(phys[pa:]) * out.dtype.itemsize).c()
+    offset = "0"
     code = []
     for t in parts:
         tp = t.physical_shape
-        row = numel(tp[pa:]).coef * t.dtype.itemsize
+        row = (numel(tp[pa:]) * t.dtype.itemsize).c()
         code.append(f"lb_copy_rows(ctx, {outer.c()}, {row}, {t.ptr}, {row}, {out.ptr} + "
                     f"{offset}, {inner_out});")
-        offset += row
+        offset = f"{offset} + {row}" if offset != "0" else row
     lw.prog.step(f"{node.name}: Concat", code, parts, [out])
 
 
-@emitter("Concat")
+@emitter("Concat", dynamic=True)
 def concat(lw: Lowering, node) -> None:
     axis = int(node.attrs["axis"]) % len(lw.shape(node.outputs[0]))
     first = lw.operand(node.inputs[0], None)

@@ -39,14 +39,19 @@ enum lb_isa {
     LB_ISA_SCALAR = 0,     /* portable C */
     LB_ISA_AVX2 = 1,       /* x86-64 AVX2: int8 widened to int16, vpmaddwd */
     LB_ISA_AVX512VNNI = 2, /* x86-64 AVX-512 F/BW/VL + VNNI: vpdpbusd, vpdpwssd */
-    LB_ISA_COUNT = 3
+    LB_ISA_NEON = 3,       /* 64-bit ARM Advanced SIMD: int8 widened to int16, smlal */
+    LB_ISA_DOTPROD = 4,    /* 64-bit ARM with the dot-product instructions (ARMv8.2 sdot) */
+    LB_ISA_COUNT = 5
 };
 
-/* The best instruction set this CPU and OS support (cpuid + xgetbv: the OS must save the
- * vector registers' state). */
+/* The best instruction set this CPU and OS support among those this build of the library has
+ * kernels for (x86-64: cpuid + xgetbv, the OS must save the vector registers' state; 64-bit
+ * ARM: NEON always, sdot from the kernel's hardware capabilities). */
 LB_API int lb_detect_isa(void);
+/* Whether contexts of instruction set `isa` can run here (scalar always). */
+LB_API int lb_isa_supported(int isa);
 LB_API const char *lb_isa_name(int isa);
-/* The ISA named by `name` ("scalar", "avx2", "vnni"), or -1. */
+/* The ISA named by `name` ("scalar", "avx2", "vnni", "neon", "dotprod"), or -1. */
 LB_API int lb_isa_from_name(const char *name);
 
 typedef struct lb_pool lb_pool;
@@ -58,8 +63,9 @@ typedef struct lb_ctx {
 } lb_ctx;
 
 /* A context running kernels on `threads` threads (the caller plus threads - 1 workers waiting
- * on a condition variable) with instruction set `isa` (clamped to what the CPU supports).
- * NULL on failure. */
+ * on a condition variable) with instruction set `isa` (the best supported one when `isa` is
+ * not: check lb_isa_supported first to refuse instead). NULL on failure. With one thread a
+ * context needs no allocation and no thread: `lb_ctx ctx = {isa, 1, NULL};` works as well. */
 LB_API lb_ctx *lb_ctx_create(int threads, int isa);
 LB_API void lb_ctx_destroy(lb_ctx *ctx);
 
@@ -446,8 +452,41 @@ typedef struct lb_fconvt {
 
 LB_API void lb_fconvt_run(const lb_ctx *ctx, const lb_fconvt *p, const float *in, float *out);
 
+/* ---- bundles (rt_bundle.c) ---------------------------------------------------------------
+ * A bundle is a model's generated code written to a folder with this library
+ * (`lowbit compile MODEL -o DIR`): its header declares NAME_run, which returns one of these. */
+
+enum lb_status {
+    LB_OK = 0,
+    LB_ERR_ARGUMENT = -1,  /* a NULL context, weights, arena, input or output */
+    LB_ERR_BATCH = -2,     /* batch < 1, or not 1 for a model without a batch dimension */
+    LB_ERR_ALIGNMENT = -3, /* weights or arena not 64-byte aligned */
+    LB_ERR_ISA = -4,       /* the context's instruction set is not the bundle's */
+    LB_ERR_WEIGHTS = -5    /* weights of the wrong size or checksum (NAME_check_weights) */
+};
+
+LB_API const char *lb_status_text(int status);
+
+/* CRC-32 (IEEE 802.3, as zlib.crc32) of n bytes: bundles check their weights with it. */
+LB_API uint32_t lb_crc32(const void *data, size_t n);
+
+/* One input or output of a bundle: a contiguous row-major array. */
+typedef struct lb_tensor_info {
+    const char *name;
+    int32_t type;          /* enum lb_type; LB_I8 is raw int8 */
+    int32_t rank;
+    int64_t shape[8];      /* -1: the batch size given to NAME_run */
+    int32_t quantized;     /* 1: real = scale * (q - zero_point) */
+    int32_t axis;          /* -1: one scale and zero point; else the axis they run along */
+    int64_t channels;      /* entries of scale and zero_point (0 when not quantized) */
+    const float *scale;
+    const int32_t *zero_point;
+} lb_tensor_info;
+
 #ifdef __cplusplus
 }
 #endif
+
+#include "lowbit_rt_tf.h" /* dynamic quantization and transformer ops */
 
 #endif /* LOWBIT_RT_H */

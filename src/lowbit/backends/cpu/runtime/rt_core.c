@@ -32,7 +32,7 @@ static uint64_t lb_xgetbv0(void) {
 
 /* cpuid and xgetbv directly: __builtin_cpu_supports answered 0 for AVX2 and AVX512-VNNI under
  * some toolchains on CPUs that have them (../shared/BACKEND_NOTES.md). */
-int lb_detect_isa(void) {
+static int lb_detect_cpu(void) {
     unsigned a, b, c, d;
     if (!__get_cpuid(1, &a, &b, &c, &d)) return LB_ISA_SCALAR;
     int osxsave = (c >> 27) & 1, fma = (c >> 12) & 1;
@@ -50,11 +50,45 @@ int lb_detect_isa(void) {
     if (ymm_saved && avx2 && fma && bmi2) return LB_ISA_AVX2;
     return LB_ISA_SCALAR;
 }
+
+int lb_detect_isa(void) { /* the best the CPU has among the paths this build holds */
+    int cpu = lb_detect_cpu();
+    if (cpu >= LB_ISA_AVX512VNNI && LB_HAVE_AVX512) return LB_ISA_AVX512VNNI;
+    if (cpu >= LB_ISA_AVX2 && LB_HAVE_AVX2) return LB_ISA_AVX2;
+    return LB_ISA_SCALAR;
+}
+#elif LB_HAVE_NEON
+#if LB_HAVE_DOTPROD && defined(__linux__)
+#include <sys/auxv.h>
+#ifndef HWCAP_ASIMDDP
+#define HWCAP_ASIMDDP (1 << 20)
+#endif
+#endif
+
+int lb_detect_isa(void) {
+#if LB_HAVE_DOTPROD && defined(__linux__)
+    if (getauxval(AT_HWCAP) & HWCAP_ASIMDDP) return LB_ISA_DOTPROD;
+#elif LB_HAVE_DOTPROD && defined(__APPLE__)
+    return LB_ISA_DOTPROD; /* every Apple 64-bit ARM CPU has it */
+#endif
+    return LB_ISA_NEON;
+}
 #else
 int lb_detect_isa(void) { return LB_ISA_SCALAR; }
 #endif
 
-static const char *const lb_isa_names[LB_ISA_COUNT] = {"scalar", "avx2", "vnni"};
+int lb_isa_supported(int isa) {
+    int best = lb_detect_isa();
+    if (isa == LB_ISA_SCALAR) return 1;
+    if (isa == LB_ISA_AVX2 || isa == LB_ISA_AVX512VNNI)
+        return best <= LB_ISA_AVX512VNNI && isa <= best;
+    if (isa == LB_ISA_NEON || isa == LB_ISA_DOTPROD)
+        return best >= LB_ISA_NEON && isa <= best;
+    return 0;
+}
+
+static const char *const lb_isa_names[LB_ISA_COUNT] = {"scalar", "avx2", "vnni", "neon",
+                                                       "dotprod"};
 
 const char *lb_isa_name(int isa) {
     return (isa >= 0 && isa < LB_ISA_COUNT) ? lb_isa_names[isa] : "unknown";
@@ -229,7 +263,7 @@ lb_ctx *lb_ctx_create(int threads, int isa) {
     lb_ctx *ctx = (lb_ctx *)calloc(1, sizeof(lb_ctx));
     if (!ctx) return NULL;
     int best = lb_detect_isa();
-    ctx->isa = (isa < 0 || isa > best) ? best : isa;
+    ctx->isa = lb_isa_supported(isa) ? isa : best;
     ctx->threads = 1;
 #ifndef LB_NO_THREADS
     if (threads > 1) {
@@ -261,6 +295,8 @@ void lb_parallel_for(const lb_ctx *ctx, int64_t ntasks, lb_task_fn fn, void *arg
         lb_pool_run(ctx->pool, ntasks, fn, arg);
         return;
     }
+#else
+    (void)ctx;
 #endif
     for (int64_t t = 0; t < ntasks; t++) fn(arg, t, 0);
 }

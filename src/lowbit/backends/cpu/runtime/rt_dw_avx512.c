@@ -10,7 +10,7 @@
  * the epilogue. */
 #include "rt_internal.h"
 
-#if LB_HAVE_X86
+#if LB_HAVE_AVX512
 #include "rt_vec512.h"
 
 typedef struct lb_dw512_job {
@@ -214,4 +214,4 @@ LB_TARGET_AVX512 void lb_dwconv_avx512(const lb_ctx *ctx, const lb_dwconv *p,
         fn = lb_dw512_fns[method][otype != LB_U8][ep->residual != NULL];
     lb_parallel_for(ctx, w->n * w->oh, fn, &j);
 }
-#endif /* LB_HAVE_X86 */
+#endif /* LB_HAVE_AVX512 */

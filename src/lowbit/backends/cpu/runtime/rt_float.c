@@ -56,7 +56,7 @@ static inline void lb_fdw_store(const lb_fdw_job *j, float *out, int64_t ch, dou
 #undef LB_FL_TARGET
 #undef LB_FL_LANES
 
-#if LB_HAVE_X86
+#if LB_HAVE_AVX2
 #define LB_FL_SUFFIX avx2
 #define LB_FL_TARGET LB_TARGET_AVX2
 #define LB_FL_LANES 4
@@ -64,7 +64,9 @@ static inline void lb_fdw_store(const lb_fdw_job *j, float *out, int64_t ch, dou
 #undef LB_FL_SUFFIX
 #undef LB_FL_TARGET
 #undef LB_FL_LANES
+#endif
 
+#if LB_HAVE_AVX512
 #define LB_FL_SUFFIX avx512
 #define LB_FL_TARGET LB_TARGET_AVX512
 #define LB_FL_LANES 8
@@ -83,10 +85,12 @@ static void lb_fgemm_task(void *arg, int64_t task, int worker) {
     int64_t n0 = ni * j->cols_per_task, n1 = LB_MIN(j->N, n0 + j->cols_per_task);
     if (m0 >= m1 || n0 >= n1) return;
     switch (isa) {
-#if LB_HAVE_X86
+#if LB_HAVE_AVX512
     case LB_ISA_AVX512VNNI:
         lb_fgemm_block_avx512(j, m0, m1, n0, n1);
         break;
+#endif
+#if LB_HAVE_AVX2
     case LB_ISA_AVX2:
         lb_fgemm_block_avx2(j, m0, m1, n0, n1);
         break;
@@ -139,10 +143,12 @@ static void lb_fdw_task(void *arg, int64_t t, int worker) {
         for (int64_t k = 0; k < taps; k++) kept[ntap++] = tap[k] ? tap[k] : j->w + taps * c;
         float *out = j->out + ((n * w->oh + oy) * w->ow + ox) * c;
         switch (isa) {
-#if LB_HAVE_X86
+#if LB_HAVE_AVX512
         case LB_ISA_AVX512VNNI:
             lb_fdw_pixel_avx512(j, kept, ntap, out);
             break;
+#endif
+#if LB_HAVE_AVX2
         case LB_ISA_AVX2:
             lb_fdw_pixel_avx2(j, kept, ntap, out);
             break;

@@ -9,15 +9,38 @@
 #include "lowbit_rt.h"
 
 /* Vector code is compiled per function with a target attribute, so one build of the library
- * holds every path and the context picks one at run time. LB_NO_X86_KERNELS builds the
- * portable path alone (other architectures, or bundles for one target). */
+ * holds every path and the context picks one at run time. Bundles for one target leave paths
+ * out: LB_NO_X86_KERNELS (the portable path alone on x86-64), LB_NO_AVX512 (AVX2 and portable),
+ * LB_NO_DOTPROD (NEON without the dot-product instructions). */
 #if (defined(__x86_64__) || defined(_M_X64)) && !defined(LB_NO_X86_KERNELS)
-#define LB_HAVE_X86 1
+#define LB_HAVE_AVX2 1
 #define LB_TARGET_AVX2 __attribute__((target("avx2,fma,f16c,bmi,bmi2")))
+#ifndef LB_NO_AVX512
+#define LB_HAVE_AVX512 1
 #define LB_TARGET_AVX512 \
     __attribute__((target("avx2,fma,f16c,bmi,bmi2,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")))
 #else
-#define LB_HAVE_X86 0
+#define LB_HAVE_AVX512 0
+#endif
+#else
+#define LB_HAVE_AVX2 0
+#define LB_HAVE_AVX512 0
+#endif
+#define LB_HAVE_X86 (LB_HAVE_AVX2 || LB_HAVE_AVX512)
+
+/* 64-bit ARM: NEON (Advanced SIMD) is part of the base architecture; the dot-product
+ * instructions (sdot, ARMv8.2 and later) are compiled per function and chosen at run time. */
+#if defined(__aarch64__) && !defined(LB_NO_NEON_KERNELS)
+#define LB_HAVE_NEON 1
+#ifndef LB_NO_DOTPROD
+#define LB_HAVE_DOTPROD 1
+#define LB_TARGET_DOTPROD __attribute__((target("arch=armv8.2-a+dotprod")))
+#else
+#define LB_HAVE_DOTPROD 0
+#endif
+#else
+#define LB_HAVE_NEON 0
+#define LB_HAVE_DOTPROD 0
 #endif
 
 #define LB_INLINE static inline __attribute__((always_inline))
@@ -144,11 +167,21 @@ typedef struct lb_gemm_tile {
 /* Compute rows [m0, m1) and 16-column blocks [nb0, nb1) of the product. */
 void lb_gemm_block_scalar(const lb_gemm_tile *t, int64_t m0, int64_t m1, int64_t nb0,
                           int64_t nb1);
-#if LB_HAVE_X86
+#if LB_HAVE_AVX2
 void lb_gemm_block_avx2(const lb_gemm_tile *t, int64_t m0, int64_t m1, int64_t nb0,
                         int64_t nb1);
+#endif
+#if LB_HAVE_AVX512
 void lb_gemm_block_avx512(const lb_gemm_tile *t, int64_t m0, int64_t m1, int64_t nb0,
                           int64_t nb1);
+#endif
+#if LB_HAVE_NEON
+void lb_gemm_block_neon(const lb_gemm_tile *t, int64_t m0, int64_t m1, int64_t nb0,
+                        int64_t nb1);
+#endif
+#if LB_HAVE_DOTPROD
+void lb_gemm_block_dotprod(const lb_gemm_tile *t, int64_t m0, int64_t m1, int64_t nb0,
+                           int64_t nb1);
 #endif
 
 /* Apply the epilogue to one row of raw accumulators acc[0..n) for columns [n0, n0+n) of row m
@@ -156,7 +189,7 @@ void lb_gemm_block_avx512(const lb_gemm_tile *t, int64_t m0, int64_t m1, int64_t
 void lb_epilogue_row(const lb_gemm_tile *t, int64_t m, int64_t n0, int64_t n,
                      const int32_t *acc);
 
-#if LB_HAVE_X86
+#if LB_HAVE_AVX512
 void lb_qbinary_row_avx512(const lb_qbinary *op, const void *a, int64_t sa, const void *b,
                            int64_t sb, void *out, int64_t n);
 #endif
@@ -191,7 +224,11 @@ static inline void lb_dw_taps(const lb_window *w, const uint8_t *in, const uint8
     }
 }
 
-#if LB_HAVE_X86
+#if LB_HAVE_NEON
+void lb_dwconv_neon(const lb_ctx *ctx, const lb_dwconv *p, const uint8_t *in, void *out,
+                    const int64_t *offsets);
+#endif
+#if LB_HAVE_AVX512
 void lb_dwconv_avx512(const lb_ctx *ctx, const lb_dwconv *p, const uint8_t *in, void *out,
                       const int64_t *offsets);
 #endif

@@ -125,7 +125,13 @@ void lb_dwconv_run(const lb_ctx *ctx, const lb_dwconv *p, const uint8_t *in, voi
     j.tile.C = out;
     j.tile.ldc = w->c;
     lb_dw_offsets(w, j.offsets);
-#if LB_HAVE_X86
+#if LB_HAVE_NEON
+    if (ctx->isa == LB_ISA_NEON || ctx->isa == LB_ISA_DOTPROD) {
+        lb_dwconv_neon(ctx, p, in, out, j.offsets);
+        return;
+    }
+#endif
+#if LB_HAVE_AVX512
     if (ctx->isa == LB_ISA_AVX512VNNI) {
         lb_dwconv_avx512(ctx, p, in, out, j.offsets);
         return;

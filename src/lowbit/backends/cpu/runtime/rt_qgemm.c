@@ -119,12 +119,24 @@ static void lb_gemm_task(void *arg, int64_t task, int worker) {
     int64_t nb0 = ni * j->blocks_per_task, nb1 = LB_MIN(nblocks, nb0 + j->blocks_per_task);
     if (m0 >= m1 || nb0 >= nb1) return;
     switch (j->isa) {
-#if LB_HAVE_X86
+#if LB_HAVE_AVX512
     case LB_ISA_AVX512VNNI:
         lb_gemm_block_avx512(&j->tile, m0, m1, nb0, nb1);
         break;
+#endif
+#if LB_HAVE_AVX2
     case LB_ISA_AVX2:
         lb_gemm_block_avx2(&j->tile, m0, m1, nb0, nb1);
+        break;
+#endif
+#if LB_HAVE_NEON
+    case LB_ISA_NEON:
+        lb_gemm_block_neon(&j->tile, m0, m1, nb0, nb1);
+        break;
+#endif
+#if LB_HAVE_DOTPROD
+    case LB_ISA_DOTPROD:
+        lb_gemm_block_dotprod(&j->tile, m0, m1, nb0, nb1);
         break;
 #endif
     default:

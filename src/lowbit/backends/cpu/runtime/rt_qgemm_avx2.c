@@ -8,7 +8,7 @@
  * the end of the reduction and then added pairwise (hadd). */
 #include "rt_internal.h"
 
-#if LB_HAVE_X86
+#if LB_HAVE_AVX2
 #include <immintrin.h>
 
 #define LB_AVX2_MR 2
@@ -61,4 +61,4 @@ LB_TARGET_AVX2 void lb_gemm_block_avx2(const lb_gemm_tile *t, int64_t m0, int64_
         for (int64_t m = m0; m < m1; m += LB_AVX2_MR)
             lb_tile_avx2(t, m, (int)LB_MIN(LB_AVX2_MR, m1 - m), nb);
 }
-#endif /* LB_HAVE_X86 */
+#endif /* LB_HAVE_AVX2 */

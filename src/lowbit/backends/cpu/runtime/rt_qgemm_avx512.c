@@ -4,7 +4,7 @@
  * int32 lanes without saturating. The epilogue runs on the registers. */
 #include "rt_internal.h"
 
-#if LB_HAVE_X86
+#if LB_HAVE_AVX512
 #include "rt_vec512.h"
 
 #define LB_MR 6
@@ -235,4 +235,4 @@ LB_TARGET_AVX512 void lb_gemm_block_avx512(const lb_gemm_tile *t, int64_t m0, in
         }
     }
 }
-#endif /* LB_HAVE_X86 */
+#endif /* LB_HAVE_AVX512 */

@@ -285,7 +285,7 @@ static void lb_qbinary_task(void *arg, int64_t t, int worker) {
             ob += i * bc->sb[d];
         }
         int64_t sa = bc->sa[nd - 1], sb = bc->sb[nd - 1], base = r * j->last;
-#if LB_HAVE_X86
+#if LB_HAVE_AVX512
         if (j->isa == LB_ISA_AVX512VNNI && j->op->narrow && j->op->op != LB_QTABLE2 && sa <= 1 &&
             sb <= 1 &&
             j->op->out_type != LB_I32) {

@@ -2,7 +2,7 @@
  * same integer expressions (rt_vec512.h). */
 #include "rt_internal.h"
 
-#if LB_HAVE_X86
+#if LB_HAVE_AVX512
 #include "rt_vec512.h"
 
 /* 16 codes of type `type` at p (stride 1, or 0: one code broadcast) as int32 lanes. */

@@ -1,5 +1,5 @@
 /* AVX-512 versions of the requantization expressions (same integers as rt_internal.h), shared
- * by the AVX-512 kernels. Include only where LB_HAVE_X86. */
+ * by the AVX-512 kernels. Include only where LB_HAVE_AVX512. */
 #ifndef LOWBIT_RT_VEC512_H
 #define LOWBIT_RT_VEC512_H
 

@@ -17,6 +17,7 @@ from lowbit.backends.reference.floatmath import narrow, widen
 from lowbit.backends.reference.kernels import kernel
 from lowbit.backends.reference.special import erfc
 from lowbit.errors import KernelError
+from lowbit.numerics import elementary
 
 Activation = Callable[[np.ndarray, dict[str, Any]], np.ndarray]
 
@@ -73,6 +74,8 @@ _SQRT_2_OVER_PI = math.sqrt(2 / math.pi)
 
 @activation("Gelu")
 def gelu(x, attrs):
+    if x.dtype == np.float32:  # a defined float32 evaluation, reproduced by the cpu backend
+        return elementary.gelu(x, attrs["approximate"])
     if attrs["approximate"] == "tanh":
         return 0.5 * x * (1 + np.tanh(_SQRT_2_OVER_PI * (x + 0.044715 * x * x * x)))
     # 1 + erf(x / sqrt 2) = erfc(-x / sqrt 2), without cancellation for negative x.

@@ -10,12 +10,12 @@ checks the int32 bound, and dequantizes once:
 where B_scale is the weight type's scale (per output channel along B's last axis) or the run-time
 B_scale tensor. |acc| <= K * 255 * 128 for 8-bit operands, inside int32 for K < 65794.
 
-With `group_size` g, each group's sum acc_j (|acc_j| <= g * 255 * 128) is exact and
+With `group_size` g, each group's sum acc_j (|acc_j| <= g * 255 * 255) is exact and
 
-    Y = float32(sum_j float64(acc_j) * float64(A_scale_j) * float64(B_scale_j)) + C
+    Y = dequantize_groups(acc, A_scale, B_scale) + C      (lowbit.numerics.dynamic_params)
 
-summed in float64; the zero-padded tail of a last, shorter group
-adds nothing.
+that is y = 0, y = y + (float32(acc_j) * B_scale_j) * A_scale_j for each group j in order, in
+float32; the zero-padded tail of a last, shorter group adds nothing.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from lowbit.backends.reference.kernels.int_linear import matmul_exact, weight_su
 from lowbit.errors import KernelError
 from lowbit.ir.graph import Node
 from lowbit.numerics import arith
-from lowbit.numerics.dynamic_params import dynamic_params, split_groups
+from lowbit.numerics.dynamic_params import dequantize_groups, dynamic_params, split_groups
 from lowbit.numerics.fixed_point import INT32_MAX, INT32_MIN
 from lowbit.ops.product import product_of
 from lowbit.ops.registry import QUANT_DOMAIN
@@ -119,10 +119,8 @@ def _grouped(node, g: int, a, a_scale, a_zero, b, b_scale, b_zero, c) -> np.ndar
     cb = b.astype(np.int64) - _spread(b_zero, -2, g, k)
     groups_a = np.moveaxis(split_groups(ca, -1, g), -2, -3)   # [..., G, M, g]
     groups_b = np.moveaxis(split_groups(cb, -2, g), -3, -1)   # [..., G, g, N]
-    acc = matmul_exact(groups_a, groups_b).astype(np.float64)  # [..., G, M, N]
-    scale = (np.moveaxis(np.asarray(a_scale, np.float64), -1, -2)[..., None]
-             * np.asarray(b_scale, np.float64)[..., None, :])
-    y = (acc * scale).sum(axis=-3).astype(np.float32)
+    acc = matmul_exact(groups_a, groups_b)  # [..., G, M, N]
+    y = dequantize_groups(acc, a_scale, b_scale)
     if c is not None:
         y = (y + c.astype(np.float32)).astype(np.float32)
     return y

@@ -1,11 +1,13 @@
 """Reference kernels of the normalizations (lowbit.ops.normalization), in float64 with Y
-rounded once to X's dtype."""
+rounded once to X's dtype. LayerNormalization sums in the fixed order of
+`lowbit.numerics.elementary.lane_sum`, which the compiled backend reproduces."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from lowbit.backends.reference.kernels import kernel
+from lowbit.numerics.elementary import lane_sum
 from lowbit.ops.normalization import STASH_TYPES
 
 
@@ -26,16 +28,17 @@ def batch_normalization(node, inputs):
 def layer_normalization(node, inputs):
     x, scale, b = (list(inputs) + [None])[:3]
     axis = node.attrs["axis"] % x.ndim
-    axes = tuple(range(axis, x.ndim))
-    xf = x.astype(np.float64)
-    mean = xf.mean(axis=axes, keepdims=True)
+    n = int(np.prod(x.shape[axis:]))
+    xf = x.astype(np.float64).reshape(x.shape[:axis] + (n,))
+    mean = lane_sum(xf)[..., None] / n
     d = xf - mean
-    inv = 1 / np.sqrt((d * d).mean(axis=axes, keepdims=True) + float(node.attrs["epsilon"]))
-    y = d * inv * scale.astype(np.float64)
+    inv = 1 / np.sqrt(lane_sum(d * d)[..., None] / n + float(node.attrs["epsilon"]))
+    y = (d * inv).reshape(x.shape) * scale.astype(np.float64)
     if b is not None:
         y = y + b.astype(np.float64)
     stash = STASH_TYPES[node.attrs["stash_type"]].np_dtype
-    return [y.astype(x.dtype), mean.astype(stash), inv.astype(stash)]
+    keep = x.shape[:axis] + (1,) * (x.ndim - axis)
+    return [y.astype(x.dtype), mean.reshape(keep).astype(stash), inv.reshape(keep).astype(stash)]
 
 
 @kernel("InstanceNormalization")

@@ -1,6 +1,8 @@
 """Reference kernels of Softmax, LogSoftmax and Hardmax (lowbit.ops.softmax).
 
-float32 and float64 are computed in float64 after subtracting the maximum and rounded once.
+float32 Softmax is `lowbit.numerics.elementary.softmax` (float32 steps in a defined order, which
+the compiled backend reproduces bit for bit); float64 is computed in float64 after subtracting
+the maximum.
 Softmax on float16 and bfloat16 rounds after each step (subtract, exp, sum, divide), as ONNX's
 reference computes it and its conformance data expect bit for bit.
 """
@@ -10,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from lowbit.backends.reference.kernels import kernel
+from lowbit.numerics import elementary
 
 
 def _shifted(node, x: np.ndarray) -> tuple[np.ndarray, int]:
@@ -29,6 +32,8 @@ def softmax(node, inputs):
         with np.errstate(invalid="ignore"):
             e = np.exp(x - x.max(axis=axis, keepdims=True))
             return [(e / e.sum(axis=axis, keepdims=True)).astype(x.dtype)]
+    if x.dtype == np.float32 and x.ndim:
+        return [elementary.softmax(x, node.attrs["axis"] % x.ndim)]
     d, axis = _shifted(node, x)
     with np.errstate(invalid="ignore"):
         e = np.exp(d)

@@ -1,0 +1,304 @@
+/* Fused attention (lowbit_rt_tf.h, lb_attn). Phase 1, one task per (batch, head): quantize
+ * the head's K per token and pack it as the B of Q.K^T; quantize V per column over groups of
+ * tokens and pack it as the B of P.V; quantize Q per token. Phase 2, one task per (batch,
+ * block of queries), all heads in turn: scores of the block by the dynamic-product tiles,
+ * scale and mask, softmax, P quantized per row and group, P.V by the tiles into the output
+ * rows; then the row chain on those rows. The steps call the same per-ISA kernels as the
+ * separate ops, in the same order, so results keep the reference's bits. */
+#include "rt_tf_internal.h"
+
+#define LB_ATTN_ROWS 32 /* queries per phase-2 task */
+
+static inline int64_t lb_al64(int64_t n) { return (n + 63) / 64 * 64; }
+static inline int64_t lb_ceil(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+/* The scratch: per (b, h) the K pack, V pack, Q codes [S][D], Q scale/zero [S][Gd]
+ * (per_head bytes each); then per (b, h) phase 1's temporaries (per_temp: K and V codes,
+ * their scales and zero points, a copy of V's columns); then per phase-2 task (b, block of
+ * LB_ATTN_ROWS queries) its temporaries (per_block: scores, P codes, scales and zero points,
+ * A-side dwords, the output rows for the row chain). Nothing is allocated while running. */
+typedef struct lb_attn_layout {
+    int64_t gd, gv, kbytes, vbytes, qcodes, qparams, per_head;
+    int64_t tparams, per_temp;
+    int64_t gp, scores, pcodes, pscale, pzero, azc, per_block;
+} lb_attn_layout;
+
+static lb_attn_layout lb_attn_sizes(const lb_attn *p) {
+    lb_attn_layout l;
+    l.gd = lb_ceil(p->D, p->group);
+    l.gv = lb_ceil(p->S, p->vgroup);
+    l.kbytes = lb_dmm_pack_bytes(p->S, p->D, p->group);
+    l.vbytes = lb_dmm_pack_bytes(p->D, p->S, p->vgroup);
+    l.qcodes = lb_al64(p->S * p->D);
+    l.qparams = lb_al64(p->S * l.gd * 4);
+    l.per_head = lb_al64(l.kbytes) + lb_al64(l.vbytes) + l.qcodes + 2 * l.qparams + 2 * 64;
+    l.tparams = p->S * l.gd + l.gv * p->D;
+    l.per_temp = lb_al64(p->S * p->D * 2) + lb_al64(l.tparams * 4) + lb_al64(l.tparams) +
+                 lb_al64(p->S * p->D * 4);
+    const int64_t R = LB_ATTN_ROWS;
+    l.gp = lb_ceil(p->S, p->pgroup);
+    l.scores = lb_al64(R * p->S * 4);
+    l.pcodes = lb_al64(R * p->S);
+    l.pscale = lb_al64(R * l.gp * 4);
+    l.pzero = lb_al64(R * l.gp);
+    l.azc = lb_al64(R * LB_MAX(l.gp, l.gd) * 4);
+    l.per_block = l.scores + l.pcodes + l.pscale + l.pzero + l.azc +
+                  (p->rows ? lb_al64(R * p->heads * p->D * 4) : 0);
+    return l;
+}
+
+int64_t lb_attention_scratch(const lb_attn *p) {
+    lb_attn_layout l = lb_attn_sizes(p);
+    return p->batch * p->heads * (l.per_head + l.per_temp) +
+           p->batch * lb_ceil(p->S, LB_ATTN_ROWS) * l.per_block + 64;
+}
+
+typedef struct lb_attn_head {
+    lb_dmm_b kb, vb;
+    uint8_t *qcodes;
+    float *qscale;
+    uint8_t *qzero;
+} lb_attn_head;
+
+static lb_attn_head lb_attn_head_at(const lb_attn *p, const lb_attn_layout *l, uint8_t *scratch,
+                                    int64_t bh) {
+    uint8_t *base = scratch + bh * l->per_head;
+    lb_attn_head h;
+    memcpy(&h.kb, base, sizeof(lb_dmm_b));
+    memcpy(&h.vb, base + 64, sizeof(lb_dmm_b));
+    (void)p;
+    uint8_t *data = base + 128;
+    h.qcodes = data + lb_al64(l->kbytes) + lb_al64(l->vbytes);
+    h.qscale = (float *)(h.qcodes + l->qcodes);
+    h.qzero = (uint8_t *)h.qscale + l->qparams;
+    return h;
+}
+
+static void lb_attn_dq_rows(int isa, const lb_dq_rows *dq) {
+    (void)isa;
+#if LB_HAVE_AVX512
+    if (isa == LB_ISA_AVX512VNNI) {
+        lb_dq_rows_avx512(dq, 0, dq->rows);
+        return;
+    }
+#endif
+#if LB_HAVE_AVX2
+    if (isa == LB_ISA_AVX2) {
+        lb_dq_rows_avx2(dq, 0, dq->rows);
+        return;
+    }
+#endif
+    lb_dq_rows_scalar(dq, 0, dq->rows);
+}
+
+static void lb_attn_dq_cols(int isa, const lb_dq_cols *dq) {
+    (void)isa;
+#if LB_HAVE_AVX512
+    if (isa == LB_ISA_AVX512VNNI) {
+        lb_dq_cols_avx512(dq, 0, 0, dq->c);
+        return;
+    }
+#endif
+#if LB_HAVE_AVX2
+    if (isa == LB_ISA_AVX2) {
+        lb_dq_cols_avx2(dq, 0, 0, dq->c);
+        return;
+    }
+#endif
+    lb_dq_cols_scalar(dq, 0, 0, dq->c);
+}
+
+typedef struct lb_attn_job {
+    const lb_attn *p;
+    lb_attn_layout l;
+    uint8_t *scratch;
+    int isa;
+    int64_t blocks;
+} lb_attn_job;
+
+/* Phase 1: task = (b, h). */
+static void lb_attn_prepare(void *arg, int64_t bh, int worker) {
+    (void)worker;
+    const lb_attn_job *j = (const lb_attn_job *)arg;
+    const lb_attn *p = j->p;
+    const lb_attn_layout *l = &j->l;
+    const int64_t b = bh / p->heads, h = bh % p->heads, S = p->S, D = p->D;
+    uint8_t *base = j->scratch + bh * l->per_head;
+    uint8_t *data = base + 128;
+    lb_attn_head hd = lb_attn_head_at(p, l, j->scratch, bh);
+    /* temporary codes and parameters of K and V: this head's part of the scratch */
+    uint8_t *codes = j->scratch + p->batch * p->heads * l->per_head + bh * l->per_temp;
+    float *scale = (float *)(codes + lb_al64(S * D * 2));
+    uint8_t *zero = (uint8_t *)scale + lb_al64(l->tparams * 4);
+    float *tmp = (float *)(zero + lb_al64(l->tparams));
+    /* K per token over D (groups of `group`), as the graph's K^T DynamicQuantize */
+    lb_dq_rows dq = {S, D, p->group, p->k + b * S * p->ldk + h * D, p->ldk, NULL, codes, D,
+                     scale, zero, l->gd, p->k_qmax, 0};
+    lb_attn_dq_rows(j->isa, &dq);
+    lb_dmm_pack pk = {1, S, D, p->group, codes, 0, 1, D, 0, scale, zero, 0, 1, l->gd};
+    lb_dmm_pack_run_one(&pk, data, &hd.kb, 0);
+    /* V per column over groups of tokens */
+    uint8_t *vcodes = codes + S * D;
+    float *vscale = scale + S * l->gd;
+    uint8_t *vzero = zero + S * l->gd;
+    const float *vsrc = p->v + b * S * p->ldv + h * D;
+    if (p->ldv == D) {
+        lb_dq_cols dc = {1, S, D, p->vgroup, vsrc, vcodes, vscale, vzero, p->v_qmax, 0};
+        lb_attn_dq_cols(j->isa, &dc);
+    } else { /* copy the head's columns out first (the kernel reads contiguous rows) */
+        for (int64_t s = 0; s < S; s++) memcpy(tmp + s * D, vsrc + s * p->ldv, (size_t)D * 4);
+        lb_dq_cols dc = {1, S, D, p->vgroup, tmp, vcodes, vscale, vzero, p->v_qmax, 0};
+        lb_attn_dq_cols(j->isa, &dc);
+    }
+    lb_dmm_pack pv = {1, D, S, p->vgroup, vcodes, 0, D, 1, 0, vscale, vzero, 0, D, 1};
+    lb_dmm_pack_run_one(&pv, data + lb_al64(l->kbytes), &hd.vb, 0);
+    memcpy(base, &hd.kb, sizeof(lb_dmm_b));
+    memcpy(base + 64, &hd.vb, sizeof(lb_dmm_b));
+    /* Q per token over D */
+    lb_dq_rows dqq = {S, D, p->group, p->q + b * S * p->ldq + h * D, p->ldq, NULL, hd.qcodes,
+                      D, hd.qscale, hd.qzero, l->gd, p->q_qmax, 0};
+    lb_attn_dq_rows(j->isa, &dqq);
+}
+
+#if LB_HAVE_X86
+/* A-side dwords of rows [0, rows) of codes (stride ld) with per (row, group) zero points. */
+static void lb_attn_aside(int64_t rows, int64_t k, int64_t group, const uint8_t *codes,
+                          int64_t ld, const uint8_t *zero, int64_t ldz, int32_t *azc) {
+    int64_t G = lb_ceil(k, group);
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t g = 0; g < G; g++) {
+            int32_t ra = 0;
+            for (int64_t i = g * group; i < LB_MIN(k, (g + 1) * group); i++) ra += codes[r * ld + i];
+            int32_t za = zero[r * ldz + g];
+            azc[r * G + g] = (int32_t)((uint32_t)(uint16_t)(int16_t)(-za) |
+                                       ((uint32_t)(uint16_t)(int16_t)(-ra) << 16));
+        }
+}
+#endif
+
+/* One product of a block: A rows (codes, scale, zero per group), B packed, into y (ldy). */
+static void lb_attn_product(int isa, int64_t rows, int64_t n, int64_t k, int64_t group,
+                            const uint8_t *a, int64_t lda, const float *ascale,
+                            const uint8_t *azero, int32_t *azc, const lb_dmm_b *B, float *y,
+                            int64_t ldy) {
+    (void)isa;
+    int64_t G = lb_ceil(k, group);
+    lb_dmm mm;
+    memset(&mm, 0, sizeof(mm));
+    mm.batch = 1;
+    mm.M = rows;
+    mm.N = n;
+    mm.K = k;
+    mm.group = group;
+    mm.a = a;
+    mm.lda = lda;
+    mm.a_scale = ascale;
+    mm.a_zero = azero;
+    mm.p_row = G;
+    mm.p_group = 1;
+    mm.b = B;
+    mm.y = y;
+    mm.ldy = ldy;
+    lb_dmm_tile t;
+    memset(&t, 0, sizeof(t));
+    t.p = &mm;
+    t.m0 = 0;
+    t.m1 = rows;
+    t.nb0 = 0;
+    t.nb1 = lb_ceil(n, 16);
+    t.a = a;
+    t.lda = lda;
+    t.y = y;
+    t.ldy = ldy;
+    t.azc = azc;
+    t.asa = ascale;
+#if LB_HAVE_AVX512
+    if (isa == LB_ISA_AVX512VNNI && group % 4 == 0 && group <= 128) {
+        lb_attn_aside(rows, k, group, a, lda, azero, G, azc);
+        lb_dmm_tile_avx512(&t);
+        return;
+    }
+#endif
+#if LB_HAVE_AVX2
+    if (isa == LB_ISA_AVX2 && group % 4 == 0 && group <= 128) {
+        lb_attn_aside(rows, k, group, a, lda, azero, G, azc);
+        lb_dmm_tile_avx2(&t);
+        return;
+    }
+#endif
+    (void)azc;
+    lb_dmm_tile_scalar(&t);
+}
+
+/* Phase 2: task = (b, block of queries). */
+static void lb_attn_block(void *arg, int64_t task, int worker) {
+    (void)worker;
+    const lb_attn_job *j = (const lb_attn_job *)arg;
+    const lb_attn *p = j->p;
+    const lb_attn_layout *l = &j->l;
+    const int64_t b = task / j->blocks, r0 = (task % j->blocks) * LB_ATTN_ROWS;
+    const int64_t R = LB_MIN(LB_ATTN_ROWS, p->S - r0), S = p->S, D = p->D;
+    const int64_t gp = l->gp;
+    uint8_t *mine = j->scratch + p->batch * p->heads * (l->per_head + l->per_temp) +
+                    task * l->per_block;
+    float *scores = (float *)mine;
+    uint8_t *pcodes = mine + l->scores;
+    float *pscale = (float *)(pcodes + l->pcodes);
+    uint8_t *pzero = (uint8_t *)pscale + l->pscale;
+    int32_t *azc = (int32_t *)(pzero + l->pzero);
+    for (int64_t h = 0; h < p->heads; h++) {
+        lb_attn_head hd = lb_attn_head_at(p, l, j->scratch, b * p->heads + h);
+        lb_attn_product(j->isa, R, S, D, p->group, hd.qcodes + r0 * D, D,
+                        hd.qscale + r0 * l->gd, hd.qzero + r0 * l->gd, azc, &hd.kb, scores, S);
+        for (int64_t r = 0; r < R; r++) {
+            float *row = scores + r * S;
+            if (p->scale_op == 1)
+                for (int64_t c = 0; c < S; c++) row[c] = row[c] * p->scale;
+            else if (p->scale_op == 2)
+                for (int64_t c = 0; c < S; c++) row[c] = row[c] / p->scale;
+            if (p->mask) {
+                const float *m = p->mask + b * p->mask_s[0] + h * p->mask_s[1] +
+                                 (r0 + r) * p->mask_s[2];
+                if (p->mask_s[3] == 1)
+                    for (int64_t c = 0; c < S; c++) row[c] = row[c] + m[c];
+                else
+                    for (int64_t c = 0; c < S; c++) row[c] = row[c] + m[c * p->mask_s[3]];
+            }
+        }
+#if LB_HAVE_AVX512
+        if (j->isa == LB_ISA_AVX512VNNI)
+            lb_softmax_rows_avx512(0, R, S, scores, S, scores, S);
+        else
+#endif
+#if LB_HAVE_AVX2
+        if (j->isa == LB_ISA_AVX2)
+            lb_softmax_rows_avx2(0, R, S, scores, S, scores, S);
+        else
+#endif
+            lb_softmax_rows_scalar(0, R, S, scores, S, scores, S);
+        lb_dq_rows dq = {R, S, p->pgroup, scores, S, NULL, pcodes, S, pscale, pzero, gp,
+                         p->p_qmax, 0};
+        lb_attn_dq_rows(j->isa, &dq);
+        lb_attn_product(j->isa, R, D, S, p->pgroup, pcodes, S, pscale, pzero, azc, &hd.vb,
+                        p->out + (b * S + r0) * p->ldo + h * D, p->ldo);
+    }
+    if (p->rows) {
+        const int64_t n = p->heads * D;
+        float *buf = (float *)((uint8_t *)azc + l->azc);
+        for (int64_t r = 0; r < R; r++)
+            memcpy(buf + r * n, p->out + (b * S + r0 + r) * p->ldo, (size_t)n * 4);
+        lb_rowops_apply(j->isa, b * S + r0, b * S + r0 + R, n, buf, n, p->rows);
+    }
+}
+
+void lb_attention_run(const lb_ctx *ctx, const lb_attn *p, uint8_t *scratch) {
+    if (p->batch <= 0 || p->S <= 0) return;
+    lb_attn_job j;
+    j.p = p;
+    j.l = lb_attn_sizes(p);
+    j.scratch = (uint8_t *)(((uintptr_t)scratch + 63) / 64 * 64);
+    j.isa = ctx->isa;
+    j.blocks = lb_ceil(p->S, LB_ATTN_ROWS);
+    lb_parallel_for(ctx, p->batch * p->heads, lb_attn_prepare, &j);
+    lb_parallel_for(ctx, p->batch * j.blocks, lb_attn_block, &j);
+}

@@ -1,0 +1,187 @@
+/* AVX-512 VNNI tiles of the dynamic product: up to 6 rows x 32 columns. Per group of K, the
+ * int32 sums of 6 x 2 vectors come from `vpdpbusd` (uint8 A broadcast 4 bytes at a time, int8
+ * B, no saturation); one `vpdpwssd` adds both zero-point corrections, (-za) (sum b - len zb) +
+ * (-ra) zb, from 16-bit pairs prepared per row (driver) and per column (packing). The group's
+ * exact sum is then dequantized in float32, y = y + (float(acc) * sb) * sa, in 12 float
+ * accumulators that live across the groups. Whole-K products (group 0) dequantize once, in
+ * float64, as the reference. */
+#include "rt_tf_internal.h"
+
+#if LB_HAVE_AVX512
+#include "rt_vec512.h"
+
+#define LB_DMM_MR 6
+#define LB_DMM_NV 2
+
+LB_V512 __mmask16 lb_dmm_mask(int64_t left) {
+    return left >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1u);
+}
+
+LB_V512 int32_t lb_dmm_a4(const uint8_t *p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+/* The last 1-3 bytes of a row (zero beyond: the packed B is zero there). */
+LB_V512 int32_t lb_dmm_a4_tail(const uint8_t *p, int64_t n) {
+    return _mm_cvtsi128_si32(_mm_maskz_loadu_epi8((__mmask16)((1u << n) - 1u), p));
+}
+
+/* y + add[i] for the stored row m, columns n0..n0+15 (lanes in `k`). */
+LB_V512 __m512 lb_dmm_adds(const lb_dmm *p, int64_t b, int64_t m, int64_t n0, __mmask16 k,
+                           __m512 y) {
+    for (int i = 0; i < 3; i++) {
+        const lb_fadd *ad = &p->add[i];
+        if (ad->v) y = _mm512_add_ps(y, _mm512_maskz_loadu_ps(k, ad->v + b * ad->batch +
+                                                                      m * ad->ld + n0));
+    }
+    return y;
+}
+
+#define LB_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5)
+
+/* One tile of MR rows (from m) and NV blocks of 16 columns (from nb); MR, NV constants after
+ * inlining. GROUPED selects the float32 per-group chain or the float64 whole-K epilogue. */
+LB_V512 void lb_dmm_tile_v512(const lb_dmm_tile *t, int64_t m, int64_t nb, const int MR,
+                              const int NV, const int GROUPED) {
+    const lb_dmm *p = t->p;
+    const lb_dmm_b *B = p->b + t->b * p->b_step;
+    const int64_t k4 = B->k4, kfull = p->K / 4, tail = p->K % 4;
+    const int64_t G = GROUPED ? (p->K + p->group - 1) / p->group : 1;
+    const int64_t g4 = GROUPED ? p->group / 4 : k4;
+    const int64_t r0 = m - t->m0;
+    const int8_t *pb = B->data + nb * k4 * 64;
+#define LB_AROW(r) const uint8_t *a##r = t->a + (r0 + (MR > r ? r : 0)) * t->lda;
+    LB_ROWS(LB_AROW)
+#undef LB_AROW
+    __m512 y00 = _mm512_setzero_ps(), y01 = y00, y10 = y00, y11 = y00, y20 = y00, y21 = y00,
+           y30 = y00, y31 = y00, y40 = y00, y41 = y00, y50 = y00, y51 = y00;
+    __m512i c00, c01, c10, c11, c20, c21, c30, c31, c40, c41, c50, c51;
+    for (int64_t j = 0; j < G; j++) {
+        const int64_t s0 = j * g4, s1 = LB_MIN(k4, s0 + g4), sfull = LB_MIN(s1, kfull);
+        c00 = c01 = c10 = c11 = c20 = c21 = c30 = c31 = c40 = c41 = c50 = c51 =
+            _mm512_setzero_si512();
+        for (int64_t s = s0; s < s1; s++) {
+            __m512i b0 = _mm512_loadu_si512(pb + s * 64), b1 = b0;
+            if (NV > 1) b1 = _mm512_loadu_si512(pb + k4 * 64 + s * 64);
+            const int whole = s < sfull;
+#define LB_STEP(r)                                                                        \
+    if (MR > r) {                                                                         \
+        __m512i av = _mm512_set1_epi32(whole ? lb_dmm_a4(a##r + s * 4)                    \
+                                             : lb_dmm_a4_tail(a##r + s * 4, tail));       \
+        c##r##0 = _mm512_dpbusd_epi32(c##r##0, av, b0);                                   \
+        if (NV > 1) c##r##1 = _mm512_dpbusd_epi32(c##r##1, av, b1);                       \
+    }
+            LB_ROWS(LB_STEP)
+#undef LB_STEP
+        }
+        if (GROUPED) {
+            const int64_t at0 = (nb * G + j) * 16, at1 = ((nb + 1) * G + j) * 16;
+            const __m512i bc0 = _mm512_loadu_si512(B->corr + at0);
+            const __m512 sb0 = _mm512_loadu_ps(B->scale + at0);
+            __m512i bc1 = bc0;
+            __m512 sb1 = sb0;
+            if (NV > 1) {
+                bc1 = _mm512_loadu_si512(B->corr + at1);
+                sb1 = _mm512_loadu_ps(B->scale + at1);
+            }
+#define LB_GROUP_EPI(r)                                                                     \
+    if (MR > r) {                                                                           \
+        const __m512i zc = _mm512_set1_epi32(t->azc[(r0 + r) * G + j]);                    \
+        const __m512 sa = _mm512_set1_ps(t->asa[(r0 + r) * G + j]);                         \
+        __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_dpwssd_epi32(c##r##0, zc, bc0)), \
+                                 sb0);                                                      \
+        y##r##0 = _mm512_add_ps(y##r##0, _mm512_mul_ps(f, sa));                             \
+        if (NV > 1) {                                                                       \
+            f = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_dpwssd_epi32(c##r##1, zc, bc1)),    \
+                              sb1);                                                         \
+            y##r##1 = _mm512_add_ps(y##r##1, _mm512_mul_ps(f, sa));                         \
+        }                                                                                   \
+    }
+            LB_ROWS(LB_GROUP_EPI)
+#undef LB_GROUP_EPI
+        }
+    }
+    if (!GROUPED) {
+        /* acc = sum a b - za sum b - zb ra + K za zb (wrapping int32, exact in the end), then
+         * y = float32(double(acc) * (double(sa) * double(sb))) */
+        const __m512i kk = _mm512_set1_epi32((int32_t)p->K);
+#define LB_WHOLE_EPI_V(r, v)                                                                 \
+    {                                                                                        \
+        const int64_t n0 = (nb + v) * 16;                                                    \
+        const __m512i cs = _mm512_loadu_si512(B->corr + (nb + v) * 16);                      \
+        const __m512i zb = _mm512_loadu_si512(B->zero + n0);                                 \
+        const __m512 sb = _mm512_loadu_ps(B->scale + (nb + v) * 16);                         \
+        const __m512i za = _mm512_set1_epi32(t->aza[r0 + r]);                                \
+        const __m512i ra = _mm512_set1_epi32(t->ara[r0 + r]);                                \
+        __m512i acc = _mm512_sub_epi32(c##r##v, _mm512_mullo_epi32(za, cs));                 \
+        acc = _mm512_sub_epi32(acc, _mm512_mullo_epi32(zb, ra));                             \
+        acc = _mm512_add_epi32(acc, _mm512_mullo_epi32(_mm512_mullo_epi32(kk, za), zb));     \
+        const __m512d sa = _mm512_set1_pd((double)t->asa[r0 + r]);                           \
+        __m512d lo = _mm512_mul_pd(_mm512_cvtepi32_pd(_mm512_castsi512_si256(acc)),          \
+                                   _mm512_mul_pd(sa, _mm512_cvtps_pd(_mm512_castps512_ps256(sb)))); \
+        __m512d hi = _mm512_mul_pd(                                                          \
+            _mm512_cvtepi32_pd(_mm512_extracti64x4_epi64(acc, 1)),                           \
+            _mm512_mul_pd(sa, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(       \
+                                  _mm512_castps_pd(sb), 1)))));                              \
+        y##r##v = _mm512_insertf32x8(_mm512_castps256_ps512(_mm512_cvtpd_ps(lo)),            \
+                                     _mm512_cvtpd_ps(hi), 1);                                \
+    }
+#define LB_WHOLE_EPI(r)                        \
+    if (MR > r) {                              \
+        LB_WHOLE_EPI_V(r, 0)                   \
+        if (NV > 1) LB_WHOLE_EPI_V(r, 1)       \
+    }
+        LB_ROWS(LB_WHOLE_EPI)
+#undef LB_WHOLE_EPI
+#undef LB_WHOLE_EPI_V
+    }
+#define LB_STORE(r)                                                                       \
+    if (MR > r) {                                                                         \
+        const int64_t row = m + r;                                                        \
+        float *out = t->y + (row - t->m0) * t->ldy;                                        \
+        const int64_t n0 = nb * 16;                                                       \
+        __mmask16 k0 = lb_dmm_mask(p->N - n0);                                            \
+        _mm512_mask_storeu_ps(out + n0, k0, lb_dmm_adds(p, t->b, row, n0, k0, y##r##0));  \
+        if (NV > 1) {                                                                     \
+            __mmask16 k1 = lb_dmm_mask(p->N - n0 - 16);                                   \
+            _mm512_mask_storeu_ps(out + n0 + 16, k1,                                      \
+                                  lb_dmm_adds(p, t->b, row, n0 + 16, k1, y##r##1));       \
+        }                                                                                 \
+    }
+    LB_ROWS(LB_STORE)
+#undef LB_STORE
+}
+
+typedef void (*lb_dmm_tile_fn)(const lb_dmm_tile *, int64_t, int64_t);
+#define LB_DMM_FN(MR, NV, GR)                                                                 \
+    LB_TARGET_AVX512 __attribute__((noinline)) static void lb_dmm_##MR##_##NV##_##GR(         \
+        const lb_dmm_tile *t, int64_t m, int64_t nb) {                                        \
+        lb_dmm_tile_v512(t, m, nb, MR, NV, GR);                                               \
+    }
+#define LB_DMM_ROW(MR) LB_DMM_FN(MR, 1, 1) LB_DMM_FN(MR, 2, 1) LB_DMM_FN(MR, 1, 0) \
+    LB_DMM_FN(MR, 2, 0)
+LB_DMM_ROW(1)
+LB_DMM_ROW(2)
+LB_DMM_ROW(3)
+LB_DMM_ROW(4)
+LB_DMM_ROW(5)
+LB_DMM_ROW(6)
+#define LB_DMM_NAMES(MR) \
+    {{lb_dmm_##MR##_1_0, lb_dmm_##MR##_1_1}, {lb_dmm_##MR##_2_0, lb_dmm_##MR##_2_1}}
+static const lb_dmm_tile_fn lb_dmm_tiles[LB_DMM_MR][LB_DMM_NV][2] = {
+    LB_DMM_NAMES(1), LB_DMM_NAMES(2), LB_DMM_NAMES(3),
+    LB_DMM_NAMES(4), LB_DMM_NAMES(5), LB_DMM_NAMES(6)};
+
+LB_TARGET_AVX512 void lb_dmm_tile_avx512(const lb_dmm_tile *t) {
+    const int grouped = t->p->group > 0;
+    for (int64_t nb = t->nb0; nb < t->nb1; nb += LB_DMM_NV) {
+        int nv = (int)LB_MIN(LB_DMM_NV, t->nb1 - nb);
+        for (int64_t m = t->m0; m < t->m1; m += LB_DMM_MR) {
+            int mr = (int)LB_MIN(LB_DMM_MR, t->m1 - m);
+            lb_dmm_tiles[mr - 1][nv - 1][grouped](t, m, nb);
+        }
+    }
+}
+#endif /* LB_HAVE_AVX512 */

@@ -1,0 +1,109 @@
+"""Building and running bundles in the tests: natively, or cross-compiled for 64-bit ARM and run
+under qemu-user (../shared/EVAL.md). scripts/test installs gcc-aarch64-linux-gnu and
+qemu-user; a missing tool fails the test that needs it, never skips it.
+
+The kernel library's objects are the same for every bundle of one target and compiler, so
+`build` keeps them in a cache beside the test models (keyed by the library's sources, the
+target and the compiler) and copies them into a new bundle before `make`: `make` then
+compiles the model, the weights and example_main.c only. Tests of the Makefile itself pass
+`cache=False`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+
+from lowbit.backends.cpu.bundle import Bundle
+
+CROSS_CC = "aarch64-linux-gnu-gcc"
+QEMU = "qemu-aarch64"
+SYSROOT = "/usr/aarch64-linux-gnu"
+OBJECT_CACHE = Path(__file__).resolve().parents[3] / ".cache" / "bundle-objects"
+
+
+def compiler(bundle: Bundle) -> str:
+    """The C compiler for the bundle's target on this x86-64 machine."""
+    if bundle.target.arch == "aarch64":
+        if shutil.which(CROSS_CC) is None:
+            raise RuntimeError(f"{CROSS_CC} is missing: apt-get install gcc-aarch64-linux-gnu "
+                               f"(scripts/test does)")
+        return CROSS_CC
+    return os.environ.get("CC", "cc")
+
+
+def runner(bundle: Bundle, cpu: str | None = None) -> list[str]:
+    """The command prefix that runs the bundle's program (qemu for 64-bit ARM; `cpu` picks
+    qemu's CPU model, e.g. cortex-a53 without the dot-product instructions)."""
+    if bundle.target.arch != "aarch64":
+        return []
+    if shutil.which(QEMU) is None:
+        raise RuntimeError(f"{QEMU} is missing: apt-get install qemu-user (scripts/test does)")
+    return [QEMU, "-L", SYSROOT] + (["-cpu", cpu] if cpu else [])
+
+
+def _cache_key(bundle: Bundle, cc: str, threads: bool) -> str:
+    h = hashlib.sha256()
+    for f in sorted(bundle.files):
+        if f.startswith(("rt_", "lowbit_rt")):
+            h.update(f.encode() + b"\0" + (bundle.directory / f).read_bytes())
+    h.update(f"{bundle.target.name}\0{cc}\0{threads}".encode())
+    return h.hexdigest()[:24]
+
+
+def build(bundle: Bundle, threads: bool = True, cache: bool = True) -> Path:
+    """`make` the bundle with its target's compiler (-Wall -Wextra -Werror, the Makefile's
+    default); returns the program."""
+    cc = compiler(bundle)
+    objects = OBJECT_CACHE / _cache_key(bundle, cc, threads)
+    library = [Path(f).with_suffix(".o").name for f in bundle.files
+               if f.startswith("rt_") and f.endswith(".c")]
+    if cache and objects.is_dir():
+        for o in library:
+            shutil.copy(objects / o, bundle.directory / o)
+            os.utime(bundle.directory / o)  # newer than the sources: make keeps them
+    program = bundle.build(cc=cc, threads=threads)
+    if cache and not objects.is_dir():
+        tmp = objects.with_name(objects.name + f".{os.getpid()}")
+        tmp.mkdir(parents=True, exist_ok=True)
+        for o in library:
+            shutil.copy(bundle.directory / o, tmp / o)
+        try:
+            os.replace(tmp, objects)
+        except OSError:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return program
+
+
+def run(bundle: Bundle, program: Path, inputs: list[np.ndarray], *, args: tuple = (),
+        cpu: str | None = None, check: bool = True):
+    """Run the program on `inputs` (written as .npy) and return its outputs; with
+    check=False, the finished process instead."""
+    work = bundle.directory / "io"
+    work.mkdir(exist_ok=True)
+    ins = []
+    for i, a in enumerate(inputs):
+        path = work / f"in{i}.npy"
+        np.save(path, a)
+        ins.append(str(path))
+    outs = [str(work / f"out{i}.npy") for i in range(len(bundle_outputs(bundle)))]
+    for o in outs:
+        Path(o).unlink(missing_ok=True)
+    done = subprocess.run([*runner(bundle, cpu), str(program), *args, *ins, *outs],
+                          capture_output=True, text=True, timeout=1800, check=False)
+    if not check:
+        return done
+    if done.returncode != 0:
+        raise AssertionError(f"{program} failed ({done.returncode}):\n{done.stderr}")
+    return [np.load(o) for o in outs]
+
+
+def bundle_outputs(bundle: Bundle) -> list[str]:
+    header = (bundle.directory / f"{bundle.name}.h").read_text()
+    n = int(header.split(f"#define {bundle.name.upper()}_NUM_OUTPUTS ")[1].split()[0])
+    return [f"out{i}" for i in range(n)]
