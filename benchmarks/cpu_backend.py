@@ -4,8 +4,9 @@ Per model, batch 1, 2 threads (--threads): lowbit's int8 model (quantize default
 backend; ONNX Runtime running lowbit's own QDQ export of that model (today's fastest way to run
 it); OpenVINO running NNCF's int8 model of the same float network (nncf.quantize defaults, same
 calibration data; CPU plugin, INFERENCE_NUM_THREADS, PERFORMANCE_HINT LATENCY). Runs are
-interleaved (one of each in turn) and the medians compared as ratios; absolute times on a
-shared machine drift, the ratios less so.
+interleaved (blocks of 10 runs of each in turn, a pause between blocks so that no runner's
+spinning threads are still busy when the next starts) and the medians compared as ratios;
+absolute times on a shared machine drift, the ratios less so.
 
 Then the int8 GEMM micro-benchmark: lb_qgemm (uint8 x int8 -> int32, and requantized to uint8)
 against ONNX Runtime's MatMulInteger at 128x768x768 and 128x768x3072, on 1 and 2 threads.
@@ -83,17 +84,27 @@ def openvino_nncf(src, calib, dst: Path, threads: int):
         "INFERENCE_NUM_THREADS": threads, "PERFORMANCE_HINT": "LATENCY"})
 
 
-def interleaved(runs: dict, repeats: int) -> dict[str, float]:
-    """Median seconds of each runner, the runners taking turns."""
+def interleaved(runs: dict, repeats: int, block: int = 10, pause: float = 0.05
+                ) -> dict[str, float]:
+    """Median seconds of each runner, the runners taking turns in blocks of `block` runs.
+
+    Between blocks the process sleeps `pause` seconds: ONNX Runtime's intra-op workers keep
+    spinning for about 20 ms after `run` returns (measured: 89 % of a core during a 10 ms sleep
+    after a MatMulInteger run, 41 % during 50 ms after EfficientNet), so a runner timed right
+    after it shares its cores with that spin and a 2-thread runner loses one of the two. Within
+    a block each runner runs back to back, as a server would, with its own threads warm.
+    """
     for run in runs.values():
         for _ in range(5):
             run()
     times: dict[str, list[float]] = {k: [] for k in runs}
-    for _ in range(repeats):
+    while len(next(iter(times.values()))) < repeats:
         for name, run in runs.items():
-            start = time.perf_counter()
-            run()
-            times[name].append(time.perf_counter() - start)
+            time.sleep(pause)
+            for _ in range(block):
+                start = time.perf_counter()
+                run()
+                times[name].append(time.perf_counter() - start)
     return {k: float(np.median(v)) for k, v in times.items()}
 
 

@@ -34,7 +34,11 @@ def test_minilm_dynamic_defaults_keep_embeddings(tmp_path):
     result = quantize_dynamic(graph)
     weights = [r for r in result.summary.rows if "weights" in r.detail]
     assert len(weights) == 36 and all(r.mode == "int8" for r in weights)
-    assert len(result.summary.integer_nodes) == 48  # and the 12 attention products
+    # and the 12 attention products and 2 embedding tables (words, positions: int8 per column)
+    assert len(result.summary.integer_nodes) == 50
+    tables = [r for r in result.summary.rows if r.op_type == "Gather"]
+    assert [r.detail for r in tables] == ["int8 table per column (30522 rows)",
+                                          "int8 table per column (512 rows)"]
     assert sum("GELU channels" in r.detail for r in weights) == 6  # the FFN down projections
     ref = _embed_each(lambda e: lowbit.run(graph, e)["last_hidden_state"], TEXTS)
     got = _embed_each(lambda e: lowbit.run(result.graph, e)["last_hidden_state"], TEXTS)

@@ -97,6 +97,7 @@ def profile(
     client: Any = None,
     shards: int | None = None,
     batch_size: int | None = None,
+    backend: str = "reference",
 ) -> Profile:
     """Run `graph` on calibration batches ({input name: array} each) and return the per-value
     statistics (ranges, histograms, and the input moments of each Conv/Gemm/MatMul that the
@@ -110,16 +111,20 @@ def profile(
     (`lowbit.cluster.profiling`). Then `batches` may also be a `dask.array` (or {input name:
     dask.array}) cut into batches of `batch_size` rows. Items with a `load(graph)` method
     (`lowbit.cli.data_files.BatchRef`) are read where they are profiled.
+
+    `backend="cpu"` runs the batches on the compiled cpu backend ("auto": when it compiles the
+    graph), the observers reading the values it produces (on the workers too).
     """
     if client is not None:
         from lowbit.cluster import profiling
 
         return profiling.profile(client, graph, batches, shards=shards, batch_size=batch_size,
-                                 progress=progress, channel_axis=channel_axis, moments=moments)
+                                 progress=progress, channel_axis=channel_axis, moments=moments,
+                                 backend=backend)
     if shards is not None or batch_size is not None:
         raise InputError("shards and batch_size go with a Dask client (client=...)")
     return _profile.profile(graph, _loaded(graph, batches), progress=progress,
-                            channel_axis=channel_axis, moments=moments)
+                            channel_axis=channel_axis, moments=moments, backend=backend)
 
 
 def _loaded(graph: Graph, batches: Iterable[Any]) -> Iterable[Any]:

@@ -524,3 +524,63 @@ def test_groups_keep_small_probabilities_beside_an_attention_sink(tmp_path):
         q = quantize_dynamic(graph, QuantConfig().with_default(**cfg)).graph
         err[label] = np.abs(lowbit.run(q, {"p": p, "v": v})["y"] - want).max()
     assert err["row"] > 0.02 and err["group"] < err["row"] / 5, err
+
+
+def _embedding_model(path, rows):
+    rng = np.random.default_rng(11)
+    table = (rng.standard_normal((rows, 8)) * rng.uniform(0.01, 3, 8)).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("Gather", ["table", "ids"], ["e"], name="embed"),
+         helper.make_node("MatMul", ["e", "w"], ["y"], name="proj")], "g",
+        [helper.make_tensor_value_info("ids", TensorProto.INT64, ["B", "S"])],
+        [helper.make_tensor_value_info("e", TensorProto.FLOAT, ["B", "S", 8]),
+         helper.make_tensor_value_info("y", TensorProto.FLOAT, ["B", "S", 4])],
+        [numpy_helper.from_array(table, "table"),
+         numpy_helper.from_array(rng.standard_normal((8, 4)).astype(np.float32), "w")])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return table
+
+
+def test_embedding_tables_are_int8_per_column_and_exact_through_gather(tmp_path):
+    """A Gather of a table of >= EMBEDDING_ROWS rows reads int8 codes, one scale per column:
+    its output is exactly dequantize(quantize(table))[ids]; the export holds int8 and ONNX
+    Runtime gives the same rows; a float rule or a small table keeps the float table."""
+    from lowbit.ir.types import QuantParams, TensorType
+    from lowbit.numerics import arith
+    from lowbit.quant import calibration
+    from lowbit.quant.dynamic import EMBEDDING_ROWS
+
+    table = _embedding_model(tmp_path / "m.onnx", EMBEDDING_ROWS)
+    g = lowbit.load(tmp_path / "m.onnx")
+    ids = np.array([[0, 5, EMBEDDING_ROWS - 1], [7, 7, 3]], np.int64)
+    q = quantize_dynamic(g)
+    assert {r.name: (r.mode, r.detail) for r in q.summary.rows}["embed"] == (
+        "int8", f"int8 table per column ({EMBEDDING_ROWS} rows)")
+    ops = [(n.op_type, n.domain) for n in q.graph.nodes if n.op_type != "Constant"]
+    assert ops[:3] == [("Quantize", "lowbit"), ("Gather", ""),
+                       ("Dequantize", "lowbit")], ops
+    params = calibration.weight_params(table, dtype=lowbit.ir.dtypes.INT8, scheme="symmetric",
+                                       axis=1)
+    assert isinstance(params, QuantParams) and params.scale.shape == (8,)
+    t = TensorType(lowbit.ir.dtypes.INT8, table.shape, params)
+    expect = ((arith.quantize(table, t).astype(np.float32) - params.zero_point.astype(np.float32))
+              * params.scale)[ids]
+    assert np.array_equal(lowbit.run(q.graph, {"ids": ids})["e"], expect)
+    assert np.abs(expect - table[ids]).max() <= params.scale.max() / 2 + 1e-6
+    lowbit.save(q.graph, tmp_path / "q.onnx")
+    saved = onnx.load(str(tmp_path / "q.onnx"))
+    assert [i.data_type for i in saved.graph.initializer if list(i.dims) == [EMBEDDING_ROWS, 8]
+            ] == [TensorProto.INT8]
+    import onnxruntime as ort
+
+    e_ort, y_ort = ort.InferenceSession(str(tmp_path / "q.onnx"), providers=[
+        "CPUExecutionProvider"]).run(None, {"ids": ids})
+    assert np.array_equal(e_ort, expect)
+    np.testing.assert_allclose(y_ort, lowbit.run(q.graph, {"ids": ids})["y"], rtol=1e-5,
+                               atol=1e-5)
+    kept = quantize_dynamic(g, QuantConfig(rules=(Rule(name="embed", precision="float"),)))
+    assert {r.name: r.mode for r in kept.summary.rows}["embed"] == "float"
+    assert not any(n.op_type == "Dequantize" for n in kept.graph.nodes)
+    _embedding_model(tmp_path / "small.onnx", EMBEDDING_ROWS - 1)
+    small = quantize_dynamic(lowbit.load(tmp_path / "small.onnx"))
+    assert "embed" not in {r.name for r in small.summary.rows}

@@ -288,10 +288,11 @@ class _Emit:
         w = np.asarray(b.const_value)
         w = np.concatenate([w, np.repeat(zero[-1:], count * g - k, axis=0)])  # padding: 0.0
         w = w.reshape(count, g, n)
-        real_w = self.one("Mul", self.one("Sub", self.one("Cast", self.const(w, "weight_groups"),
-                                                          to=f32),
-                                          self.const(zero.astype(np.float32)[:, None, :],
-                                                     "weight_zero")),
+        real_w = self.one("Cast", self.const(w, "weight_groups"), to=f32)
+        if np.any(zero):  # symmetric weights (the default) have none to subtract: x - 0 = x
+            real_w = self.one("Sub", real_w, self.const(zero.astype(np.float32)[:, None, :],
+                                                        "weight_zero"))
+        real_w = self.one("Mul", real_w,
                           self.const(np.asarray(b_scale.const_value, np.float32)[:, None, :],
                                      "weight_scale"))
         return self.one("Reshape", real_w, self.const(np.array([count * g, n], np.int64),

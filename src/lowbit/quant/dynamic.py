@@ -22,7 +22,16 @@ becomes a `DynamicMatMul` (`lowbit.ops.dynamic`) reading 8-bit codes:
   (`outlier_channels`, lowbit.quant.smoothing), so they neither set the row's scale nor
   multiply their weights' rounding error;
 - the product accumulates exactly in int32 and is dequantized once with s_a * s_w; a Gemm's
-  bias C is added in float.
+  bias C is added in float;
+- a Gather along the rows of a constant float table of at least `EMBEDDING_ROWS` rows (a
+  vocabulary's or the positions' embeddings) reads the table in int8, one scale per column
+  (`weight_scheme`): `Quantize(table) -> Gather -> Dequantize`. Each gathered row holds the
+  table's codes and every column keeps its own scale and zero point, so the result is exactly
+  `dequantize(quantize(table))[ids]`, x = (q - zero_point) * scale in float32; the table
+  takes a quarter of its float bytes (MiniLM's file: 61.6 MB -> 24.6 MB, 47 MB of word
+  embeddings becoming 12 MB; sentence-embedding cosine to float on 25 single words 0.99967 ->
+  0.99964 mean, 0.99928 -> 0.99926 minimum; Lee Pearson 0.6567 -> 0.6570).
+  A rule setting the Gather's `precision: float` keeps its table in float.
 
 MatMuls of two activations (attention Q·Kᵀ and P·V) are quantized the same way on both sides
 when `activation_products` is set (the right operand per column for "row", per group of a
@@ -72,6 +81,10 @@ from lowbit.quant.static import (
     integer_problem,
 )
 
+EMBEDDING_ROWS = 256
+"""Constant tables gathered by rows with at least this many rows are quantized (word and
+position embeddings); smaller ones (token types) stay float: a negligible part of a file."""
+
 
 def _dense_product(node: Node) -> bool:
     """Whether `node` is a product dynamic quantization computes in integers: an integer
@@ -119,9 +132,24 @@ def _quantize_scope(g: Graph, scope: str, config: QuantConfig) -> list[NodeRepor
             continue
         builder.unfuse_clamp(node)
         builder.product(node)
+    for node in [n for n in g.nodes if _embedding_gather(n)]:
+        builder.embedding(node)
     if not scope:
         return builder.rows
     return [dataclasses.replace(r, name=f"{scope}/{r.name}") for r in builder.rows]
+
+
+def _embedding_gather(node: Node) -> bool:
+    """Whether `node` gathers rows of a constant float32 table of at least EMBEDDING_ROWS rows
+    by run-time indices."""
+    if node.op_type != "Gather" or node.domain not in ("", "ai.onnx"):
+        return False
+    table, ids = node.inputs[0], node.inputs[1]
+    t = table.type
+    if not table.is_constant or ids.is_constant or t is None or t.dtype != dtypes.FLOAT32 or \
+            t.shape is None or len(t.shape) != 2 or t.quant is not None:
+        return False
+    return int(node.attrs.get("axis", 0)) % 2 == 0 and int(t.shape[0]) >= EMBEDDING_ROWS
 
 
 def activation_axes(granularity: str, rank: int, right: bool = False) -> list[int]:
@@ -248,6 +276,32 @@ class _Builder:
         per = f"group of {group}" if group else s.granularity
         self.rows.append(NodeReport(node.name, node.op_type, "int8",
                                     f"{weights}; activations {codes}{bits} per {per}"))
+
+    def embedding(self, node: Node) -> None:
+        """Quantize(table) -> Gather -> Dequantize: the table in int8 per column."""
+        s = self.config.settings_for(node)
+        if not s.quantized or s.weight_precision != "int8":
+            self.rows.append(NodeReport(node.name, node.op_type, "float",
+                                        f"config: precision {s.precision}"))
+            return
+        table = node.inputs[0]
+        check_finite_constants(node)
+        params = calibration.weight_params(table.const_value, dtype=s.weight_dtype,
+                                           scheme=s.weight_scheme, axis=1)
+        codes = self.g.make_node("Quantize", [table], domain=QUANT_DOMAIN,
+                                 name=f"{table.name}_quantize", output_names=[f"{table.name}_q"],
+                                 output_types=[TensorType(s.weight_dtype, table.type.shape,
+                                                          params)], before=node).output
+        out = node.outputs[0]
+        node.inputs[0] = codes
+        rows = Value(self.g.unique_name(f"{out.name}_q"), infer_node(node)[0])
+        node.outputs[0] = rows
+        rows.producer = node
+        self.g.nodes.insert(self.g.nodes.index(node) + 1, Node(
+            "Dequantize", [rows], [out], {}, self.g.unique_node_name(f"{node.name}_dequantize"),
+            QUANT_DOMAIN))
+        self.rows.append(NodeReport(node.name, node.op_type, "int8",
+                                    f"int8 table per column ({table.type.shape[0]} rows)"))
 
     def _weights(self, b: Value, s: NodeSettings, group: int,
                  before: Node) -> tuple[Value | None, ...]:

@@ -48,6 +48,7 @@ it for, or checking it against, another graph is refused.
 from __future__ import annotations
 
 import base64
+import logging
 import math
 import os
 import zlib
@@ -59,7 +60,7 @@ import numpy as np
 import yaml
 
 from lowbit.backends.reference.interpreter import Interpreter, check_inputs
-from lowbit.errors import InputError, LowbitError
+from lowbit.errors import InputError, LowbitError, UnsupportedError
 from lowbit.fileio import write_atomically
 from lowbit.ir.graph import CONSTANT, Graph, Node, Value
 from lowbit.ir.hashing import graph_hash
@@ -71,6 +72,8 @@ from lowbit.quant.input_moments import (
     vector_layout,
 )
 from lowbit.quant.observers import DEFAULT_BINS, ChannelRange, Histogram, StatsObserver
+
+log = logging.getLogger(__name__)
 
 FORMAT = "lowbit-profile"
 VERSION = 2
@@ -320,7 +323,7 @@ def _check_batch(graph: Graph, batch: Any, index: int) -> list[np.ndarray]:
 
 def profile(graph: Graph, batches: Iterable[Mapping[str, np.ndarray]], *, progress: bool = True,
             channel_axis: int | None = None, bins: int = DEFAULT_BINS,
-            moments: bool = True) -> Profile:
+            moments: bool = True, backend: str = "reference") -> Profile:
     """Run `graph` on every batch ({input name: array}) and collect per-value statistics.
 
     Observed: float graph inputs, float node outputs (per batch) and float constants (once, with
@@ -331,9 +334,13 @@ def profile(graph: Graph, batches: Iterable[Mapping[str, np.ndarray]], *, progre
     arrays, NaN or Inf in a float input, and an empty calibration set.
     `samples` counts the first input's leading dimension over all batches. `moments=False`
     skips the input moments of the products (weights then round to nearest).
+    `backend`: "reference" (the interpreter), "cpu" (the compiled cpu backend: every observed
+    value becomes an output of one compiled program, its float results within float rounding of
+    the interpreter's; a graph it cannot compile raises its error) or "auto" (the cpu backend
+    when it compiles the graph, else the interpreter).
     """
     recorder = _Recorder(graph, bins, channel_axis, moments)
-    interpreter = Interpreter(graph, observers=[recorder])
+    interpreter = _runner(graph, recorder, backend)
     result = Profile(graph_hash(graph))
     total = len(batches) if hasattr(batches, "__len__") else None  # type: ignore[arg-type]
     with _progress_bar(progress, total) as advance:
@@ -363,6 +370,44 @@ def profile(graph: Graph, batches: Iterable[Mapping[str, np.ndarray]], *, progre
                 result.stats[node.output.name] = obs
                 result.constants.add(node.output.name)
     return result
+
+
+def _runner(graph: Graph, recorder: _Recorder, backend: str):
+    """A callable running one batch and feeding the recorder every observed node output."""
+    if backend not in ("reference", "cpu", "auto"):
+        raise ValueError(f"profile backend {backend!r}: use 'reference', 'cpu' or 'auto'")
+    if backend != "reference":
+        try:
+            return _cpu_runner(graph, recorder)
+        except LowbitError:
+            if backend == "cpu":
+                raise
+            log.debug("profile: the cpu backend cannot run %s; using the interpreter", graph.name)
+    return Interpreter(graph, observers=[recorder])
+
+
+def _cpu_runner(graph: Graph, recorder: _Recorder):
+    """One compiled program whose outputs are the graph's and every observed node output."""
+    from lowbit.backends import cpu
+
+    if recorder.untyped:
+        raise UnsupportedError(f"profiling on the cpu backend needs every value's type; "
+                               f"{len(recorder.untyped)} are unknown (run shape inference)")
+    observed = graph.copy()
+    by_name = {v.name: v for v in recorder.watched}
+    inputs = {v.name for v in graph.inputs}
+    produced = [v for node in observed.nodes for v in node.outputs
+                if v.name in by_name and v.name not in inputs]
+    names = {v.name for v in observed.outputs}
+    observed.outputs = observed.outputs + [v for v in produced if v.name not in names]
+    exe = cpu.compile(observed)
+
+    def run(batch: Mapping[str, np.ndarray]) -> None:
+        outs = exe(batch)
+        for v in produced:
+            recorder.observe(by_name[v.name], outs[v.name])
+
+    return run
 
 
 class _progress_bar:

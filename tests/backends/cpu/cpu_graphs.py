@@ -130,11 +130,12 @@ def _image(g, rng, feeds, tag, dtype=None, shape=None):
     return x, t
 
 
-def binary_case(g, rng, feeds, tag):
+def binary_case(g, rng, feeds, tag, shape=None):
     """Add, Sub or Mul of two quantized operands with broadcasting (a constant or a second
-    input of fewer or size-1 dimensions), 8- and 16-bit."""
+    input of fewer or size-1 dimensions), 8- and 16-bit; the first operand's shape `shape` or
+    random."""
     op = str(rng.choice(["Add", "Sub", "Mul"]))
-    x, tx = _image(g, rng, feeds, tag)
+    x, tx = _image(g, rng, feeds, tag, shape=shape)
     shape = tx.shape
     r = rng.random()
     if r < 0.3:
@@ -260,3 +261,32 @@ def product_case(g, rng, feeds, tag):
         return add_node(g, "Gemm", inputs, {"transB": trans, **attrs}, out)
     w = const(g, codes(rng, I8, (k, n)), I8, QuantParams(wq.scale, 0, axis=1))
     return add_node(g, "MatMul", [x, w], attrs, out)
+
+
+def large_binary_case(g, rng, feeds, tag):
+    """binary_case on images of a batch of 1 and up to 77k elements (rows the kernels cut in
+    pieces for the threads)."""
+    shape = (1, int(rng.integers(8, 48)), int(rng.integers(16, 40)), int(rng.integers(16, 40)))
+    return binary_case(g, rng, feeds, tag, shape=shape)
+
+
+def float_binary_case(g, rng, feeds, tag):
+    """Float Add, Sub, Mul or Div, same shapes or broadcast, small and large (batch 1)."""
+    op = str(rng.choice(["Add", "Sub", "Mul", "Div"]))
+    shape = (1, int(rng.integers(1, 40)), int(rng.integers(1, 64)), int(rng.integers(1, 64)))
+    x = g.add_input(f"x_{tag}", TensorType(dtypes.FLOAT32, shape))
+    feeds[x.name] = rng.standard_normal(shape).astype(np.float32)
+    bshape = shape if rng.random() < 0.5 else (1, shape[1], 1, 1)
+    y = g.add_input(f"y_{tag}", TensorType(dtypes.FLOAT32, bshape))
+    feeds[y.name] = (rng.standard_normal(bshape) + 3).astype(np.float32)
+    return add_node(g, op, [x, y])
+
+
+def transpose_case(g, rng, feeds, tag):
+    """A Transpose of 2 to 5 axes, the first of size 1 to 3 (layout copies at batch 1)."""
+    nd = int(rng.integers(2, 6))
+    shape = (int(rng.integers(1, 4)),) + tuple(int(rng.integers(1, 12)) for _ in range(nd - 1))
+    dt = rng.choice([U8, I16, dtypes.FLOAT32])
+    x = g.add_input(f"x_{tag}", TensorType(dt, shape))
+    feeds[x.name] = (rng.standard_normal(shape) * 50).astype(dt.np_dtype)
+    return add_node(g, "Transpose", [x], {"perm": [int(i) for i in rng.permutation(nd)]})

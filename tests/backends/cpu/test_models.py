@@ -96,3 +96,45 @@ def test_many_inferences_on_shared_threads_stay_exact(mnist):
         for _ in range(40):
             for b, ref in refs.items():
                 np.testing.assert_array_equal(exe({"input": images[:b]})["logits"], ref)
+
+
+def test_profile_on_the_cpu_backend_observes_the_same_values(mnist):
+    """lowbit.profile(backend="cpu"): every float value observed from one compiled program,
+    counts equal and ranges within float rounding of the interpreter's; the models quantized
+    from either profile agree on held-out digits."""
+    graph, _, images = mnist
+    batches = [{"input": images[i:i + 50]} for i in range(0, 150, 50)]
+    ref = lowbit.profile(graph, batches, progress=False)
+    got = lowbit.profile(graph, batches, progress=False, backend="cpu")
+    auto = lowbit.profile(graph, batches, progress=False, backend="auto")
+    assert set(got.stats) == set(ref.stats) == set(auto.stats) and len(ref.stats) > 5
+    assert set(got.moments) == set(ref.moments)
+    for name, want in ref.stats.items():
+        have = got.stats[name]
+        assert (have.count, have.zeros, have.nan) == (want.count, want.zeros, want.nan), name
+        for a, b in ((have.min, want.min), (have.max, want.max)):
+            assert abs(a - b) <= 1e-5 * max(abs(want.min), abs(want.max), 1e-30), name
+    for name, want in ref.moments.items():
+        np.testing.assert_allclose(got.moments[name].second, want.second, rtol=1e-4,
+                                   atol=1e-6 * float(np.abs(want.second).max()), err_msg=name)
+    x = {"input": images[150:250]}
+    a = next(iter(lowbit.run(quantize(graph, ref).graph, x).values())).argmax(1)
+    b = next(iter(lowbit.run(quantize(graph, got).graph, x).values())).argmax(1)
+    assert (a == b).mean() >= 0.98
+    with pytest.raises(ValueError, match="profile backend"):
+        lowbit.profile(graph, batches, progress=False, backend="gpu")
+
+
+def test_profile_auto_falls_back_to_the_interpreter_only_for_auto():
+    """A graph the cpu backend cannot compile: "auto" profiles on the interpreter, "cpu" raises
+    the backend's error naming the op."""
+    g = Graph("g")
+    x = g.add_input("x", TensorType(dtypes.FLOAT32, (2, 3)))
+    node = g.make_node("Hardmax", [x], {"axis": -1}, name="the_hardmax")
+    node.output.type = TensorType(dtypes.FLOAT32, (2, 3))
+    g.outputs = [node.output]
+    batches = [{"x": np.arange(6, dtype=np.float32).reshape(2, 3)}]
+    prof = lowbit.profile(g, batches, progress=False, backend="auto")
+    assert prof.stats[node.output.name].max == 1.0
+    with pytest.raises(UnsupportedError, match="Hardmax"):
+        lowbit.profile(g, batches, progress=False, backend="cpu")

@@ -25,3 +25,41 @@ def test_random_convolutions_are_bit_exact(seed):
         got = cpu.compile(g, isa=isa)(feeds)
         for name, want in ref.items():
             np.testing.assert_array_equal(got[name], want, err_msg=f"{name} on {isa}")
+
+
+def conv_transpose_case(g, rng, feeds, tag):
+    """A float ConvTranspose: random channels (few, and more than the kernel's 64-channel
+    blocks), kernel, strides, dilations, pads, output padding, with and without bias."""
+    from cpu_graphs import add_node, const
+
+    from lowbit.ir import dtypes
+    from lowbit.ir.types import TensorType
+
+    n, c, m = int(rng.integers(1, 3)), int(rng.integers(1, 20)), \
+        int(rng.choice([1, 2, 5, 24, 70]))
+    kh, kw = int(rng.integers(1, 4)), int(rng.integers(1, 4))
+    sh, sw = int(rng.integers(1, 4)), int(rng.integers(1, 4))
+    dh, dw = int(rng.integers(1, 3)), int(rng.integers(1, 3))
+    th, tw = int(rng.integers(0, dh * (kh - 1) + 1)), int(rng.integers(0, dw * (kw - 1) + 1))
+    bh, bw = int(rng.integers(0, th + 1)), int(rng.integers(0, tw + 1))
+    pads = [bh, bw, th - bh, tw - bw]  # at most the kernel's extent: the output is not empty
+    attrs = {"strides": [sh, sw], "dilations": [dh, dw], "pads": pads,
+             "output_padding": [int(rng.integers(0, sh)), int(rng.integers(0, sw))]}
+    ih, iw = int(rng.integers(1, 9)), int(rng.integers(1, 9))
+    shape = (n, c, ih, iw)
+    x = g.add_input(f"x_{tag}", TensorType(dtypes.FLOAT32, shape))
+    feeds[x.name] = rng.standard_normal(shape).astype(np.float32)
+    inputs = [x, const(g, rng.standard_normal((c, m, kh, kw)), dtypes.FLOAT32)]
+    if rng.random() < 0.7:
+        inputs.append(const(g, rng.standard_normal(m), dtypes.FLOAT32))
+    return add_node(g, "ConvTranspose", inputs, attrs)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_random_float_conv_transposes_match_the_reference(seed):
+    g, feeds = graph_of_cases(1000 + seed, 40, conv_transpose_case)
+    ref = lowbit.run(g, feeds)
+    got = cpu.compile(g)(feeds)
+    for name, want in ref.items():
+        np.testing.assert_allclose(got[name], want, rtol=1e-5, atol=1e-5 * float(
+            np.abs(want).max()), err_msg=name)

@@ -1,19 +1,31 @@
 """Random quantized Add/Sub/Mul (broadcasting), pools and averages, conversions (Quantize with
 NaN and infinities, Dequantize, Requantize), clamps, lookup tables, Concat, Gemm and MatMul
-on the cpu backend against the reference, on every ISA path."""
+on the cpu backend against the reference, on every ISA path; large images of a batch of 1
+(long rows cut in pieces for the threads), float Add/Sub/Mul/Div and Transposes, bit-exact
+too."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
-from cpu_graphs import binary_case, convert_case, graph_of_cases, pool_case, product_case
+from cpu_graphs import (
+    binary_case,
+    convert_case,
+    float_binary_case,
+    graph_of_cases,
+    large_binary_case,
+    pool_case,
+    product_case,
+    transpose_case,
+)
 from cpu_kernels import ISAS
 
 import lowbit
 from lowbit.backends import cpu
 
 CASES = {"binary": binary_case, "pool": pool_case, "convert": convert_case,
-         "product": product_case}
+         "product": product_case, "large_binary": large_binary_case,
+         "float_binary": float_binary_case, "transpose": transpose_case}
 
 
 @pytest.mark.parametrize("seed", range(4))

@@ -22,13 +22,19 @@ import ctypes as C
 import threading
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from lowbit.backends.cpu import library, toolchain
-from lowbit.backends.cpu.codegen.lower import Binding, Lowering, batch_symbol, runtime_capable
+from lowbit.backends.cpu.codegen.lower import (
+    Binding,
+    Limit,
+    Lowering,
+    batch_symbol,
+    runtime_capable,
+)
 from lowbit.backends.cpu.codegen.program import Liveness, Size, dim_size
 from lowbit.backends.reference.interpreter import check_inputs
 from lowbit.errors import InputError, LowbitError, UnsupportedError
@@ -69,6 +75,7 @@ class Compiled:
     prepared: dict[tuple, Prepared]
     errors: dict
     """Step number -> a function (detail, input arrays) -> message for its failure."""
+    limits: list[Limit] = field(default_factory=list)
 
 
 def _aligned(nbytes: int, align: int = 64) -> np.ndarray:
@@ -166,13 +173,15 @@ class CpuExecutable:
                 raise LowbitError(f"the compiled model {path} does not load")
         compiled = Compiled(fn, str(path), _blob(data), liveness, list(program.dim_vars),
                             list(lowering.bindings), graph, outputs, source,
-                            time.perf_counter() - start, steps, {}, errors)
+                            time.perf_counter() - start, steps, {}, errors,
+                            list(lowering.limits))
         if not errors and not any(r.size_fn for r in liveness.roots):
             toolchain.store_artifact(akey, {
                 "library": str(path), "dim_vars": compiled.dim_vars,
                 "bindings": [[b.value, b.axis, b.coef, list(b.names)] for b in compiled.bindings],
                 "roots": [[r.nbytes.coef, list(r.nbytes.syms)] for r in liveness.roots],
                 "first": liveness.first, "last": liveness.last,
+                "limits": [[lim.dim, lim.most, lim.what] for lim in compiled.limits],
                 "outputs": [(n, list(s), d.str) for n, s, d in outputs], "steps": steps}, data)
         self._compiled[key] = compiled
         return compiled
@@ -188,7 +197,8 @@ class CpuExecutable:
                    for name, shape, dtype in meta["outputs"]]
         return Compiled(fn, meta["library"], _blob(data), liveness, list(meta["dim_vars"]),
                         bindings, self.graph, outputs, "", time.perf_counter() - start,
-                        list(meta["steps"]), {}, {})
+                        list(meta["steps"]), {}, {},
+                        [Limit(d, m, w) for d, m, w in meta.get("limits", [])])
 
     def arena_bytes(self, inputs: Mapping[str, np.ndarray]) -> int:
         """Size of the arena for one inference on `inputs` (their shapes are what counts)."""
@@ -222,7 +232,11 @@ class CpuExecutable:
         shapes = {v.name: a.shape for v, a in zip(graph.inputs, arrays, strict=True)}
         _solve(compiled.bindings, shapes, values)
         if any(v not in values for v in compiled.dim_vars):
-            shapes.update(_inferred_shapes(graph, arrays))
+            try:
+                shapes.update(_inferred_shapes(graph, arrays))
+            except InputError:
+                _check_limits(compiled, values)  # the cause, when it is one
+                raise
             _solve(compiled.bindings, shapes, values)
         missing = [v for v in compiled.dim_vars if v not in values and v != BATCH_VAR]
         if missing:
@@ -302,6 +316,25 @@ def _blob(data: bytes) -> np.ndarray:
     blob = _aligned(max(len(data), 64))
     blob[:len(data)] = np.frombuffer(data, np.uint8)
     return blob
+
+
+def _check_limits(compiled: Compiled, values: dict[str, int]) -> None:
+    """InputError, naming the input that sets it, for a dimension above its limit (a
+    sequence longer than the position table). Called when shape inference refuses inputs:
+    a graph may cut a table on purpose, and run."""
+    for lim in compiled.limits:
+        size = dim_size(lim.dim)
+        if any(s not in values for s in size.syms):
+            continue
+        n = size.at(values)
+        if n <= lim.most:
+            continue
+        inputs = {v.name for v in compiled.graph.inputs}
+        where = [f"'{b.value}' axis {b.axis}" for b in compiled.bindings
+                 if b.value in inputs and set(b.names) & set(size.syms)]
+        raise InputError(f"input {', '.join(where) or 'sizes'}: {n} is more than the model "
+                         f"holds, at most {lim.most} ({lim.what}); cut the input to at most "
+                         f"{lim.most}")
 
 
 def _solve(bindings: list[Binding], shapes: dict[str, tuple], values: dict[str, int]) -> None:
@@ -397,12 +430,17 @@ def _name_batch(graph: Graph) -> Graph:
 def compile(graph: Graph, *, threads: int | None = None, isa: str | None = None,
             name: str | None = None) -> CpuExecutable:
     """Compile `graph` for the cpu backend (see the module docstring)."""
+    from lowbit.backends.cpu.integer_products import rewrite_integer_products
     from lowbit.backends.lowering import fold_quantized_constants, has_quantized_constants
 
     if any(v.type is None or v.type.shape is None for v in graph.inputs):
         raise UnsupportedError("the cpu backend needs typed inputs with known ranks")
     if has_quantized_constants(graph):
         graph = fold_quantized_constants(graph.copy())
+    graph = rewrite_integer_products(graph)  # ONNX Runtime's dynamic files
+    if any(n.op_type in ("QuantizeLinear", "DequantizeLinear") and
+           all(v is None or v.is_constant for v in n.inputs) for n in graph.nodes):
+        graph = _fold_dequantized_constants(graph.copy())  # before runtime_capable looks
     if any(v.type.shape and v.type.shape[0] is None for v in graph.inputs):
         graph = _name_batch(graph)
     return CpuExecutable(graph, threads=threads, isa=isa, name=name)

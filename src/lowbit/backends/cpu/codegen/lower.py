@@ -16,6 +16,7 @@ the batch symbol alone is a variable and other symbols must have been fixed befo
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -118,6 +119,18 @@ class Binding:
     names: tuple[str, ...]
 
 
+@dataclass(frozen=True)
+class Limit:
+    """A run-time dimension (a C product of dimension variables) that the graph cuts to at
+    most `most` somewhere ("Min(512, S)": a position table sliced to the sequence length).
+    When inputs of some sizes fail shape inference, a dimension above its limit is named as
+    the cause."""
+
+    dim: str
+    most: int
+    what: str
+
+
 def stored_dtype(t: TensorType) -> tuple[np.dtype, bool]:
     """(dtype in memory, biased): quantized int8 codes are stored as uint8 code + 128."""
     dt = t.dtype.np_dtype
@@ -148,6 +161,8 @@ class Lowering:
         self.bindings: list[Binding] = []
         """Where each dimension variable appears (the inputs' dimensions first)."""
         self._bound: set[tuple[str, int]] = set()
+        self.limits: list[Limit] = []
+        """Upper bounds of run-time dimensions, checked before each run with new sizes."""
         self.tensors: dict[Value, Tensor] = {}
         self._views: dict[tuple[int, str, bool], Tensor] = {}
         self.users = graph.users()
@@ -184,6 +199,14 @@ class Lowering:
             self._dim_vars[key] = name
         return name
 
+    def _note_limit(self, v: Value, d: str) -> None:
+        m = re.fullmatch(r"Min\((\d+), ?([A-Za-z_][\w.]*)\)", d)
+        if m is None or any(lim.what.endswith(f"is {d}") for lim in self.limits):
+            return
+        by = f"{v.producer.describe()} makes " if v.producer is not None else ""
+        self.limits.append(Limit(self._variable(("symbol", m.group(2))), int(m.group(1)),
+                                 f"{by}'{v.name}', whose size is {d}"))
+
     def _dim(self, v: Value, axis: int, d) -> int | str:
         if isinstance(d, int):
             return d
@@ -195,6 +218,7 @@ class Lowering:
             assert mono is not None
             coef, symbols = mono
             names = tuple(sorted(self._variable(("symbol", s)) for s in symbols))
+            self._note_limit(v, d)
         if (v.name, axis) not in self._bound:
             self._bound.add((v.name, axis))
             self.bindings.append(Binding(v.name, axis, coef, names))

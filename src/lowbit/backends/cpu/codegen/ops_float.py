@@ -7,7 +7,7 @@ import numpy as np
 
 from lowbit.backends.cpu.codegen import cexpr
 from lowbit.backends.cpu.codegen.lower import Lowering, emitter
-from lowbit.backends.cpu.codegen.program import Size, dim_c, is_batch, numel
+from lowbit.backends.cpu.codegen.program import Size, dim_c, dim_size, is_batch, numel
 from lowbit.errors import UnsupportedError
 from lowbit.ir.attrs import FUSED_CLIP
 from lowbit.ops.conv_geometry import window_from_attrs
@@ -92,18 +92,36 @@ def gemm(lw: Lowering, node) -> None:
     _fgemm(lw, node, av, w_rows, bias)
 
 
-@emitter("MatMul")
+def _batched(lw: Lowering, node) -> tuple:
+    """ops_quant.batched for float operands, whose M, N and K may also be run-time
+    dimensions (a sequence length) when the program takes them: strides as C expressions."""
+    from lowbit.backends.cpu.codegen.ops_quant import batched
+
+    if not lw.runtime_dims:
+        return batched(lw, node)
+    a_shape, b_shape = lw.shape(node.inputs[0]), lw.shape(node.inputs[1])
+    if len(a_shape) < 2 or len(b_shape) < 2:
+        raise UnsupportedError("MatMul of 1-D operands")
+    (m, k), (_, n) = a_shape[-2:], b_shape[-2:]
+    lead_a, lead_b = numel(a_shape[:-2]), numel(b_shape[:-2])
+    if lead_a != lead_b and Size(1) not in (lead_a, lead_b):
+        raise UnsupportedError("MatMul with partly broadcast leading dimensions")
+    batch = lead_a if lead_a != Size(1) else lead_b
+    mk, kn, mn = (dim_size(x) * dim_size(y) for x, y in ((m, k), (k, n), (m, n)))
+    return (batch, dim_c(m), dim_c(n), dim_c(k), mk.c() if lead_a != Size(1) else "0",
+            kn.c() if lead_b != Size(1) else "0", mn.c())
+
+
+@emitter("MatMul", dynamic=True)
 def matmul(lw: Lowering, node) -> None:
     _float_only(node, 2)
     av, bv = node.inputs
     if bv.is_constant and lw.const_array(bv).ndim == 2:
         return _fgemm(lw, node, av, lw.const_array(bv).T, None)
-    from lowbit.backends.cpu.codegen.ops_quant import batched
-
-    batch, m, n, k, sa, sb, sc = batched(lw, node)
+    batch, m, n, k, sa, sb, sc = _batched(lw, node)
     a, b = lw.operand(av, "plain"), lw.operand(bv, "plain")
     out = lw.result(node.outputs[0], "plain")
-    scratch = lw.prog.scratch(Size(n * k * 4), "b_transposed")
+    scratch = lw.prog.scratch(dim_size(n) * dim_size(k) * 4, "b_transposed")
     lw.prog.step(f"{node.name}: MatMul of activations, {batch.c()} x [{m}x{k}] [{k}x{n}]", [
         f"lb_fmatmul_run(ctx, {batch.c()}, {m}, {n}, {k}, (const float *){a.ptr}, {sa}, "
         f"(const float *){b.ptr}, {sb}, (float *){out.ptr}, {sc}, (float *){scratch.ptr});"],
@@ -290,7 +308,9 @@ def conv_transpose(lw: Lowering, node) -> None:
     oh, ow = out.shape[2], out.shape[3]
     (sh, sw), (dh, dw) = win.strides, win.dilations
     fh, fw = sh * (ih - 1) + dh * (kh - 1) + 1, sw * (iw - 1) + dw * (kw - 1) + 1
-    wdata = np.ascontiguousarray(w.transpose(2, 3, 1, 0)).reshape(-1)  # [taps][m][c]
+    if kh * kw > 64:
+        raise UnsupportedError("ConvTranspose with more than 64 kernel taps")
+    wdata = np.ascontiguousarray(w.transpose(2, 3, 0, 1)).reshape(-1)  # [taps][c][m]
     bias = lw.prog.data(lw.const_array(bv).astype(np.float32)) if bv is not None else "NULL"
     lw.prog.step(f"{node.name}: ConvTranspose {kh}x{kw} /{sh}, {c} -> {m}", [
         f"const lb_fconvt ct = {{{dim_c(n)}, {ih}, {iw}, {c}, {m}, {kh}, {kw}, {sh}, {sw}, "

@@ -107,7 +107,7 @@ def quantize_linear(lw: Lowering, node) -> None:
         f"{tail}"], [x], [out])
 
 
-@emitter("DequantizeLinear")
+@emitter("DequantizeLinear", dynamic=True)
 def dequantize_linear(lw: Lowering, node) -> None:
     """ONNX DequantizeLinear: float32(x - zero) * scale."""
     xv = node.inputs[0]

@@ -94,7 +94,7 @@ def quantize(lw: Lowering, node) -> None:
         f"{out.ptr});"], [x], [out])
 
 
-@emitter("Dequantize", domain=QUANT_DOMAIN)
+@emitter("Dequantize", domain=QUANT_DOMAIN, dynamic=True)
 def dequantize(lw: Lowering, node) -> None:
     x = lw.operand(node.inputs[0], None)
     t = node.inputs[0].type

@@ -149,6 +149,23 @@ def dynamic_quantize(lw: Lowering, node) -> None:
         "lb_dq_cols_run(ctx, &dq);"], [x], [q, scale, zero])
 
 
+@emitter("DynamicQuantizeLinear", dynamic=True)
+def dynamic_quantize_linear(lw: Lowering, node) -> None:
+    """ONNX DynamicQuantizeLinear: the whole tensor as one row of lowbit's asymmetric uint8
+    DynamicQuantize, whose formula is ONNX's (tests/quant/test_dynamic.py checks the two
+    equal): scale = (max(x, 0) - min(x, 0)) / 255, zero = round(-min / scale) saturated,
+    y = saturate(round(x / scale) + zero), rounding half to even, in float32."""
+    x = lw.operand(node.inputs[0])
+    if x.dtype != np.float32:
+        raise UnsupportedError(f"DynamicQuantizeLinear of {x.dtype}")
+    q, scale, zero = (lw.result(v) for v in node.outputs)
+    k = cprod(*x.shape)
+    lw.prog.step(f"{node.name}: DynamicQuantizeLinear", [
+        f"const lb_dq_rows dq = {{1, {k}, {k}, (const float *){x.ptr}, {k}, NULL, {q.ptr}, "
+        f"{k}, (float *){scale.ptr}, {zero.ptr}, 1, 255, 0}};",
+        "lb_dq_rows_run(ctx, &dq);"], [x], [q, scale, zero])
+
+
 # -- dynamic products --------------------------------------------------------------------------
 
 

@@ -443,7 +443,7 @@ LB_API void lb_fbatchnorm(const lb_ctx *ctx, int64_t rows, int64_t c, const floa
 /* ConvTranspose (group 1) of NHWC floats: each input pixel times the kernel lands at
  * (iy * sh + ky * dh, ix * sw + kx * dw) of a full output of fh x fw; the result is the window
  * of it starting at (by, bx), oh x ow, plus bias: sums in double, rounded once. Weights
- * [taps][m][c]. */
+ * [taps][c][m], at most 64 taps. */
 typedef struct lb_fconvt {
     int64_t n, ih, iw, c, m, kh, kw, sh, sw, dh, dw;
     int64_t fh, fw, by, bx, oh, ow;

@@ -19,6 +19,7 @@ typedef struct lb_dw512_job {
     lb_gemm_tile tile;
     const int64_t *offsets;
     int64_t pairs;
+    int64_t chunks, chunk_c; /* a task: one output row's channels [k * chunk_c, +chunk_c) */
 } lb_dw512_job;
 
 /* Parameters of 16 channels' requantization in registers. */
@@ -66,7 +67,8 @@ LB_V512 void lb_dw512_row(const lb_dw512_job *j, int64_t t, const int METHOD, co
     const lb_dwconv *p = j->p;
     const lb_window *w = &p->win;
     const lb_epilogue *ep = &p->ep;
-    int64_t n = t / w->oh, oy = t % w->oh, taps = w->kh * w->kw, c = w->c;
+    int64_t row = t / j->chunks, n = row / w->oh, oy = row % w->oh, taps = w->kh * w->kw;
+    int64_t c = w->c, c_lo = (t % j->chunks) * j->chunk_c, c_hi = LB_MIN(c, c_lo + j->chunk_c);
     int64_t stride = j->pairs * 2;
     const uint8_t *tap[256 * 2 * 8];
     const __m512i lo_idx = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21,
@@ -84,7 +86,7 @@ LB_V512 void lb_dw512_row(const lb_dw512_job *j, int64_t t, const int METHOD, co
             lb_dw_taps(w, j->in, p->zero_row, j->offsets, n, oy, ox0 + i, tp);
             if (taps & 1) tp[taps] = p->zero_row; /* the odd tap's partner: zero weights */
         }
-        for (int64_t c0 = 0; c0 < c; c0 += 32) {
+        for (int64_t c0 = c_lo; c0 < c_hi; c0 += 32) {
             __mmask32 k = c - c0 >= 32 ? (__mmask32)0xFFFFFFFFu
                                        : (__mmask32)((1u << (c - c0)) - 1u);
             __mmask16 k1 = (__mmask16)k, k2 = (__mmask16)(k >> 16);
@@ -151,7 +153,8 @@ LB_TARGET_AVX512 static void lb_dw512_task(void *arg, int64_t t, int worker) {
     const lb_dw512_job *j = (const lb_dw512_job *)arg;
     const lb_dwconv *p = j->p;
     const lb_window *w = &p->win;
-    int64_t n = t / w->oh, oy = t % w->oh, taps = w->kh * w->kw, c = w->c;
+    int64_t row = t / j->chunks, n = row / w->oh, oy = row % w->oh, taps = w->kh * w->kw;
+    int64_t c = w->c, c_lo = (t % j->chunks) * j->chunk_c, c_hi = LB_MIN(c, c_lo + j->chunk_c);
     const uint8_t *tap[LB_DW_MAX_TAPS + 1];
     const __m512i lo_idx = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21,
                                              22, 23);
@@ -166,7 +169,7 @@ LB_TARGET_AVX512 static void lb_dw512_task(void *arg, int64_t t, int worker) {
         lb_dw_taps(w, j->in, p->zero_row, j->offsets, n, oy, ox, tap);
         tap[taps] = p->zero_row;
         int64_t m = (n * w->oh + oy) * w->ow + ox;
-        for (int64_t c0 = 0; c0 < c; c0 += 32) {
+        for (int64_t c0 = c_lo; c0 < c_hi; c0 += 32) {
             __mmask32 k = c - c0 >= 32 ? (__mmask32)0xFFFFFFFFu : (__mmask32)((1u << (c - c0)) - 1u);
             __m512i acc_lo = _mm512_setzero_si512(), acc_hi = acc_lo;
             const int16_t *wp = p->w_pairs + (c0 / 32) * j->pairs * 64;
@@ -212,6 +215,11 @@ LB_TARGET_AVX512 void lb_dwconv_avx512(const lb_ctx *ctx, const lb_dwconv *p,
     if ((method == LB_RQ_Q31 || method == LB_RQ_PRESCALE) &&
         (otype == LB_U8 || otype == LB_I16 || otype == LB_U16))
         fn = lb_dw512_fns[method][otype != LB_U8][ep->residual != NULL];
-    lb_parallel_for(ctx, w->n * w->oh, fn, &j);
+    /* few output rows (7 x 7 images): channel blocks split too, for 4 tasks per thread */
+    int64_t rows = w->n * w->oh, blocks = (w->c + 31) / 32, want = 4 * (int64_t)ctx->threads;
+    int64_t split = ctx->threads > 1 && rows < want ? LB_MIN(blocks, (want + rows - 1) / rows) : 1;
+    j.chunk_c = 32 * ((blocks + split - 1) / split);
+    j.chunks = (w->c + j.chunk_c - 1) / j.chunk_c;
+    lb_parallel_for(ctx, rows * j.chunks, fn, &j);
 }
 #endif /* LB_HAVE_AVX512 */

@@ -12,7 +12,7 @@ typedef struct lb_fb_job {
     int op;
     const float *a, *b;
     float *out;
-    int64_t rows, last, per;
+    int64_t rows, last, per, pieces; /* a task: `per` units of (row, piece of LB_FCHUNK) */
 } lb_fb_job;
 
 static inline float lb_fb_one(int op, float x, float y) {
@@ -39,8 +39,9 @@ static void lb_fbinary_task(void *arg, int64_t t, int worker) {
     const lb_fb_job *j = (const lb_fb_job *)arg;
     const lb_bcast *bc = j->bc;
     int nd = bc->nd;
-    int64_t r1 = LB_MIN(j->rows, (t + 1) * j->per);
-    for (int64_t r = t * j->per; r < r1; r++) {
+    int64_t u1 = LB_MIN(j->rows * j->pieces, (t + 1) * j->per);
+    for (int64_t u = t * j->per; u < u1; u++) {
+        int64_t r = u / j->pieces, i0 = (u % j->pieces) * LB_FCHUNK;
         int64_t rest = r, oa = 0, ob = 0;
         for (int d = nd - 2; d >= 0; d--) {
             int64_t i = rest % bc->shape[d];
@@ -48,9 +49,9 @@ static void lb_fbinary_task(void *arg, int64_t t, int worker) {
             oa += i * bc->sa[d];
             ob += i * bc->sb[d];
         }
-        const float *a = j->a + oa, *b = j->b + ob;
-        float *o = j->out + r * j->last;
-        int64_t sa = bc->sa[nd - 1], sb = bc->sb[nd - 1], n = j->last;
+        int64_t sa = bc->sa[nd - 1], sb = bc->sb[nd - 1], n = LB_MIN(LB_FCHUNK, j->last - i0);
+        const float *a = j->a + oa + i0 * sa, *b = j->b + ob + i0 * sb;
+        float *o = j->out + r * j->last + i0;
         if (sa == 1 && sb == 1) {
             switch (j->op) { /* contiguous rows: loops the compiler vectorises */
             case LB_FADD:
@@ -80,9 +81,12 @@ void lb_fbinary_run(const lb_ctx *ctx, const lb_bcast *bc, int op, const float *
     for (int d = 0; d < bc->nd - 1; d++) rows *= bc->shape[d];
     int64_t last = bc->shape[bc->nd - 1];
     if (rows * last == 0) return;
-    int64_t per = LB_MAX(1, LB_FCHUNK / LB_MAX(1, last));
-    lb_fb_job j = {bc, op, a, b, out, rows, last, per};
-    lb_parallel_for(ctx, (rows + per - 1) / per, lb_fbinary_task, &j);
+    /* long rows (an image plus an image of the same shape is one row) in pieces, so that
+     * every thread shares them; short rows grouped about LB_FCHUNK elements a task */
+    int64_t pieces = (last + LB_FCHUNK - 1) / LB_FCHUNK;
+    int64_t per = pieces > 1 ? 1 : LB_MAX(1, LB_FCHUNK / LB_MAX(1, last));
+    lb_fb_job j = {bc, op, a, b, out, rows, last, per, pieces};
+    lb_parallel_for(ctx, (rows * pieces + per - 1) / per, lb_fbinary_task, &j);
 }
 
 /* ---- unary ------------------------------------------------------------------------------- */
@@ -227,7 +231,9 @@ static void lb_frows_task(void *arg, int64_t t, int worker) {
 
 static void lb_frows(const lb_ctx *ctx, int kind, int64_t rows, int64_t cols, const float *x,
                      const float *scale, const float *bias, double eps, float *out) {
-    int64_t per = LB_MAX(1, LB_FCHUNK / LB_MAX(1, cols));
+    /* about LB_FCHUNK elements a task, but at least 8 tasks when there are 8 rows (a softmax
+     * of 40 rows of 40 was one task) */
+    int64_t per = LB_MAX(1, LB_MIN(LB_FCHUNK / LB_MAX(1, cols), (rows + 7) / 8));
     lb_rows_job j = {rows, cols, per, x, scale, bias, eps, out, kind};
     lb_parallel_for(ctx, (rows + per - 1) / per, lb_frows_task, &j);
 }
@@ -381,34 +387,105 @@ typedef struct lb_ct_job {
 } lb_ct_job;
 
 /* Task = one output row: each output gathers the input pixels whose kernel taps land on it,
- * taps in (ky, kx) order as the reference adds them. */
+ * taps in (ky, kx) order as the reference adds them, each tap's products summed over input
+ * channels in order. Up to LB_CT_X neighbouring outputs with as many taps each, and up to
+ * LB_CT_M output channels, go at once: with 8 or more channels the channel loop vectorises
+ * (weights [taps][c][m]); with fewer, the outputs' independent sums are interleaved to hide
+ * the latency of the double additions. Every (output, channel) sum still adds the same terms
+ * in the same order. */
+#define LB_CT_M 64
+#define LB_CT_X 8
+#define LB_CT_TAPS 64
+
+/* The taps landing on output (fy, fx): input pixels and weight offsets, in (ky, kx) order. */
+static int64_t lb_fconvt_taps(const lb_ct_job *j, int64_t n, int64_t fy, int64_t fx,
+                              const float **xs, int64_t *ws) {
+    const lb_fconvt *p = j->p;
+    int64_t cnt = 0;
+    if (fy < 0 || fy >= p->fh || fx < 0 || fx >= p->fw) return 0;
+    for (int64_t ky = 0; ky < p->kh; ky++) {
+        int64_t ry = fy - ky * p->dh;
+        if (ry < 0 || ry % p->sh || ry / p->sh >= p->ih) continue;
+        for (int64_t kx = 0; kx < p->kw; kx++) {
+            int64_t rx = fx - kx * p->dw;
+            if (rx < 0 || rx % p->sw || rx / p->sw >= p->iw) continue;
+            xs[cnt] = j->in + ((n * p->ih + ry / p->sh) * p->iw + rx / p->sw) * p->c;
+            ws[cnt++] = (ky * p->kw + kx) * p->c * p->m;
+        }
+    }
+    return cnt;
+}
+
+/* The sums of tap q for fewer than 8 output channels: the block's inputs and weights are
+ * copied in [channel][output] order (missing outputs zero) so that one vector holds the 8
+ * outputs' sums of one channel, each summed over the input channels in order. */
+static void lb_fconvt_few(const lb_fconvt *p, const float *const *xs, const int64_t *ws, int64_t q,
+                           int64_t nx, int64_t m0, int64_t mn, double *s) {
+    float xt[LB_CT_M][LB_CT_X], wt[LB_CT_M][LB_CT_X];
+    double sv[8][LB_CT_X];
+    memset(sv, 0, sizeof(sv));
+    for (int64_t c0 = 0; c0 < p->c; c0 += LB_CT_M) {
+        int64_t cn = LB_MIN(LB_CT_M, p->c - c0);
+        for (int64_t ci = 0; ci < cn; ci++)
+            for (int64_t k = 0; k < LB_CT_X; k++)
+                xt[ci][k] = k < nx ? xs[k * LB_CT_TAPS + q][c0 + ci] : 0.0f;
+        for (int64_t mi = 0; mi < mn; mi++) {
+            for (int64_t ci = 0; ci < cn; ci++)
+                for (int64_t k = 0; k < LB_CT_X; k++)
+                    wt[ci][k] = k < nx ? p->w[ws[k * LB_CT_TAPS + q] + (c0 + ci) * p->m + m0 + mi]
+                                     : 0.0f;
+            double *v = sv[mi];
+            for (int64_t ci = 0; ci < cn; ci++)
+                for (int64_t k = 0; k < LB_CT_X; k++) v[k] += (double)xt[ci][k] * (double)wt[ci][k];
+        }
+    }
+    for (int64_t k = 0; k < nx; k++)
+        for (int64_t mi = 0; mi < mn; mi++) s[k * mn + mi] = sv[mi][k];
+}
+
 static void lb_fconvt_task(void *arg, int64_t t, int worker) {
     (void)worker;
     const lb_ct_job *j = (const lb_ct_job *)arg;
     const lb_fconvt *p = j->p;
-    int64_t n = t / p->oh, y = t % p->oh, fy = y + p->by;
-    for (int64_t x = 0; x < p->ow; x++) {
-        int64_t fx = x + p->bx;
-        float *o = j->out + ((n * p->oh + y) * p->ow + x) * p->m;
-        for (int64_t mi = 0; mi < p->m; mi++) {
-            double acc = 0;
-            int inside = fy >= 0 && fy < p->fh && fx >= 0 && fx < p->fw;
-            for (int64_t ky = 0; inside && ky < p->kh; ky++) {
-                int64_t ry = fy - ky * p->dh;
-                if (ry < 0 || ry % p->sh || ry / p->sh >= p->ih) continue;
-                for (int64_t kx = 0; kx < p->kw; kx++) {
-                    int64_t rx = fx - kx * p->dw;
-                    if (rx < 0 || rx % p->sw || rx / p->sw >= p->iw) continue;
-                    const float *xv = j->in + ((n * p->ih + ry / p->sh) * p->iw + rx / p->sw) * p->c;
-                    const float *w = p->w + ((ky * p->kw + kx) * p->m + mi) * p->c;
-                    double s = 0;
-                    for (int64_t ci = 0; ci < p->c; ci++) s += (double)xv[ci] * (double)w[ci];
-                    acc += s;
+    int64_t n = t / p->oh, y = t % p->oh, fy = y + p->by, M = p->m, C = p->c;
+    int64_t mc = LB_MIN(M, LB_CT_M);
+    double s[LB_CT_X * LB_CT_M], acc[LB_CT_X * LB_CT_M];
+    const float *xs[LB_CT_X][LB_CT_TAPS];
+    int64_t ws[LB_CT_X][LB_CT_TAPS];
+    for (int64_t x0 = 0; x0 < p->ow;) {
+        /* a block of outputs with the same number of taps */
+        int64_t taps = lb_fconvt_taps(j, n, fy, x0 + p->bx, xs[0], ws[0]), nx = 1;
+        while (nx < LB_CT_X && x0 + nx < p->ow &&
+               lb_fconvt_taps(j, n, fy, x0 + nx + p->bx, xs[nx], ws[nx]) == taps)
+            nx++;
+        for (int64_t m0 = 0; m0 < M; m0 += mc) {
+            int64_t mn = LB_MIN(mc, M - m0);
+            for (int64_t i = 0; i < nx * mn; i++) acc[i] = 0;
+            for (int64_t q = 0; q < taps; q++) {
+                for (int64_t i = 0; i < nx * mn; i++) s[i] = 0;
+                if (mn >= 8) {
+                    for (int64_t ci = 0; ci < C; ci++)
+                        for (int64_t k = 0; k < nx; k++) {
+                            double xv = (double)xs[k][q][ci];
+                            const float *w = p->w + ws[k][q] + ci * M + m0;
+                            double *sk = s + k * mn;
+                            for (int64_t mi = 0; mi < mn; mi++) sk[mi] += xv * (double)w[mi];
+                        }
+                } else {
+                    lb_fconvt_few(p, &xs[0][0], &ws[0][0], q, nx, m0, mn, s);
+                }
+                for (int64_t i = 0; i < nx * mn; i++) acc[i] += s[i];
+            }
+            for (int64_t k = 0; k < nx; k++) {
+                float *o = j->out + ((n * p->oh + y) * p->ow + x0 + k) * M + m0;
+                for (int64_t mi = 0; mi < mn; mi++) {
+                    double a = acc[k * mn + mi];
+                    if (p->bias) a += (double)p->bias[m0 + mi];
+                    o[mi] = (float)a;
                 }
             }
-            if (p->bias) acc += (double)p->bias[mi];
-            o[mi] = (float)acc;
         }
+        x0 += nx;
     }
 }
 

@@ -7,23 +7,28 @@ typedef struct lb_perm_job {
     int esize;
     const char *in;
     char *out;
-    int64_t inner; /* elements per task: the product of all but the first axis */
+    int lead;      /* a task: one index of the first `lead` axes (1, or 2 for a batch of 1) */
+    int64_t inner; /* elements per task: the product of the other axes */
 } lb_perm_job;
 
-/* One slice along the first axis: an odometer over the remaining axes, the last one moving
+/* One slice along the leading axes: an odometer over the remaining axes, the last one moving
  * fastest with a typed inner loop. */
-static void lb_perm_task(void *arg, int64_t i0, int worker) {
+static void lb_perm_task(void *arg, int64_t t, int worker) {
     (void)worker;
     const lb_perm_job *j = (const lb_perm_job *)arg;
     int64_t idx[8] = {0};
     int nd = j->nd;
-    int64_t last = j->shape[nd - 1], ls = j->strides[nd - 1];
-    const char *base = j->in + i0 * j->strides[0] * j->esize;
-    char *dst = j->out + i0 * j->inner * j->esize;
+    int64_t last = j->shape[nd - 1], ls = j->strides[nd - 1], rest = t, start = 0;
+    for (int d = j->lead - 1; d >= 0; d--) {
+        start += (rest % j->shape[d]) * j->strides[d];
+        rest /= j->shape[d];
+    }
+    const char *base = j->in + start * j->esize;
+    char *dst = j->out + t * j->inner * j->esize;
     int64_t rows = last ? j->inner / last : 0;
     for (int64_t r = 0; r < rows; r++) {
         int64_t off = 0;
-        for (int d = 1; d < nd - 1; d++) off += idx[d] * j->strides[d];
+        for (int d = j->lead; d < nd - 1; d++) off += idx[d] * j->strides[d];
         const char *src = base + off * j->esize;
         switch (j->esize) {
         case 1:
@@ -46,7 +51,7 @@ static void lb_perm_task(void *arg, int64_t i0, int worker) {
                                                       (size_t)j->esize);
         }
         dst += last * j->esize;
-        for (int d = nd - 2; d >= 1; d--) {
+        for (int d = nd - 2; d >= j->lead; d--) {
             if (++idx[d] < j->shape[d]) break;
             idx[d] = 0;
         }
@@ -63,11 +68,17 @@ void lb_permute(const lb_ctx *ctx, int nd, const int64_t *shape, const int64_t *
         in_strides = strides1;
         nd = 2;
     }
-    int64_t inner = 1;
-    for (int d = 1; d < nd; d++) inner *= shape[d];
-    lb_perm_job j = {nd, shape, in_strides, esize, (const char *)in, (char *)out, inner};
+    int lead = nd >= 3 && shape[0] < 16 ? 2 : 1; /* enough tasks for the threads */
+    int64_t inner = 1, tasks = 1;
+    for (int d = 0; d < nd; d++) {
+        if (d < lead)
+            tasks *= shape[d];
+        else
+            inner *= shape[d];
+    }
+    lb_perm_job j = {nd, shape, in_strides, esize, (const char *)in, (char *)out, lead, inner};
     if (inner == 0) return;
-    lb_parallel_for(ctx, shape[0], lb_perm_task, &j);
+    lb_parallel_for(ctx, tasks, lb_perm_task, &j);
 }
 
 typedef struct lb_copy_job {

@@ -160,8 +160,15 @@ static void lb_rowsum_task(void *arg, int64_t m, int worker) {
     j->out[m] = s;
 }
 
-/* Rows per task: about 96 (16 tiles of 6), so one task's rows of A stay in L2 while it walks
- * its column panels; column panels split further until every thread has a few tasks. */
+/* Rows per task: at most 96 (16 tiles of 6), split evenly, so that one task's rows of A stay
+ * in L2 while it walks its column panels; then columns (blocks of 16) and, when there are
+ * still fewer than 4 tasks per thread, rows split further, halving each until the tasks
+ * would fall below about 64k multiply-adds. Tasks are claimed in turn by whichever thread is
+ * free, so many equal tasks balance the threads. */
+#define LB_MIN_TASK_MACS 65536
+
+static int64_t lb_round6(int64_t v) { return (v + 5) / 6 * 6; }
+
 void lb_qgemm(const lb_ctx *ctx, int64_t M, int64_t N, int64_t K, const uint8_t *A,
               int64_t lda, const lb_packed_b *B, const lb_epilogue *ep, void *C, int64_t ldc,
               int32_t *row_sums) {
@@ -182,19 +189,29 @@ void lb_qgemm(const lb_ctx *ctx, int64_t M, int64_t N, int64_t K, const uint8_t 
     j.tile.ldc = ldc;
     j.tile.row_sums = row_sums;
     j.isa = ctx->isa;
-    int64_t nblocks = (N + 15) / 16;
-    int64_t rows = 96;
-    if (M < rows) rows = M;
+    int64_t nblocks = (N + 15) / 16, kk = LB_MAX(K, 1);
+    int64_t mtasks = (M + 95) / 96;
+    int64_t rows = LB_MIN(M, lb_round6((M + mtasks - 1) / mtasks));
+    int64_t want = ctx->threads > 1 ? 4 * (int64_t)ctx->threads : 1, cs = 1;
+    for (;;) {
+        int64_t bpt = (nblocks + cs - 1) / cs, ctasks = (nblocks + bpt - 1) / bpt;
+        if (mtasks * ctasks >= want) break;
+        int64_t bpt2 = (nblocks + 2 * cs - 1) / (2 * cs);
+        if (bpt2 < bpt && rows * kk * 16 * bpt2 >= LB_MIN_TASK_MACS) {
+            cs *= 2;
+            continue;
+        }
+        int64_t r2 = lb_round6((rows + 1) / 2);
+        if (r2 < rows && r2 * kk * 16 * bpt >= LB_MIN_TASK_MACS) {
+            mtasks = (M + r2 - 1) / r2;
+            rows = LB_MIN(M, lb_round6((M + mtasks - 1) / mtasks));
+            continue;
+        }
+        break;
+    }
     j.rows_per_task = rows;
     j.mtasks = (M + rows - 1) / rows;
-    int64_t panels = (nblocks + 3) / 4, nsplit = 1;
-    int64_t want = ctx->threads > 1 ? 4 * (int64_t)ctx->threads : 1;
-    /* enough tasks for the threads, but no task smaller than about 64k multiply-adds */
-    while (j.mtasks * nsplit < want && nsplit < panels &&
-           rows * K * 64 * ((panels + nsplit * 2 - 1) / (nsplit * 2)) >= 65536)
-        nsplit *= 2;
-    if (nsplit > panels) nsplit = panels;
-    j.blocks_per_task = ((panels + nsplit - 1) / nsplit) * 4;
+    j.blocks_per_task = (nblocks + cs - 1) / cs;
     int64_t ntasks = j.mtasks * ((nblocks + j.blocks_per_task - 1) / j.blocks_per_task);
     lb_parallel_for(ctx, ntasks, lb_gemm_task, &j);
 }

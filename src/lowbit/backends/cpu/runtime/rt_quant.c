@@ -205,17 +205,50 @@ typedef struct lb_lut_job {
     int32_t lo, hi;
 } lb_lut_job;
 
+/* A typed loop per (input, output) type: the table holds output codes. */
+#define LB_LUT_LOOP(TI, TO)                                                              \
+    do {                                                                                 \
+        const TI *q = (const TI *)j->q;                                                  \
+        const TO *tab = (const TO *)j->table;                                            \
+        TO *o = (TO *)j->out;                                                            \
+        for (int64_t i = i0; i < i1; i++) o[i] = tab[(int32_t)q[i] - j->in_min];         \
+        return;                                                                          \
+    } while (0)
+#define LB_LUT_OUT(TI)                                                                   \
+    switch (j->out_type) {                                                               \
+    case LB_U8:                                                                          \
+        LB_LUT_LOOP(TI, uint8_t);                                                        \
+    case LB_I8:                                                                          \
+        LB_LUT_LOOP(TI, int8_t);                                                         \
+    case LB_I16:                                                                         \
+        LB_LUT_LOOP(TI, int16_t);                                                        \
+    case LB_U16:                                                                         \
+        LB_LUT_LOOP(TI, uint16_t);                                                       \
+    default:                                                                             \
+        break;                                                                           \
+    }
+
 static void lb_lookup_task(void *arg, int64_t t, int worker) {
     (void)worker;
     const lb_lut_job *j = (const lb_lut_job *)arg;
     int64_t i0 = t * LB_CHUNK, i1 = LB_MIN(j->n, i0 + LB_CHUNK);
-    if (j->in_type == LB_U8 && j->out_type == LB_U8) {
-        const uint8_t *q = (const uint8_t *)j->q, *tab = (const uint8_t *)j->table;
-        uint8_t *o = (uint8_t *)j->out;
-        for (int64_t i = i0; i < i1; i++) o[i] = tab[q[i]];
-        return;
+    switch (j->in_type) {
+    case LB_U8:
+        LB_LUT_OUT(uint8_t)
+        break;
+    case LB_I8:
+        LB_LUT_OUT(int8_t)
+        break;
+    case LB_I16:
+        LB_LUT_OUT(int16_t)
+        break;
+    case LB_U16:
+        LB_LUT_OUT(uint16_t)
+        break;
+    default:
+        break;
     }
-    for (int64_t i = i0; i < i1; i++) {
+    for (int64_t i = i0; i < i1; i++) { /* other types */
         int32_t k = lb_load(j->q, j->in_type, i) - j->in_min;
         lb_store(j->out, j->out_type, i, lb_load(j->table, j->out_type, k));
     }
@@ -268,15 +301,24 @@ static inline int32_t lb_qbinary_one(const lb_qbinary *op, int32_t x, int32_t y)
     return lb_add_scalar(&op->p, x, y);
 }
 
-/* Rows of the output's last axis; a row's operand offsets come from its n-d index. */
+/* Pieces of rows of the output's last axis (a long row, as a whole image of the same shape
+ * as the other operand, is cut in pieces of up to LB_QB_PIECE elements so that all threads
+ * share it); a row's operand offsets come from its n-d index. Task t takes pieces
+ * [t * per, (t + 1) * per) of the rows' pieces in order. */
+#define LB_QB_PIECE 8192
+#define LB_QB_TASKS 64
+
 static void lb_qbinary_task(void *arg, int64_t t, int worker) {
     (void)worker;
     const lb_qb_job *j = (const lb_qb_job *)arg;
     const lb_bcast *bc = j->bc;
-    int64_t per = (j->rows + 63) / 64;
-    int64_t r0 = t * per, r1 = LB_MIN(j->rows, r0 + per);
+    int64_t pieces = (j->last + LB_QB_PIECE - 1) / LB_QB_PIECE;
+    int64_t total = j->rows * pieces, per = (total + LB_QB_TASKS - 1) / LB_QB_TASKS;
+    int64_t u0 = t * per, u1 = LB_MIN(total, u0 + per);
     int nd = bc->nd;
-    for (int64_t r = r0; r < r1; r++) {
+    for (int64_t u = u0; u < u1; u++) {
+        int64_t r = u / pieces, i0 = (u % pieces) * LB_QB_PIECE;
+        int64_t i1 = LB_MIN(j->last, i0 + LB_QB_PIECE), len = i1 - i0;
         int64_t rest = r, oa = 0, ob = 0;
         for (int d = nd - 2; d >= 0; d--) {
             int64_t i = rest % bc->shape[d];
@@ -284,7 +326,9 @@ static void lb_qbinary_task(void *arg, int64_t t, int worker) {
             oa += i * bc->sa[d];
             ob += i * bc->sb[d];
         }
-        int64_t sa = bc->sa[nd - 1], sb = bc->sb[nd - 1], base = r * j->last;
+        int64_t sa = bc->sa[nd - 1], sb = bc->sb[nd - 1], base = r * j->last + i0;
+        oa += i0 * sa;
+        ob += i0 * sb;
 #if LB_HAVE_AVX512
         if (j->isa == LB_ISA_AVX512VNNI && j->op->narrow && j->op->op != LB_QTABLE2 && sa <= 1 &&
             sb <= 1 &&
@@ -293,18 +337,18 @@ static void lb_qbinary_task(void *arg, int64_t t, int worker) {
             int64_t eo = j->op->out_type == LB_U8 ? 1 : 2;
             lb_qbinary_row_avx512(j->op, (const char *)j->a + oa * ea, sa,
                                   (const char *)j->b + ob * eb, sb, (char *)j->out + base * eo,
-                                  j->last);
+                                  len);
             continue;
         }
 #endif
         if (j->op->a_type == LB_U8 && j->op->b_type == LB_U8 && j->op->out_type == LB_U8) {
             const uint8_t *a = (const uint8_t *)j->a + oa, *b = (const uint8_t *)j->b + ob;
             uint8_t *o = (uint8_t *)j->out + base;
-            for (int64_t i = 0; i < j->last; i++)
+            for (int64_t i = 0; i < len; i++)
                 o[i] = (uint8_t)lb_qbinary_one(j->op, a[i * sa], b[i * sb]);
             continue;
         }
-        for (int64_t i = 0; i < j->last; i++) {
+        for (int64_t i = 0; i < len; i++) {
             int32_t x = lb_load(j->a, j->op->a_type, oa + i * sa);
             int32_t y = lb_load(j->b, j->op->b_type, ob + i * sb);
             lb_store(j->out, j->op->out_type, base + i, lb_qbinary_one(j->op, x, y));
@@ -319,5 +363,7 @@ void lb_qbinary_run(const lb_ctx *ctx, const lb_bcast *bc, const lb_qbinary *op,
     int64_t last = bc->shape[bc->nd - 1];
     if (rows * last == 0) return;
     lb_qb_job j = {bc, op, a, b, out, rows, last, ctx->isa};
-    lb_parallel_for(ctx, LB_MIN(rows, 64), lb_qbinary_task, &j);
+    int64_t total = rows * ((last + LB_QB_PIECE - 1) / LB_QB_PIECE);
+    int64_t per = (total + LB_QB_TASKS - 1) / LB_QB_TASKS;
+    lb_parallel_for(ctx, (total + per - 1) / per, lb_qbinary_task, &j);
 }
