@@ -16,10 +16,13 @@ from lowbit.api import (
     profile,
     quantize,
     quantize_dynamic,
+    quantize_to_budget,
     run,
     save,
     sensitivity,
 )
+from lowbit.budget.metrics import Budget
+from lowbit.budget.search import BudgetNotMet, BudgetResult
 from lowbit.errors import LowbitError
 from lowbit.ir import Graph, Node, QuantParams, TensorType, Value
 from lowbit.quant.config import QuantConfig
@@ -27,6 +30,9 @@ from lowbit.quant.profile import Profile
 from lowbit.version import __version__
 
 __all__ = [
+    "Budget",
+    "BudgetNotMet",
+    "BudgetResult",
     "Graph",
     "LowbitError",
     "Node",
@@ -44,6 +50,7 @@ __all__ = [
     "profile",
     "quantize",
     "quantize_dynamic",
+    "quantize_to_budget",
     "run",
     "save",
     "sensitivity",

@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from lowbit import backends
+from lowbit.budget import search as _budget
+from lowbit.budget.metrics import Budget
+from lowbit.budget.search import BudgetNotMet, BudgetResult
+from lowbit.errors import InputError
 from lowbit.exporters import onnx_export
 from lowbit.frontends import onnx_import
 from lowbit.ir.graph import Graph
@@ -84,11 +89,14 @@ def run(
 
 def profile(
     graph: Graph,
-    batches: Iterable[Mapping[str, np.ndarray]],
+    batches: Iterable[Mapping[str, np.ndarray]] | Any,
     *,
     progress: bool = True,
     channel_axis: int | None = None,
     moments: bool = True,
+    client: Any = None,
+    shards: int | None = None,
+    batch_size: int | None = None,
     backend: str = "reference",
 ) -> Profile:
     """Run `graph` on calibration batches ({input name: array} each) and return the per-value
@@ -97,31 +105,120 @@ def profile(
     whose weights round to nearest) that quantization calibrates from. `Profile.save(path)` and
     `Profile.load(path, graph)` keep it in a file keyed by the graph's hash. Bad batches (NaN/Inf,
     wrong shape or dtype, an empty set) raise `lowbit.errors.InputError` naming batch and input.
+
+    With a Dask `client` (`dask.distributed.Client`), the batches are profiled in `shards` on
+    its workers and the partial profiles merged: the same profile, bit for bit
+    (`lowbit.cluster.profiling`). Then `batches` may also be a `dask.array` (or {input name:
+    dask.array}) cut into batches of `batch_size` rows. Items with a `load(graph)` method
+    (`lowbit.cli.data_files.BatchRef`) are read where they are profiled.
+
     `backend="cpu"` runs the batches on the compiled cpu backend ("auto": when it compiles the
-    graph), the observers reading the values it produces.
+    graph), the observers reading the values it produces (on the workers too).
     """
-    return _profile.profile(graph, batches, progress=progress, channel_axis=channel_axis,
-                            moments=moments, backend=backend)
+    if client is not None:
+        from lowbit.cluster import profiling
+
+        return profiling.profile(client, graph, batches, shards=shards, batch_size=batch_size,
+                                 progress=progress, channel_axis=channel_axis, moments=moments,
+                                 backend=backend)
+    if shards is not None or batch_size is not None:
+        raise InputError("shards and batch_size go with a Dask client (client=...)")
+    return _profile.profile(graph, _loaded(graph, batches), progress=progress,
+                            channel_axis=channel_axis, moments=moments, backend=backend)
+
+
+def _loaded(graph: Graph, batches: Iterable[Any]) -> Iterable[Any]:
+    """Batches, with references (`load(graph)`) read one at a time as profiling reaches them."""
+    items = batches if isinstance(batches, Sequence) else list(batches)
+    if not any(hasattr(b, "load") for b in items):
+        return items
+    return _Loading(graph, items)
+
+
+class _Loading(Sequence):
+    """A sequence reading each reference when indexed (memory: one batch at a time)."""
+
+    def __init__(self, graph: Graph, items: Sequence[Any]) -> None:
+        self.graph, self.items = graph, items
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, i):  # type: ignore[override]
+        item = self.items[i]
+        return item.load(self.graph) if hasattr(item, "load") else item
 
 
 def quantize(graph: Graph, profile: Profile, config: QuantConfig | None = None, *,
-             assert_all_quantized: bool = False) -> Graph:
+             assert_all_quantized: bool = False, budget: Budget | None = None,
+             progress: bool = True) -> Graph:
     """Statically quantize `graph` with the ranges of `profile` (taken on this graph) and the
     settings of `config` (lowbit's defaults when None): returns a new graph whose value types
     carry quantization parameters. `lowbit.quant.static.quantize` also returns the per-node
-    summary. With `assert_all_quantized`, a node left in float raises QuantizationError."""
+    summary. With `assert_all_quantized`, a node left in float raises QuantizationError.
+
+    With a `budget` (`lowbit.Budget`), the fewest layers are raised above `config` (to int16,
+    then float) that make the model meet it on the budget's data (`quantize_to_budget` returns
+    what was chosen and measured); `BudgetNotMet` when no choice meets it."""
+    if budget is not None:
+        return _budget_graph(graph, budget, profile, config, False, assert_all_quantized,
+                             progress)
     return _static.quantize(graph, profile, config,
                             assert_all_quantized=assert_all_quantized).graph
 
 
 def quantize_dynamic(graph: Graph, config: QuantConfig | None = None, *,
-                     assert_all_quantized: bool = False) -> Graph:
+                     assert_all_quantized: bool = False, budget: Budget | None = None,
+                     progress: bool = True) -> Graph:
     """Dynamically quantize `graph`: no calibration data; MatMul/Gemm with constant weights (and,
     by default, attention's activation products) compute in 8-bit integers with activation
     parameters computed at run time, per token by default (`lowbit.quant.dynamic`).
-    `lowbit.quant.dynamic.quantize_dynamic` also returns the per-node summary."""
+    `lowbit.quant.dynamic.quantize_dynamic` also returns the per-node summary. With a
+    `budget`, the fewest products stay in float that make the model meet it (as `quantize`)."""
+    if budget is not None:
+        return _budget_graph(graph, budget, None, config, True, assert_all_quantized, progress)
     return _dynamic.quantize_dynamic(graph, config,
                                      assert_all_quantized=assert_all_quantized).graph
+
+
+def quantize_to_budget(graph: Graph, budget: Budget, *, profile: Profile | None = None,
+                       config: QuantConfig | None = None, dynamic: bool = False,
+                       data: Iterable[Mapping[str, np.ndarray]] | None = None,
+                       progress: bool = True, latency: bool = True,
+                       client: Any = None) -> BudgetResult:
+    """Quantize `graph` (statically with `profile`, or `dynamic`) with `config` plus the fewest
+    layers raised to higher precision that meet `budget` on its data (or `data`)
+    (`lowbit.budget.search`). The result holds the chosen config and graph, the metric before
+    and after, the sizes (and cpu-backend latencies when available), and every configuration
+    tried; `result.met` is False, and `result.graph` None, when no choice meets the budget.
+    With a Dask `client`, the sensitivity ranking and the evaluations run on its workers."""
+    mapper, workers = _mapper(client)
+    return _budget.search(graph, budget, profile=profile, config=config, dynamic=dynamic,
+                          data=None if data is None else list(data), progress=progress,
+                          latency=latency, mapper=mapper, workers=workers)
+
+
+def _mapper(client: Any) -> tuple[Any, int]:
+    """A mapper running on the client's workers, and their number (None, 1 without one)."""
+    if client is None:
+        return None, 1
+    from lowbit.cluster.mapping import ClusterMapper
+
+    mapper = ClusterMapper(client)
+    return mapper, mapper.workers
+
+
+def _budget_graph(graph: Graph, budget: Budget, profile: Profile | None,
+                  config: QuantConfig | None, dynamic: bool, assert_all_quantized: bool,
+                  progress: bool) -> Graph:
+    if assert_all_quantized:
+        raise InputError("a budget may keep layers in float: it does not go with "
+                         "assert_all_quantized")
+    result = _budget.search(graph, budget, profile=profile, config=config, dynamic=dynamic,
+                            progress=progress, latency=False)
+    if not result.met or result.graph is None:
+        raise BudgetNotMet(result)
+    return result.graph
 
 
 def compare(float_graph: Graph, quant_graph: Graph,
@@ -138,13 +235,15 @@ def compare(float_graph: Graph, quant_graph: Graph,
 
 def sensitivity(float_graph: Graph, batches: Iterable[Mapping[str, np.ndarray]], *,
                 profile: Profile | None = None, config: QuantConfig | None = None,
-                dynamic: bool = False, progress: bool = True) -> Sensitivity:
+                dynamic: bool = False, progress: bool = True,
+                client: Any = None) -> Sensitivity:
     """Quantize one layer of `float_graph` at a time, the rest float, and rank the layers by the
     SQNR of the outputs on `batches`, most sensitive first (`lowbit.tools.sensitivity`). Static
     quantization needs `profile`; `.config(top)` is `config` with the `top` most sensitive
-    layers raised to higher precision, `.yaml_rules(top)` the same rules as YAML."""
+    layers raised to higher precision, `.yaml_rules(top)` the same rules as YAML. With a Dask
+    `client`, the layers are evaluated on its workers."""
     return _sensitivity(float_graph, list(batches), profile=profile, config=config,
-                        dynamic=dynamic, progress=progress)
+                        dynamic=dynamic, progress=progress, mapper=_mapper(client)[0])
 
 
 def from_torch(module, example_inputs, *, input_names=None, output_names=None,

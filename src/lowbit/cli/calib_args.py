@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from lowbit.cli.data_files import calibration_batches
+from lowbit.cli.data_files import batch_refs, calibration_batches
 from lowbit.errors import InputError
 from lowbit.ir.graph import Graph
 
@@ -42,12 +42,34 @@ def add_calibration_args(p, required: bool, flag: str = "--calib") -> None:
 
 
 def batches_from_args(args, graph: Graph) -> list:
+    return _batches(args, graph, args.calib, _limit(args))
+
+
+def eval_batches_from_args(args, graph: Graph) -> list:
+    """The `--eval` data, read with the calibration options (batch size, image size, mean, std,
+    layout); `--limit` is for calibration only."""
+    return _batches(args, graph, args.eval, None)
+
+
+def batch_refs_from_args(args, graph: Graph) -> list:
+    """The `--calib` batches as references (`BatchRef`), each read where it is used."""
+    return batch_refs(args.calib, graph, **_options(args, graph), limit=_limit(args))
+
+
+def _options(args, graph: Graph) -> dict:
     if args.batch_size is not None and args.batch_size < 1:
         raise InputError(f"--batch-size must be 1 or more, got {args.batch_size}")
+    return {"batch_size": args.batch_size or model_batch_size(graph) or DEFAULT_BATCH_SIZE,
+            "image_size": tuple(args.image_size) if args.image_size else None,
+            "mean": args.mean, "std": args.std, "layout": args.layout,
+            "grayscale": args.grayscale}
+
+
+def _limit(args) -> int | None:
     if args.limit is not None and args.limit < 1:
         raise InputError(f"--limit must be 1 or more, got {args.limit}")
-    batch_size = args.batch_size or model_batch_size(graph) or DEFAULT_BATCH_SIZE
-    return calibration_batches(args.calib, graph, batch_size=batch_size,
-                               image_size=tuple(args.image_size) if args.image_size else None,
-                               mean=args.mean, std=args.std, layout=args.layout,
-                               limit=args.limit, grayscale=args.grayscale)
+    return args.limit
+
+
+def _batches(args, graph: Graph, source: str, limit: int | None) -> list:
+    return calibration_batches(source, graph, **_options(args, graph), limit=limit)

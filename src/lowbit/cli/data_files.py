@@ -1,11 +1,14 @@
 """Reading arrays for the CLI: `NAME=FILE.npy` inputs, and calibration data sets (.npy/.npz
-files, folders of images, ONNX test_data_set folders), always naming the file at fault."""
+files, folders of images or of .npy/.npz files, ONNX test_data_set folders), always naming the
+file at fault. A data set is a list of `BatchRef`s, each reading one batch where it runs (in
+this process, or on a cluster's worker)."""
 
 from __future__ import annotations
 
 import os
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +19,9 @@ from lowbit.ir.graph import Graph
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp")
 
 
-def load_array(path: str | os.PathLike) -> np.ndarray:
+def load_array(path: str | os.PathLike, mmap: bool = False) -> np.ndarray:
+    """An .npy (or a TensorProto .pb) file's array; `mmap` maps an .npy file instead of
+    reading it (a batch then reads its rows only)."""
     p = Path(path)
     if not p.is_file():
         raise InputError(f"{p}: no such file")
@@ -28,7 +33,7 @@ def load_array(path: str | os.PathLike) -> np.ndarray:
             tensor = onnx.TensorProto()
             tensor.ParseFromString(p.read_bytes())
             return numpy_helper.to_array(tensor)
-        return np.load(p, allow_pickle=False)
+        return np.load(p, allow_pickle=False, mmap_mode="r" if mmap else None)
     except (ValueError, OSError, EOFError) as exc:
         raise InputError(f"{p}: not a readable .npy file ({exc})") from None
 
@@ -112,63 +117,114 @@ def calibration_batches(source: str, graph: Graph, *, batch_size: int = 8,
                         mean: Sequence[float] = (0.0,), std: Sequence[float] = (1.0,),
                         layout: str = "NCHW", limit: int | None = None,
                         grayscale: bool = False) -> list[dict[str, np.ndarray]]:
-    """Calibration batches from `source`:
+    """Calibration batches from `source` (`batch_refs` says how it is cut), read."""
+    return [ref.load(graph) for ref in batch_refs(source, graph, batch_size=batch_size,
+                                                   image_size=image_size, mean=mean, std=std,
+                                                   layout=layout, limit=limit,
+                                                   grayscale=grayscale)]
 
-    - `file.npy`: one array for a one-input model, split into batches along axis 0;
-    - `file.npz`: arrays named like the model's inputs, split the same way;
+
+@dataclass(frozen=True)
+class BatchRef:
+    """Where one batch of calibration data is: rows `start:stop` of a .npy file or of the
+    arrays of an .npz file, an ONNX test_data_set folder, or image files. `load(graph)` reads
+    it; a single process and the workers of a cluster read batches through the same refs, so
+    they see the same arrays."""
+
+    kind: str
+    """"npy", "npz", "pb" (a test_data_set folder) or "images"."""
+    paths: tuple[str, ...]
+    start: int = 0
+    stop: int = 0
+    image_size: tuple[int, int] | None = None
+    mean: tuple[float, ...] = (0.0,)
+    std: tuple[float, ...] = (1.0,)
+    layout: str = "NCHW"
+    mode: str = "RGB"
+    """The PIL mode images are read in (`_image_mode`)."""
+
+    def load(self, graph: Graph) -> dict[str, np.ndarray]:
+        if self.kind == "pb":
+            return _test_data_set(Path(self.paths[0]), graph)
+        if self.kind == "images":
+            assert self.image_size is not None
+            return _images([Path(p) for p in self.paths], graph, self.image_size, self.mean,
+                           self.std, self.layout, self.mode)
+        path = Path(self.paths[0])
+        if self.kind == "npy":
+            array = load_array(path, mmap=True)
+            return {graph.inputs[0].name: np.array(array[self.start:self.stop])}
+        with np.load(path, allow_pickle=False) as data:
+            return {v.name: data[v.name][self.start:self.stop] for v in graph.inputs}
+
+
+def batch_refs(source: str, graph: Graph, *, batch_size: int = 8,
+               image_size: tuple[int, int] | None = None, mean: Sequence[float] = (0.0,),
+               std: Sequence[float] = (1.0,), layout: str = "NCHW",
+               limit: int | None = None, grayscale: bool = False) -> list[BatchRef]:
+    """The batches of `source`, in order:
+
+    - `file.npy`: one array for a one-input model, cut into batches along axis 0;
+    - `file.npz`: arrays named like the model's inputs, cut the same way;
     - a folder of ONNX `test_data_set_*` folders (input_0.pb, ...), one batch each;
     - a folder of images: resized to `image_size` (default: the model's input size), scaled to
       [0, 255], normalised as (x - mean) / std per channel, laid out as `layout`, with the
       model's channel count (1: luminance, 3: RGB, 4: RGBA; RGB when the model does not say)
-      or one luminance channel with `grayscale`; files that are not images are skipped with a
-      note on stderr.
+      or one luminance channel with `grayscale`, `batch_size` files a batch in name order;
+      files that are not images are skipped with a note on stderr;
+    - a folder of .npy / .npz files: each file as above, in name order (a batch never spans
+      two files).
     """
     p = Path(source)
     if p.is_dir():
         sets = sorted(d for d in p.iterdir() if d.is_dir() and d.name.startswith("test_data_set"))
         if sets or (p / "input_0.pb").exists():
-            batches = [_test_data_set(d, graph) for d in (sets or [p])]
+            refs = [BatchRef("pb", (str(d),)) for d in (sets or [p])]
+        elif any(f.suffix in (".npy", ".npz") for f in p.iterdir() if f.is_file()):
+            files = sorted(f for f in p.iterdir() if f.is_file() and f.suffix in (".npy", ".npz"))
+            refs = [r for f in files for r in _array_refs(f, graph, batch_size)]
         else:
-            batches = _split(_images(p, graph, image_size, mean, std, layout, grayscale),
-                             batch_size, p)
-    elif p.suffix == ".npz":
+            refs = _image_refs(p, graph, batch_size, image_size, mean, std, layout, grayscale)
+    elif p.suffix in (".npz", ".npy"):
+        refs = _array_refs(p, graph, batch_size)
+    else:
+        raise InputError(f"{source}: calibration data must be a .npy or .npz file, a folder of "
+                         f"images, of .npy/.npz files or of ONNX test_data_set folders")
+    if limit is not None:
+        refs = refs[:limit]
+    if not refs:
+        raise InputError(f"{source}: holds no calibration data")
+    return refs
+
+
+def _array_refs(p: Path, graph: Graph, batch_size: int) -> list[BatchRef]:
+    names = [v.name for v in graph.inputs]
+    if p.suffix == ".npy":
+        if len(graph.inputs) != 1:
+            raise InputError(f"{p}: a .npy file feeds one-input models; this one has "
+                             f"{len(graph.inputs)} inputs: use a .npz keyed by input name")
+        shapes = {names[0]: load_array(p, mmap=True).shape}
+        kind = "npy"
+    else:
         if not p.is_file():
             raise InputError(f"{p}: no such file")
         try:
             with np.load(p, allow_pickle=False) as data:
-                names = [v.name for v in graph.inputs]
                 missing = [n for n in names if n not in data.files]
                 if missing:
-                    raise InputError(f"{p}: has arrays {', '.join(data.files)}; the model "
-                                     f"needs {', '.join(names)}")
-                arrays = {n: data[n] for n in names}
+                    raise InputError(f"{p}: has arrays {', '.join(data.files)}; the model needs "
+                                     f"{', '.join(names)}")
+                shapes = {n: data[n].shape for n in names}
         except (ValueError, OSError, EOFError) as exc:
             raise InputError(f"{p}: not a readable .npz file ({exc})") from None
-        batches = _split(arrays, batch_size, p)
-    elif p.suffix == ".npy":
-        if len(graph.inputs) != 1:
-            raise InputError(f"{p}: a .npy file feeds one-input models; this one has "
-                             f"{len(graph.inputs)} inputs: use a .npz keyed by input name")
-        batches = _split({graph.inputs[0].name: load_array(p)}, batch_size, p)
-    else:
-        raise InputError(f"{source}: calibration data must be a .npy or .npz file, a folder of "
-                         f"images or of ONNX test_data_set folders")
-    if limit is not None:
-        batches = batches[:limit]
-    if not batches:
-        raise InputError(f"{source}: holds no calibration data")
-    return batches
-
-
-def _split(arrays: dict[str, np.ndarray], batch_size: int, source: Path
-           ) -> list[dict[str, np.ndarray]]:
-    """Batches of `batch_size` samples along the first axis of every array."""
-    for name, a in arrays.items():
-        if a.ndim == 0:
-            raise InputError(f"{source}: array '{name}' is 0-d (a single number); calibration "
+        kind = "npz"
+    for name, shape in shapes.items():
+        if len(shape) == 0:
+            raise InputError(f"{p}: array '{name}' is 0-d (a single number); calibration "
                              f"data needs a leading axis of samples, e.g. shape (N, ...)")
-    n = min(len(a) for a in arrays.values()) if arrays else 0
-    return [{k: a[i:i + batch_size] for k, a in arrays.items()} for i in range(0, n, batch_size)]
+    rows = min(shape[0] for shape in shapes.values())
+    return [BatchRef(kind, (str(p),), i, min(i + batch_size, rows))
+            for i in range(0, rows, batch_size)]
 
 
 def _test_data_set(folder: Path, graph: Graph) -> dict[str, np.ndarray]:
@@ -184,8 +240,11 @@ IMAGE_MODES = {1: "L", 3: "RGB", 4: "RGBA"}
 MAX_IMAGE_SIDE = 1 << 14
 
 
-def _images(folder: Path, graph: Graph, size, mean, std, layout: str, grayscale: bool
-            ) -> dict[str, np.ndarray]:
+def _image_refs(folder: Path, graph: Graph, batch_size: int, size, mean, std, layout: str,
+                grayscale: bool) -> list[BatchRef]:
+    """A folder's images as batches of `batch_size` files: the options are checked and every
+    file's header read here (files that are not images are skipped with a note), the pixels
+    where each batch is loaded."""
     from PIL import Image
 
     if len(graph.inputs) != 1:
@@ -209,12 +268,12 @@ def _images(folder: Path, graph: Graph, size, mean, std, layout: str, grayscale:
         shape[1] if layout == "NCHW" else shape[3])
     mode = _image_mode(folder, channels, layout, grayscale)
     count = len(mode)
-    mean_a = _per_channel("--mean", mean, count, mode)
+    _per_channel("--mean", mean, count, mode)
     std_a = _per_channel("--std", std, count, mode)
     if not np.all(np.isfinite(std_a)) or np.any(std_a == 0):
         raise InputError(f"--std {' '.join(f'{s:g}' for s in std)}: divisors must be finite "
                          "and non-zero")
-    arrays, skipped, converted = [], [], set()
+    files, skipped, converted = [], [], set()
     for f in sorted(folder.iterdir()):
         if f.is_dir():
             continue
@@ -225,22 +284,43 @@ def _images(folder: Path, graph: Graph, size, mean, std, layout: str, grayscale:
             with Image.open(f) as im:
                 if len(im.getbands()) != count and im.mode not in ("P", "1"):
                     converted.add(im.mode)
-                arrays.append(np.asarray(im.convert(mode).resize((int(size[1]), int(size[0]))),
-                                         np.float32).reshape(int(size[0]), int(size[1]), count))
         except (OSError, ValueError, Image.DecompressionBombError) as exc:
             skipped.append(f"{f.name} (not a readable image: {exc})")
+            continue
+        files.append(f)
     for note in skipped:
         print(f"note: {folder}: skipped {note}", file=sys.stderr)
     if converted and not grayscale:
         print(f"note: {folder}: {'/'.join(sorted(converted))} images read as {mode}, the "
               f"model's {count} channel{'s' if count > 1 else ''}"
               + (" (--grayscale says so explicitly)" if mode == "L" else ""), file=sys.stderr)
-    if not arrays:
+    if not files:
         raise InputError(f"{folder}: no readable images ({', '.join(IMAGE_SUFFIXES)})")
-    x = (np.stack(arrays) - mean_a) / std_a
+    hw = (int(size[0]), int(size[1]))
+    return [BatchRef("images", tuple(str(f) for f in files[i:i + batch_size]), image_size=hw,
+                     mean=tuple(float(m) for m in mean), std=tuple(float(s) for s in std),
+                     layout=layout, mode=mode)
+            for i in range(0, len(files), batch_size)]
+
+
+def _images(files: list[Path], graph: Graph, size: tuple[int, int], mean, std, layout: str,
+            mode: str) -> dict[str, np.ndarray]:
+    """One batch of images, read in `mode`, resized to `size`, normalised and laid out."""
+    from PIL import Image
+
+    count = len(mode)
+    arrays = []
+    for f in files:
+        try:
+            with Image.open(f) as im:
+                arrays.append(np.asarray(im.convert(mode).resize((size[1], size[0])),
+                                         np.float32).reshape(size[0], size[1], count))
+        except (OSError, ValueError, Image.DecompressionBombError) as exc:
+            raise InputError(f"{f}: not a readable image ({exc})") from None
+    x = (np.stack(arrays) - np.asarray(mean, np.float32)) / np.asarray(std, np.float32)
     if layout == "NCHW":
         x = x.transpose(0, 3, 1, 2)
-    return {v.name: np.ascontiguousarray(x, dtype=np.float32)}
+    return {graph.inputs[0].name: np.ascontiguousarray(x, dtype=np.float32)}
 
 
 def _image_mode(folder: Path, channels, layout: str, grayscale: bool) -> str:

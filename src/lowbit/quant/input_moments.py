@@ -21,7 +21,8 @@ output error of a weight error d is `d^T H d`. Memory is fixed (K^2 per group, K
 `MAX_SIZE`), whatever the number of batches, and the vectors are formed a bounded piece at a
 time (`CHUNK` numbers). Each piece's products are summed in the input's precision (float32 for
 float32 data, relative error about 1e-6, far below what changes a rounding decision) and added
-to the float64 totals.
+to the totals exactly (`lowbit.numerics.exact_sum`: the same whatever the order, so moments
+profiled in shards merge into one pass's bit for bit).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from lowbit.ir.graph import Node
+from lowbit.numerics.exact_sum import GridSum
 from lowbit.ops.conv_geometry import window_from_attrs
 from lowbit.ops.product import integer_product
 
@@ -44,15 +46,35 @@ products with longer rows round their weights to nearest."""
 class InputMoments:
     """S and count (module docstring) of one product node, accumulated over batches."""
 
-    def __init__(self, node: str, second: np.ndarray, count: int) -> None:
+    def __init__(self, node: str, second: np.ndarray, count: int,
+                 exact: GridSum | None = None) -> None:
         self.node = node
-        self.second = second
-        """S: float64 [G, K, K]."""
+        self._second: np.ndarray | None = second
+        self._exact = exact
+        """S as an order-independent exact sum while profiling (`exact_sum.GridSum`), so
+        that moments taken in shards and merged in any order equal one pass's bit for bit;
+        None for moments read from a file (then they add in float64)."""
         self.count = count
 
     @classmethod
     def empty(cls, node: str, groups: int, size: int) -> InputMoments:
-        return cls(node, np.zeros((groups, size, size)), 0)
+        return cls(node, np.zeros((groups, size, size)), 0, GridSum((groups, size, size)))
+
+    @property
+    def second(self) -> np.ndarray:
+        """S: float64 [G, K, K]."""
+        if self._second is None:
+            assert self._exact is not None
+            self._second = self._exact.value()
+        return self._second
+
+    def _add(self, second: np.ndarray) -> None:
+        if self._exact is not None and np.all(np.isfinite(second)):
+            self._exact.add(second)
+            self._second = None
+        else:
+            self._second = self.second + second
+            self._exact = None
 
     @property
     def groups(self) -> int:
@@ -64,15 +86,25 @@ class InputMoments:
 
     def observe(self, vectors: np.ndarray) -> None:
         """Add input vectors given as [G, K, P] (P vectors per group; any layout)."""
-        self.second += np.matmul(vectors, vectors.transpose(0, 2, 1))
+        self._add(np.matmul(vectors, vectors.transpose(0, 2, 1)))
         self.count += int(vectors.shape[2])
 
     def merge(self, other: InputMoments) -> None:
         if other.second.shape != self.second.shape:
             raise ValueError(f"input moments of '{self.node}' have shape "
                              f"{self.second.shape} and {other.second.shape}")
-        self.second += other.second
+        if self._exact is not None and other._exact is not None:
+            self._exact.merge(other._exact)
+            self._second = None
+        else:
+            self._second = self.second + other.second
+            self._exact = None
         self.count += other.count
+
+    def copy(self, node: str | None = None) -> InputMoments:
+        """A copy (for `node`, default the same), exact sums included."""
+        return InputMoments(self.node if node is None else node, self.second.copy(), self.count,
+                            None if self._exact is None else self._exact.copy())
 
     def correlation(self) -> np.ndarray:
         """H = E[x x^T], float64 [G, K, K] (zeros before any vector was seen)."""

@@ -29,6 +29,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from lowbit.numerics.exact_sum import ExactSum
+
 DEFAULT_BINS = 8192
 """Histogram capacity. Twice the promised resolution, because widening doubles bin widths."""
 
@@ -173,6 +175,31 @@ class ChannelRange:
     max: np.ndarray
     sum: np.ndarray | None = None
     count: np.ndarray | None = None
+    exact: ExactSum | None = field(default=None, repr=False, compare=False)
+    """The sums as an order-independent exact sum (`lowbit.numerics.exact_sum`) while
+    profiling: `sum` is its value, so a profile taken in shards and merged in any order has the
+    sums one pass has, bit for bit. None in profiles read from files (then sums add in
+    float64)."""
+
+    def add_sums(self, total: np.ndarray, count: np.ndarray) -> None:
+        """Add one array's per-channel sums and counts."""
+        if self.exact is not None and np.all(np.isfinite(total)):
+            self.exact.add(total)
+            self.sum = self.exact.value()
+        else:
+            self.exact = None
+            self.sum = _add(self.sum, total)
+        self.count = _add(self.count, count)
+
+    def merge_sums(self, other: ChannelRange) -> None:
+        """Add another range's sums and counts (exactly when both keep exact sums)."""
+        if self.exact is not None and other.exact is not None:
+            self.exact.merge(other.exact)
+            self.sum = self.exact.value()
+        else:
+            self.exact = None
+            self.sum = _add(self.sum, other.sum)
+        self.count = _add(self.count, other.count)
 
     @property
     def mean(self) -> np.ndarray | None:
@@ -335,7 +362,9 @@ class StatsObserver:
             lo, hi = lo.astype(np.float64), hi.astype(np.float64)
             current = self.channels.get(axis)
             if current is None:
-                self.channels[axis] = ChannelRange(axis, lo, hi, total, count)
+                current = self.channels[axis] = ChannelRange(
+                    axis, lo, hi, np.zeros(lo.shape), np.zeros(lo.shape), ExactSum(lo.shape))
+                current.add_sums(total, count)
             elif current.min.shape != lo.shape:
                 raise ValueError(
                     f"'{self.name}': axis {axis} has {lo.size} channels in this array but "
@@ -343,7 +372,7 @@ class StatsObserver:
             else:
                 current.min = np.fmin(current.min, lo)
                 current.max = np.fmax(current.max, hi)
-                current.sum, current.count = _add(current.sum, total), _add(current.count, count)
+                current.add_sums(total, count)
         return extremes
 
     def merge(self, other: StatsObserver) -> None:
@@ -354,10 +383,11 @@ class StatsObserver:
                 self.channels[axis] = ChannelRange(
                     axis, ch.min.copy(), ch.max.copy(),
                     None if ch.sum is None else ch.sum.copy(),
-                    None if ch.count is None else ch.count.copy())
+                    None if ch.count is None else ch.count.copy(),
+                    None if ch.exact is None else ch.exact.copy())
             else:
                 mine.min, mine.max = np.fmin(mine.min, ch.min), np.fmax(mine.max, ch.max)
-                mine.sum, mine.count = _add(mine.sum, ch.sum), _add(mine.count, ch.count)
+                mine.merge_sums(ch)
         self.nan += other.nan
         self.posinf += other.posinf
         self.neginf += other.neginf

@@ -273,8 +273,7 @@ class _Recorder:
                 m = self.moments[first.name]
                 if m.count:
                     out[first.name] = m
-                    out.update({n.name: InputMoments(n.name, m.second.copy(), m.count)
-                                for n in rest})
+                    out.update({n.name: m.copy(n.name) for n in rest})
         return out
 
     def __call__(self, node: Node, outputs: list[np.ndarray]) -> None:

@@ -76,6 +76,7 @@ from lowbit.quant import (
     weight_rounding,
 )
 from lowbit.quant.blas_threads import one_blas_thread
+from lowbit.quant.cache import QuantCache
 from lowbit.quant.config import NodeSettings, QuantConfig
 from lowbit.quant.input_moments import moments_problem, moments_shape
 from lowbit.quant.observers import divided_stats
@@ -161,17 +162,22 @@ class QuantResult:
 @one_blas_thread
 def quantize(graph: Graph, profile: Profile, config: QuantConfig | None = None, *,
              assert_all_quantized: bool = False,
-             plan_config: QuantConfig | None = None) -> QuantResult:
+             plan_config: QuantConfig | None = None,
+             cache: QuantCache | None = None) -> QuantResult:
     """Quantize a copy of `graph` (see the module docstring); `profile` must have been taken on
     `graph`. With `assert_all_quantized`, any node left computing in float is an error.
     `plan_config` (default: `config`) is the config whose integer nodes decide which results
     are worth integers: `lowbit.sensitivity` quantizes one layer alone with the whole model's
-    plan, so that the layer's result is rounded as it is in the whole model."""
+    plan, so that the layer's result is rounded as it is in the whole model. `cache` (made for
+    this `profile`) keeps weight roundings and activation parameters for later calls
+    (`lowbit.quant.cache`): the same result, without redoing what did not change."""
     config = config or QuantConfig()
     profile.check(graph)
+    if cache is not None:
+        cache.check(profile)
     warnings = config.check(graph)
     g = graph.copy()
-    builder = _Builder(g, profile, config, plan_config or config)
+    builder = _Builder(g, profile, config, plan_config or config, cache)
     builder.run()
     g = simplify_quantize(g)
     summary = QuantSummary(builder.rows, list(warnings))
@@ -186,8 +192,10 @@ def quantize(graph: Graph, profile: Profile, config: QuantConfig | None = None, 
 
 class _Builder:
     def __init__(self, graph: Graph, profile: Profile, config: QuantConfig,
-                 plan_config: QuantConfig) -> None:
+                 plan_config: QuantConfig, cache: QuantCache | None = None) -> None:
         self.g = graph
+        self.cache = cache
+        self._original = profile
         self.profile = Profile(profile.graph_hash, profile.stats, profile.batches,
                                profile.samples, profile.constants, profile.moments)
         """A copy that statistics of values made while quantizing (smoothed inputs) join."""
@@ -413,8 +421,16 @@ class _Builder:
         stats = self.profile[value.name]
         scheme = _scheme(s, s.dtype)
         method = "minmax" if value.name in self._minmax else s.calibration
-        storage, params = calibration.activation_params(
-            stats, dtype=s.dtype, scheme=scheme, method=method, percentile=s.percentile)
+
+        def compute():
+            return calibration.activation_params(stats, dtype=s.dtype, scheme=scheme,
+                                                 method=method, percentile=s.percentile)
+
+        if self.cache is not None and stats is self._original.stats.get(value.name):
+            storage, params = self.cache.activation(
+                (value.name, s.dtype.name, scheme, method, s.percentile), compute)
+        else:
+            storage, params = compute()
         return TensorType(storage, shape, params)
 
     def _prepare_compute(self, node: Node, s: NodeSettings) -> str:
@@ -532,7 +548,13 @@ class _Builder:
         def rounder(wt: TensorType) -> np.ndarray:
             key = wt.quant.scale.tobytes() + wt.quant.zero_point.tobytes()
             if key not in done:
-                done[key] = weight_rounding.round_weight(node, weight, wt, moments)
+                if self.cache is None:
+                    done[key] = weight_rounding.round_weight(node, weight, wt, moments)
+                else:
+                    done[key] = self.cache.rounded(
+                        (node.name, wt.dtype.name, wt.quant.axis, key,
+                         self.cache.digest(weight), self.cache.digest(moments.second)),
+                        lambda: weight_rounding.round_weight(node, weight, wt, moments))
             return done[key]
 
         return rounder, " (GPTQ rounding)"

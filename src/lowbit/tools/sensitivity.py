@@ -23,20 +23,23 @@ activations and weights; dynamic: float, since dynamic quantization computes in 
 
 from __future__ import annotations
 
+import contextlib
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 import yaml
 
-from lowbit.backends.reference.interpreter import Interpreter
+from lowbit.backends.reference.resume import RecordedRun
 from lowbit.errors import InputError
 from lowbit.ir.graph import Graph
+from lowbit.mapping import Mapper, local_map
 from lowbit.ops.registry import lookup
 from lowbit.quant import dynamic as _dynamic
 from lowbit.quant import static as _static
 from lowbit.quant.blas_threads import one_blas_thread
+from lowbit.quant.cache import QuantCache
 from lowbit.quant.config import QuantConfig, Rule
 from lowbit.quant.profile import Profile
 
@@ -110,11 +113,20 @@ def sensitivity(
     config: QuantConfig | None = None,
     dynamic: bool = False,
     progress: bool = True,
+    cache: QuantCache | None = None,
+    mapper: Mapper | None = None,
 ) -> Sensitivity:
     """Rank the layers of `float_graph` by the error quantizing each alone puts on its outputs
     (module docstring). Static quantization needs the `profile` taken on `float_graph`; with
     `dynamic`, `lowbit.quant.dynamic` quantizes and no profile is used. `batches` is run once
-    per layer, so it must be a sequence, not a one-shot iterator."""
+    per layer, so it must be a sequence, not a one-shot iterator.
+
+    Each layer's run resumes from the float model's run on the same batch (the values before
+    the layer are the float model's: `lowbit.backends.reference.resume`), so a layer costs the
+    part of the model from it to the outputs. `cache` (static: a `QuantCache` of `profile`)
+    keeps each layer's weight rounding and ranges for later quantizations. `mapper`
+    (`lowbit.mapping`; default: here, one layer after another) runs the layers' evaluations,
+    e.g. on a Dask cluster (`lowbit.cluster.mapping.ClusterMapper`)."""
     config = config or QuantConfig()
     batches = list(batches)
     if not batches:
@@ -122,49 +134,84 @@ def sensitivity(
     if not dynamic and profile is None:
         raise InputError("sensitivity of static quantization needs the calibration profile "
                          "taken on the float model (lowbit.profile, or --profile/--calib)")
-    quantize = _quantizer(profile, dynamic)
-    reference = [_outputs(float_graph, b) for b in batches]
-    full = quantize(float_graph, config)
+    if not dynamic and cache is None:
+        cache = QuantCache(profile)
+    context = SensitivityContext(float_graph, batches, profile, config, dynamic, cache)
+    full = context.quantize(config)
     candidates = [(r.name, r.op_type) for r in full.summary.integer_nodes
-                  if not _moves_data(r.op_type)]
+                  if not moves_data(r.op_type)]
     if not candidates:
         raise InputError(f"no node of graph '{float_graph.name}' computes in integers with this "
                          f"config: nothing to rank")
-    layers = []
-    for name, op_type in _progress(candidates, progress):
-        node = next(n for n in float_graph.nodes if n.name == name)
-        own = config.settings_for(node).precision
-        alone = QuantConfig(config.default, (*config.rules, Rule(regex=".*", precision="float"),
-                                             Rule(name=name, precision=own)), config.source)
-        sqnr, cosine = _output_error(quantize(float_graph, alone, config).graph, batches,
-                                     reference)
-        layers.append(LayerSensitivity(name, op_type, sqnr, cosine))
+    with _progress(progress, len(candidates)) as advance:
+        errors = (mapper or local_map)(layer_error, context, [n for n, _ in candidates],
+                                       lambda _: advance())
+    layers = [LayerSensitivity(name, op_type, sqnr, cosine)
+              for (name, op_type), (sqnr, cosine) in zip(candidates, errors, strict=True)]
     layers.sort(key=lambda s: (s.sqnr, s.name))
-    everything, _ = _output_error(full.graph, batches, reference)
+    everything, _ = output_error(context.recorded(), full.graph)
     return Sensitivity(layers, config, "dynamic" if dynamic else "static", everything)
 
 
-def _moves_data(op_type: str) -> bool:
+@dataclass
+class SensitivityContext:
+    """What every layer's evaluation needs (`layer_error`); picklable, for a mapper that sends
+    it to other processes, each of which records the float run once (`recorded`)."""
+
+    graph: Graph
+    batches: list
+    profile: Profile | None
+    config: QuantConfig
+    dynamic: bool
+    cache: QuantCache | None
+    record: RecordedRun | None = field(default=None, repr=False)
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "record": None}
+
+    def recorded(self) -> RecordedRun:
+        """The float model's run on the batches (made at the first call in each process)."""
+        if self.record is None:
+            self.record = RecordedRun(self.graph, self.batches)
+        return self.record
+
+    def quantize(self, config: QuantConfig, whole: QuantConfig | None = None):
+        if self.dynamic:
+            return _dynamic.quantize_dynamic(self.graph, config)
+        assert self.profile is not None
+        return _static.quantize(self.graph, self.profile, config, plan_config=whole,
+                                cache=self.cache)
+
+
+def layer_error(context: SensitivityContext, name: str) -> tuple[float, float]:
+    """(SQNR, cosine) of the outputs with layer `name` alone quantized (module docstring)."""
+    alone = context.quantize(alone_config(context.graph, context.config, name), context.config)
+    return output_error(context.recorded(), alone.graph)
+
+
+def alone_config(graph: Graph, config: QuantConfig, name: str) -> QuantConfig:
+    """`config` with node `name` alone quantized (its own settings), the rest float."""
+    node = next(n for n in graph.nodes if n.name == name)
+    own = config.settings_for(node).precision
+    return QuantConfig(config.default, (*config.rules, Rule(regex=".*", precision="float"),
+                                        Rule(name=name, precision=own)), config.source)
+
+
+def moves_data(op_type: str) -> bool:
     """Whether the (ONNX) op only moves values (`OpDef.moves_data`): it keeps its input's
     parameters (or only unifies them, Concat), adds no error of its own and is not ranked."""
     op = lookup(op_type)
     return op is not None and op.moves_data is not None
 
 
-def _quantizer(profile: Profile | None, dynamic: bool) -> Callable:
-    if dynamic:
-        return lambda g, c, whole=None: _dynamic.quantize_dynamic(g, c)
-    return lambda g, c, whole=None: _static.quantize(g, profile, c, plan_config=whole)
-
-
-def _outputs(graph: Graph, batch: Mapping[str, np.ndarray]) -> list[np.ndarray]:
-    return [np.asarray(a, np.float64) for a in Interpreter(graph)(batch).values()]
-
-
-def _output_error(graph: Graph, batches, reference) -> tuple[float, float]:
+def output_error(record: RecordedRun, graph: Graph) -> tuple[float, float]:
+    """(SQNR, cosine) of `graph`'s outputs against the recorded float outputs, over all
+    outputs and batches (module docstring)."""
     signal = noise = dot = energy = 0.0
-    for batch, ref in zip(batches, reference, strict=True):
-        for f, q in zip(ref, _outputs(graph, batch), strict=True):
+    run = record.runner(graph)
+    for i, ref in enumerate(record.outputs_of):
+        for f, q in zip(ref, run(i), strict=True):
+            f, q = np.asarray(f, np.float64), np.asarray(q, np.float64)
             signal += float((f * f).sum())
             noise += float(((q - f) ** 2).sum())
             dot += float((f * q).sum())
@@ -176,11 +223,16 @@ def _output_error(graph: Graph, batches, reference) -> tuple[float, float]:
     return sqnr, cosine
 
 
-def _progress(items: list, enabled: bool):
+@contextlib.contextmanager
+def _progress(enabled: bool, total: int):
+    """A bar "one layer at a time" on stderr when enabled; yields a function advancing it."""
     if not enabled:
-        yield from items
+        yield lambda: None
         return
     from rich.console import Console
-    from rich.progress import track
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
-    yield from track(items, description="one layer at a time", console=Console(stderr=True))
+    with Progress(TextColumn("one layer at a time"), BarColumn(), MofNCompleteColumn(),
+                  console=Console(stderr=True)) as bar:
+        task = bar.add_task("layers", total=total)
+        yield lambda: bar.advance(task)

@@ -10,7 +10,7 @@ that was executing.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Protocol
 
 import numpy as np
@@ -40,10 +40,14 @@ class Interpreter:
     """Executes a Graph with the numpy reference kernels."""
 
     def __init__(self, graph: Graph, observers: Sequence[NodeObserver] = (),
-                 substitute: Substitute | None = None) -> None:
+                 substitute: Substitute | None = None, known: Collection[Value] = ()) -> None:
+        """`known`: values whose arrays each call is given (`__call__`'s `known`) instead of
+        computing them; nodes whose outputs are all known, and nodes only they read, do not
+        run (a graph that shares a prefix with one already run resumes after it)."""
         self.graph = graph
         self.observers = list(observers)
         self.substitute = substitute
+        self.known = frozenset(known)
         self._kernels = [None if n.op_type == CONSTANT else kernel_for(n) for n in graph.nodes]
         missing = sorted({("quantized " if is_quantized(n) else "") + n.op_type
                           for n, _ in graph.walk()
@@ -52,14 +56,30 @@ class Interpreter:
             raise UnsupportedError(
                 f"the reference backend has no kernel for: {', '.join(missing)}"
             )
+        self._runs = self._plan_runs()
         self._release = self._plan_release()
         self._checked: set[tuple] = set()
         """Input signatures (dtypes and shapes) `preflight` has accepted."""
+
+    def _plan_runs(self) -> list[bool]:
+        """For each node, whether it runs: all nodes, unless `known` makes some unneeded."""
+        if not self.known:
+            return [True] * len(self.graph.nodes)
+        needed = {v for v in self.graph.outputs if v not in self.known}
+        runs = [False] * len(self.graph.nodes)
+        for i in range(len(self.graph.nodes) - 1, -1, -1):
+            node = self.graph.nodes[i]
+            if any(v in needed for v in node.outputs):
+                runs[i] = True
+                needed.update(v for v in node.inputs if v is not None and v not in self.known)
+        return runs
 
     def _plan_release(self) -> list[list[Value]]:
         """For each node index, the values whose last reader is that node."""
         last: dict[Value, int] = {}
         for i, node in enumerate(self.graph.nodes):
+            if not self._runs[i]:
+                continue
             for v in node.inputs:
                 if v is not None:
                     last[v] = i
@@ -70,19 +90,26 @@ class Interpreter:
                 release[i].append(v)
         return release
 
-    def __call__(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    def __call__(self, inputs: Mapping[str, np.ndarray],
+                 known: Mapping[Value, np.ndarray] | None = None) -> dict[str, np.ndarray]:
         # Float overflow and NaN follow IEEE semantics, as in every runtime; numpy's warnings
         # about them (from kernels and observers) would only clutter the output.
         with np.errstate(all="ignore"):
-            return self._run(inputs)
+            return self._run(inputs, known)
 
-    def _run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    def _run(self, inputs: Mapping[str, np.ndarray],
+             known: Mapping[Value, np.ndarray] | None) -> dict[str, np.ndarray]:
         arrays = check_inputs(self.graph, inputs)
         signature = tuple((a.dtype.str, a.shape) for a in arrays)
         if signature not in self._checked:
             preflight(self.graph, arrays)
             self._checked.add(signature)
         env: dict[Value, np.ndarray] = dict(zip(self.graph.inputs, arrays, strict=True))
+        if self.known:
+            missing = [v.name for v in self.known if known is None or v not in known]
+            if missing:
+                raise InputError(f"no array given for known value(s) {', '.join(missing)}")
+            env.update({v: known[v] for v in self.known})
         self._execute(env)
         return {v.name: env[v] for v in self.graph.outputs}
 
@@ -95,8 +122,11 @@ class Interpreter:
         return [env[v] for v in self.graph.outputs]
 
     def _execute(self, env: dict[Value, np.ndarray]) -> None:
-        """Run every node in order on `env` (which holds the inputs), leaving the outputs."""
+        """Run every node in order on `env` (which holds the inputs and the known values),
+        leaving the outputs; nodes only known values need are skipped."""
         for i, node in enumerate(self.graph.nodes):
+            if not self._runs[i]:
+                continue
             if node.op_type == CONSTANT:
                 env[node.output] = node.attrs["value"]
                 continue
