@@ -119,6 +119,25 @@ static inline float lb_dequant_scalar(const lb_requant *rq, int64_t c, int32_t a
     return v;
 }
 
+/* Load element i of `p`, integer codes of type `type` (LB_U8, LB_I8, LB_I16, LB_U16, LB_I32);
+ * 0 for any other type. */
+static inline int64_t lb_load_int(const void *p, int32_t type, int64_t i) {
+    switch (type) {
+    case LB_U8:
+        return ((const uint8_t *)p)[i];
+    case LB_I8:
+        return ((const int8_t *)p)[i];
+    case LB_I16:
+        return ((const int16_t *)p)[i];
+    case LB_U16:
+        return ((const uint16_t *)p)[i];
+    case LB_I32:
+        return ((const int32_t *)p)[i];
+    default:
+        return 0;
+    }
+}
+
 /* Store one requantized value of type `out_type` at element index i of `out`. */
 static inline void lb_store(void *out, int32_t out_type, int64_t i, int32_t v) {
     switch (out_type) {

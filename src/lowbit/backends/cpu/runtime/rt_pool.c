@@ -10,18 +10,7 @@ typedef struct lb_pool_job {
 } lb_pool_job;
 
 static inline double lb_loadv(const void *p, int32_t type, int64_t i) {
-    switch (type) {
-    case LB_U8:
-        return ((const uint8_t *)p)[i];
-    case LB_I16:
-        return ((const int16_t *)p)[i];
-    case LB_U16:
-        return ((const uint16_t *)p)[i];
-    case LB_F32:
-        return ((const float *)p)[i];
-    default:
-        return 0;
-    }
+    return type == LB_F32 ? (double)((const float *)p)[i] : (double)lb_load_int(p, type, i);
 }
 
 /* Task = one output row (n, oy). */

@@ -148,19 +148,6 @@ typedef struct lb_cw_job {
     void *out;
 } lb_cw_job;
 
-static inline int64_t lb_code(const void *a, int32_t type, int64_t i) {
-    switch (type) {
-    case LB_U8:
-        return ((const uint8_t *)a)[i];
-    case LB_I16:
-        return ((const int16_t *)a)[i];
-    case LB_U16:
-        return ((const uint16_t *)a)[i];
-    default:
-        return 0;
-    }
-}
-
 static void lb_cw_task(void *arg, int64_t t, int worker) {
     (void)worker;
     const lb_cw_job *j = (const lb_cw_job *)arg;
@@ -182,7 +169,8 @@ static void lb_cw_task(void *arg, int64_t t, int worker) {
                     int64_t base = ((n * w->ih + iy) * w->iw + ix) * w->c + g * cw->cg;
                     const int32_t *wk = wm + (ky * w->kw + kx) * cw->cg;
                     for (int64_t ci = 0; ci < cw->cg; ci++)
-                        acc += (lb_code(j->in, p->a_type, base + ci) - p->za) * (int64_t)wk[ci];
+                        acc += (lb_load_int(j->in, p->a_type, base + ci) - p->za) *
+                               (int64_t)wk[ci];
                 }
             }
             int64_t at = at0 + m;

@@ -248,21 +248,6 @@ typedef struct lb_wide_job {
     int64_t ldc;
 } lb_wide_job;
 
-static inline int64_t lb_load_code(const void *a, int32_t type, int64_t i) {
-    switch (type) {
-    case LB_U8:
-        return ((const uint8_t *)a)[i];
-    case LB_I16:
-        return ((const int16_t *)a)[i];
-    case LB_U16:
-        return ((const uint16_t *)a)[i];
-    case LB_I8:
-        return ((const int8_t *)a)[i];
-    default:
-        return 0;
-    }
-}
-
 static void lb_wide_task(void *arg, int64_t m, int worker) {
     (void)worker;
     const lb_wide_job *j = (const lb_wide_job *)arg;
@@ -271,7 +256,7 @@ static void lb_wide_task(void *arg, int64_t m, int worker) {
         const int32_t *w = p->w + c * j->K;
         int64_t acc = p->bias ? p->bias[c] : 0;
         for (int64_t k = 0; k < j->K; k++)
-            acc += (lb_load_code(j->A, p->a_type, m * j->lda + k) - p->za) * (int64_t)w[k];
+            acc += (lb_load_int(j->A, p->a_type, m * j->lda + k) - p->za) * (int64_t)w[k];
         int64_t at = m * j->ldc + c;
         if (p->rq.method == LB_RQ_DEQUANT) {
             float v = (float)((double)acc * p->rq.dscale[c]);

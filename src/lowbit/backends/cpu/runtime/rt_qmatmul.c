@@ -15,19 +15,6 @@ static int64_t lb_esize(int32_t type) {
     }
 }
 
-static inline int64_t lb_code_at(const void *p, int32_t type, int64_t i) {
-    switch (type) {
-    case LB_U8:
-        return ((const uint8_t *)p)[i];
-    case LB_I16:
-        return ((const int16_t *)p)[i];
-    case LB_U16:
-        return ((const uint16_t *)p)[i];
-    default:
-        return 0;
-    }
-}
-
 typedef struct lb_qmw_job {
     const lb_qmatmul *p;
     const void *A, *B;
@@ -44,8 +31,8 @@ static void lb_qmatmul_wide_task(void *arg, int64_t t, int worker) {
     for (int64_t n = 0; n < p->N; n++) {
         int64_t acc = 0;
         for (int64_t k = 0; k < p->K; k++)
-            acc += (lb_code_at(j->A, p->a_type, b * p->a_bstride + m * p->K + k) - p->za) *
-                   (lb_code_at(j->B, p->b_type, b * p->b_bstride + k * p->N + n) - p->zb_raw);
+            acc += (lb_load_int(j->A, p->a_type, b * p->a_bstride + m * p->K + k) - p->za) *
+                   (lb_load_int(j->B, p->b_type, b * p->b_bstride + k * p->N + n) - p->zb_raw);
         int64_t at = b * p->c_bstride + m * p->N + n;
         if (rq->method == LB_RQ_DEQUANT) {
             float v = (float)((double)acc * rq->dscale[0]);

@@ -11,23 +11,6 @@ static inline int64_t lb_channel(lb_axis ax, int64_t i) {
     return ax.channels == 1 ? 0 : (i / ax.inner) % ax.channels;
 }
 
-static inline int32_t lb_load(const void *p, int32_t type, int64_t i) {
-    switch (type) {
-    case LB_U8:
-        return ((const uint8_t *)p)[i];
-    case LB_I16:
-        return ((const int16_t *)p)[i];
-    case LB_U16:
-        return ((const uint16_t *)p)[i];
-    case LB_I32:
-        return ((const int32_t *)p)[i];
-    case LB_I8:
-        return ((const int8_t *)p)[i];
-    default:
-        return 0;
-    }
-}
-
 /* ---- Quantize ---------------------------------------------------------------------------- */
 
 typedef struct lb_q_job {
@@ -153,7 +136,7 @@ static void lb_dequantize_task(void *arg, int64_t t, int worker) {
     int64_t i1 = LB_MIN(j->n, (t + 1) * LB_CHUNK);
     for (int64_t i = t * LB_CHUNK; i < i1; i++) {
         int64_t c = lb_channel(j->ax, i);
-        j->out[i] = (float)((int64_t)lb_load(j->q, j->in_type, i) - j->zp[c]) * j->scale[c];
+        j->out[i] = (float)((int64_t)lb_load_int(j->q, j->in_type, i) - j->zp[c]) * j->scale[c];
     }
 }
 
@@ -182,7 +165,7 @@ static void lb_requantize_task(void *arg, int64_t t, int worker) {
     int64_t i1 = LB_MIN(j->n, (t + 1) * LB_CHUNK);
     for (int64_t i = t * LB_CHUNK; i < i1; i++) {
         int64_t c = lb_channel(j->ax, i);
-        int32_t d = lb_load(j->q, j->in_type, i) - j->zin[c];
+        int32_t d = lb_load_int(j->q, j->in_type, i) - j->zin[c];
         lb_store(j->out, j->out_type, i, lb_requant_scalar(j->rq, c, d));
     }
 }
@@ -249,8 +232,8 @@ static void lb_lookup_task(void *arg, int64_t t, int worker) {
         break;
     }
     for (int64_t i = i0; i < i1; i++) { /* other types */
-        int32_t k = lb_load(j->q, j->in_type, i) - j->in_min;
-        lb_store(j->out, j->out_type, i, lb_load(j->table, j->out_type, k));
+        int32_t k = lb_load_int(j->q, j->in_type, i) - j->in_min;
+        lb_store(j->out, j->out_type, i, lb_load_int(j->table, j->out_type, k));
     }
 }
 
@@ -272,7 +255,7 @@ static void lb_clamp_task(void *arg, int64_t t, int worker) {
         return;
     }
     for (int64_t i = i0; i < i1; i++)
-        lb_store(j->out, j->in_type, i, lb_clamp32(lb_load(j->q, j->in_type, i), j->lo, j->hi));
+        lb_store(j->out, j->in_type, i, lb_clamp32(lb_load_int(j->q, j->in_type, i), j->lo, j->hi));
 }
 
 void lb_clamp(const lb_ctx *ctx, int64_t n, const void *q, int32_t type, int32_t lo,
@@ -349,8 +332,8 @@ static void lb_qbinary_task(void *arg, int64_t t, int worker) {
             continue;
         }
         for (int64_t i = 0; i < len; i++) {
-            int32_t x = lb_load(j->a, j->op->a_type, oa + i * sa);
-            int32_t y = lb_load(j->b, j->op->b_type, ob + i * sb);
+            int32_t x = lb_load_int(j->a, j->op->a_type, oa + i * sa);
+            int32_t y = lb_load_int(j->b, j->op->b_type, ob + i * sb);
             lb_store(j->out, j->op->out_type, base + i, lb_qbinary_one(j->op, x, y));
         }
     }
