@@ -8,19 +8,6 @@
 #if LB_HAVE_AVX2
 #include <immintrin.h>
 
-LB_TARGET_AVX2 static inline int32_t lb_dmm2_a4(const uint8_t *a, int64_t s, int64_t K) {
-    int64_t k = s * 4;
-    int32_t v = 0;
-    if (k + 4 <= K) {
-        memcpy(&v, a + k, 4);
-    } else {
-        uint8_t b[4] = {0, 0, 0, 0};
-        for (int64_t i = k; i < K; i++) b[i - k] = a[i];
-        memcpy(&v, b, 4);
-    }
-    return v;
-}
-
 /* The int32 sums of steps [s0, s1) for 16 columns: lo (columns 0-7), hi (8-15). */
 LB_TARGET_AVX2 static inline void lb_dmm2_sums(const int8_t *panel, const uint8_t *a,
                                                int64_t s0, int64_t s1, int64_t K,
@@ -28,7 +15,7 @@ LB_TARGET_AVX2 static inline void lb_dmm2_sums(const int8_t *panel, const uint8_
     __m256i acc[4];
     for (int i = 0; i < 4; i++) acc[i] = _mm256_setzero_si256();
     for (int64_t s = s0; s < s1; s++) {
-        __m256i av = _mm256_cvtepu8_epi16(_mm_set1_epi32(lb_dmm2_a4(a, s, K)));
+        __m256i av = _mm256_cvtepu8_epi16(_mm_set1_epi32(lb_load4_packed(a, s, K)));
         for (int i = 0; i < 4; i++) {
             __m256i w = _mm256_cvtepi8_epi16(
                 _mm_loadu_si128((const __m128i *)(panel + s * 64 + i * 16)));

@@ -119,6 +119,21 @@ static inline float lb_dequant_scalar(const lb_requant *rq, int64_t c, int32_t a
     return v;
 }
 
+/* Bytes 4g .. 4g+3 of a row of K bytes as one int32 (little-endian), zeros past K: the four
+ * codes one dot-product step reads. */
+static inline int32_t lb_load4_packed(const uint8_t *a, int64_t g, int64_t K) {
+    int64_t k = g * 4;
+    int32_t v = 0;
+    if (k + 4 <= K) {
+        memcpy(&v, a + k, 4);
+    } else {
+        uint8_t b[4] = {0, 0, 0, 0};
+        for (int64_t i = k; i < K; i++) b[i - k] = a[i];
+        memcpy(&v, b, 4);
+    }
+    return v;
+}
+
 /* Load element i of `p`, integer codes of type `type` (LB_U8, LB_I8, LB_I16, LB_U16, LB_I32);
  * 0 for any other type. */
 static inline int64_t lb_load_int(const void *p, int32_t type, int64_t i) {

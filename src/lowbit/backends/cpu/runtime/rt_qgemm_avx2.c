@@ -13,19 +13,6 @@
 
 #define LB_AVX2_MR 2
 
-LB_TARGET_AVX2 static inline int32_t lb_a4_avx2(const uint8_t *a, int64_t g, int64_t K) {
-    int64_t k = g * 4;
-    int32_t v = 0;
-    if (k + 4 <= K) {
-        memcpy(&v, a + k, 4);
-    } else {
-        uint8_t b[4] = {0, 0, 0, 0};
-        for (int64_t i = k; i < K; i++) b[i - k] = a[i];
-        memcpy(&v, b, 4);
-    }
-    return v;
-}
-
 /* Up to LB_AVX2_MR rows x 16 columns. */
 LB_TARGET_AVX2 static void lb_tile_avx2(const lb_gemm_tile *t, int64_t m, int mr, int64_t nb) {
     const lb_packed_b *B = t->B;
@@ -38,7 +25,7 @@ LB_TARGET_AVX2 static void lb_tile_avx2(const lb_gemm_tile *t, int64_t m, int mr
         for (int i = 0; i < 4; i++)
             w[i] = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(b + g * 64 + i * 16)));
         for (int r = 0; r < mr; r++) {
-            int32_t a4 = lb_a4_avx2(t->A + (m + r) * t->lda, g, t->K);
+            int32_t a4 = lb_load4_packed(t->A + (m + r) * t->lda, g, t->K);
             __m256i av = _mm256_cvtepu8_epi16(_mm_set1_epi32(a4));
             for (int i = 0; i < 4; i++)
                 acc[r][i] = _mm256_add_epi32(acc[r][i], _mm256_madd_epi16(av, w[i]));
