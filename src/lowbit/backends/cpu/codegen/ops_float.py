@@ -242,19 +242,12 @@ def reduce_mean(lw: Lowering, node) -> None:
 
 @emitter("AveragePool")
 def average_pool(lw: Lowering, node) -> None:
-    from lowbit.ops.pool import pool_window
+    from lowbit.backends.cpu.codegen.ops_shape import pool_setup
 
     _float_only(node)
-    x = lw.operand(node.inputs[0], "nhwc")
-    if len(x.shape) != 4:
-        raise UnsupportedError("AveragePool over other than 2 spatial axes")
-    n, c, ih, iw = x.shape
-    win = pool_window(node, 2)
-    pads = win.resolved_pads((ih, iw))
-    out = lw.result(node.outputs[0], "nhwc")
-    oh, ow = out.shape[2], out.shape[3]
+    x, out, _, pads, window = pool_setup(lw, node)
     lw.prog.step(f"{node.name}: float AveragePool", [
-        f"const lb_window w = {cexpr.window(n, ih, iw, c, oh, ow, win, pads)};",
+        window,
         f"lb_favgpool(ctx, &w, {int(node.attrs.get('count_include_pad', 0))}, {pads[2]}, "
         f"{pads[3]}, (const float *){x.ptr}, (float *){out.ptr});"], [x], [out])
 

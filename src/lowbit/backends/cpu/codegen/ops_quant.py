@@ -16,7 +16,7 @@ import numpy as np
 from lowbit.backends.cpu import packing, params
 from lowbit.backends.cpu.codegen import cexpr
 from lowbit.backends.cpu.codegen.lower import Lowering, emitter, stored_dtype
-from lowbit.backends.cpu.codegen.ops_shape import concat_into, logical_strides
+from lowbit.backends.cpu.codegen.ops_shape import concat_into, logical_strides, pool_setup
 from lowbit.backends.cpu.codegen.program import Size, Tensor, dim_c, dim_size, is_batch, numel
 from lowbit.backends.reference.kernels import is_quantized
 from lowbit.errors import KernelError, UnsupportedError
@@ -24,7 +24,6 @@ from lowbit.ir.graph import Node
 from lowbit.ir.types import TensorType
 from lowbit.numerics.arith import Requant
 from lowbit.ops.conv_geometry import window_from_attrs
-from lowbit.ops.pool import pool_window
 from lowbit.ops.registry import QUANT_DOMAIN, TABLE, all_ops
 
 INT32_LIMIT = 2**31
@@ -593,14 +592,8 @@ def reduce_mean(lw: Lowering, node) -> None:
 
 @emitter("AveragePool", quantized=True)
 def average_pool(lw: Lowering, node) -> None:
-    x = lw.operand(node.inputs[0], "nhwc")
-    if len(x.shape) != 4:
-        raise UnsupportedError("AveragePool over other than 2 spatial axes")
-    n, c, ih, iw = x.shape
-    win = pool_window(node, 2)
-    pads = win.resolved_pads((ih, iw))
-    out = lw.result(node.outputs[0], "nhwc")
-    oh, ow = out.shape[2], out.shape[3]
+    x, out, win, pads, window = pool_setup(lw, node)
+    (ih, iw), (oh, ow) = x.shape[2:], out.shape[2:]
     count_pad = int(node.attrs.get("count_include_pad", 0))
     overhang = [(o - 1) * s + d * (k - 1) + 1 - (i + pads[a] + pads[a + 2])
                 for a, (o, s, d, k, i) in enumerate(zip((oh, ow), win.strides, win.dilations,
@@ -613,7 +606,7 @@ def average_pool(lw: Lowering, node) -> None:
     rqs = [cexpr.requant(lw.prog, cexpr.requant_arrays(pa.requants.get(c, any_rq), 1,
                                                        shift_of(out_t)))
            for c in range(1, win.kernel[0] * win.kernel[1] + 1)]
-    code = [f"const lb_window w = {cexpr.window(n, ih, iw, c, oh, ow, win, pads)};",
+    code = [window,
             f"const lb_requant rq[{len(rqs)}] = {{{', '.join(rqs)}}};",
             f"lb_qavgpool(ctx, &w, {tname(lw, x)}, {pa.input_zero + shift_of(tx)}, "
             f"{count_pad}, rq, {tname(lw, out)}, {x.ptr}, {out.ptr});"]

@@ -52,21 +52,30 @@ def transpose(lw: Lowering, node) -> None:
     lw.permute(out, src, shape, [strides[p] for p in perm], f"{node.name}: Transpose {perm}")
 
 
+def pool_setup(lw: Lowering, node, keep_bias: bool = False):
+    """A 2-D pool's NHWC operand and result, its window and resolved pads, and the C line
+    declaring that window as `w`. `keep_bias`: the result keeps the operand's stored code bias
+    (a pool that only selects codes)."""
+    x = lw.operand(node.inputs[0], "nhwc")
+    if len(x.shape) != 4:
+        raise UnsupportedError(f"{node.op_type} over other than 2 spatial axes")
+    n, c, ih, iw = x.shape
+    win = pool_window(node, 2)
+    pads = win.resolved_pads((ih, iw))
+    out = lw.result(node.outputs[0], "nhwc", **({"biased": x.biased} if keep_bias else {}))
+    _, _, oh, ow = out.shape
+    window = f"const lb_window w = {cexpr.window(n, ih, iw, c, oh, ow, win, pads)};"
+    return x, out, win, pads, window
+
+
 @emitter("MaxPool")
 @emitter("MaxPool", quantized=True)
 def max_pool(lw: Lowering, node) -> None:
     if len(node.outputs) > 1 and node.outputs[1] is not None:
         raise UnsupportedError("MaxPool's Indices output")
-    x = lw.operand(node.inputs[0], "nhwc")
-    if len(x.shape) != 4:
-        raise UnsupportedError("MaxPool over other than 2 spatial axes")
-    n, c, ih, iw = x.shape
-    win = pool_window(node, 2)
-    pads = win.resolved_pads((ih, iw))
-    out = lw.result(node.outputs[0], "nhwc", biased=x.biased)
-    _, _, oh, ow = out.shape
+    x, out, _, _, window = pool_setup(lw, node, keep_bias=True)
     lw.prog.step(f"{node.name}: MaxPool", [
-        f"const lb_window w = {cexpr.window(n, ih, iw, c, oh, ow, win, pads)};",
+        window,
         f"lb_maxpool(ctx, &w, {cexpr.TYPE_NAMES[lw.type_code(x)]}, {x.ptr}, {out.ptr});"],
         [x], [out])
 
