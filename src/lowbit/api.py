@@ -185,17 +185,19 @@ def quantize_to_budget(graph: Graph, budget: Budget, *, profile: Profile | None 
                        config: QuantConfig | None = None, dynamic: bool = False,
                        data: Iterable[Mapping[str, np.ndarray]] | None = None,
                        progress: bool = True, latency: bool = True,
-                       client: Any = None) -> BudgetResult:
+                       client: Any = None, backend: str = "auto") -> BudgetResult:
     """Quantize `graph` (statically with `profile`, or `dynamic`) with `config` plus the fewest
     layers raised to higher precision that meet `budget` on its data (or `data`)
     (`lowbit.budget.search`). The result holds the chosen config and graph, the metric before
     and after, the sizes (and cpu-backend latencies when available), and every configuration
     tried; `result.met` is False, and `result.graph` None, when no choice meets the budget.
-    With a Dask `client`, the sensitivity ranking and the evaluations run on its workers."""
+    With a Dask `client`, the sensitivity ranking and the evaluations run on its workers.
+    `backend` runs the configurations tried: "auto" (the cpu backend where it runs the model,
+    else the reference interpreter), "cpu" or "reference"."""
     mapper, workers = _mapper(client)
     return _budget.search(graph, budget, profile=profile, config=config, dynamic=dynamic,
                           data=None if data is None else list(data), progress=progress,
-                          latency=latency, mapper=mapper, workers=workers)
+                          latency=latency, mapper=mapper, workers=workers, backend=backend)
 
 
 def _mapper(client: Any) -> tuple[Any, int]:

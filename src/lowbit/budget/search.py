@@ -99,6 +99,8 @@ class BudgetResult:
     """The configuration with the best value measured on every batch (the chosen one when
     the budget is met): what `lowbit quantize --write-anyway` writes."""
     best_config: QuantConfig | None = None
+    evaluated_on: str = ""
+    """The backends the configurations ran on ("cpu", "reference" or both)."""
 
     @property
     def graph(self) -> Graph | None:
@@ -129,8 +131,9 @@ class BudgetResult:
             lines += [f"  {line}" for line in self.costs.lines()]
         estimated = sum(1 for t in self.trials if not t.complete)
         ranked = f"; layers ranked on {self.ranking_batches} batches" if self.ranking else ""
+        on = f"; run on the {self.evaluated_on} backend" if self.evaluated_on else ""
         lines.append(f"  search: {len(self.trials)} configurations tried ({estimated} estimated "
-                     f"on the batches at risk){ranked}; {self.seconds:.0f} s")
+                     f"on the batches at risk{on}){ranked}; wall time {self.seconds:.1f} s")
         return "\n".join(lines)
 
 
@@ -145,12 +148,14 @@ class BudgetNotMet(LowbitError):
 def search(graph: Graph, budget: Budget, *, profile: Profile | None = None,
            config: QuantConfig | None = None, dynamic: bool = False,
            data: Sequence[Mapping[str, np.ndarray]] | None = None, progress: bool = True,
-           latency: bool = True, mapper: Mapper | None = None, workers: int = 1
-           ) -> BudgetResult:
+           latency: bool = True, mapper: Mapper | None = None, workers: int = 1,
+           backend: str = "auto") -> BudgetResult:
     """Quantize float `graph` (statically with `profile`, or `dynamic`) with `config` plus the
     fewest layers raised that meet `budget` on `data` (default `budget.data`); see the module
     docstring. Returns the result whether or not the budget is met (`met`). `mapper`
-    (`lowbit.mapping`) runs the evaluations, e.g. on `workers` Dask workers."""
+    (`lowbit.mapping`) runs the evaluations, e.g. on `workers` Dask workers. `backend` runs
+    the configurations: "auto" (the cpu backend where it runs the model, else the reference
+    interpreter), "cpu" or "reference" (`lowbit.budget.evaluate`)."""
     start = time.perf_counter()
     batches = list(data if data is not None else budget.data or [])
     if not batches:
@@ -161,13 +166,14 @@ def search(graph: Graph, budget: Budget, *, profile: Profile | None = None,
         quantizer = Quantizer(graph, config, profile, dynamic)
     evaluator = Evaluator(graph, budget, batches, show, config=quantizer.config,
                           profile=profile, cache=quantizer.cache, dynamic=dynamic, mapper=mapper,
-                          workers=workers)
+                          workers=workers, backend=backend)
     run = _Search(quantizer, evaluator, budget, show, mapper)
     result = run.run()
     if result.met and result.result is not None:
         graphs = {"chosen": result.result.graph, "as given": quantizer.base.graph,
                   "float": graph}
         result.costs = measure(graphs, batches[0], latency=latency)
+    result.evaluated_on = " and ".join(sorted(evaluator.backends_used))
     result.seconds = time.perf_counter() - start
     return result
 
@@ -315,30 +321,43 @@ class _Search:
         base's scores for the others (exact when every batch is at risk)."""
         key = (tuple(sorted(raised.items())), tuple(self.at_risk))
         if key not in self._estimates:
-            scores = self.ev.scores(raised, self.at_risk,
-                                    f"{_describe(raised)}: batches at risk")
-            value = self.ev.value({**self.base, **scores})
+            at_risk = set(self.at_risk)
+            known = {i: s for i, s in self.base.items() if i not in at_risk}
+            scores, missed = self.ev.scores_until_missed(
+                raised, self.at_risk, known, self.base, f"{_describe(raised)}: batches at risk")
+            if missed:
+                value = self.ev.best_case({**known, **scores}, self.base)
+            else:
+                value = self.ev.value({**self.base, **scores})
             complete = len(self.at_risk) == len(self.ev)
-            self._estimates[key] = (value, scores)
-            self._note(raised, value, len(self.at_risk), complete)
-        return self.budget.met(self._estimates[key][0])
+            self._estimates[key] = (value, scores, missed)
+            self._note(raised, value, len(scores), complete and not missed,
+                       False if missed else None, stopped=missed)
+        value, _, missed = self._estimates[key]
+        return not missed and self.budget.met(value)
 
     def _verify(self, raised: dict[str, str]) -> bool:
         """Whether `raised` (estimated to meet the budget) meets it on every batch; when it
         does not, the batches that fail join the batches at risk."""
-        _, scores = self._estimates[(tuple(sorted(raised.items())), tuple(self.at_risk))]
+        _, scores, _ = self._estimates[(tuple(sorted(raised.items())), tuple(self.at_risk))]
         rest = [i for i in range(len(self.ev)) if i not in scores]
+        missed = False
         if rest:
-            scores = {**scores, **self.ev.scores(raised, rest,
-                                                 f"{_describe(raised)}: every batch")}
+            more, missed = self.ev.scores_until_missed(raised, rest, scores, self.base,
+                                                       f"{_describe(raised)}: every batch")
+            scores = {**scores, **more}
+            rest = [i for i in rest if i in more]
         result = self.q.quantize(raised)
-        value = self.ev.value(scores)
-        met = self.budget.met(value)
-        if rest:
-            self._note(raised, value, len(self.ev), True, met)
-        if self._better(value, self.best_any[2]):
-            self.best_any = (dict(raised), result, value)
-        if met:
+        if missed:
+            value = self.ev.best_case(scores, self.base)
+            self._note(raised, value, len(scores), False, False, stopped=True)
+        else:
+            value = self.ev.value(scores)
+            if rest:
+                self._note(raised, value, len(self.ev), True, self.budget.met(value))
+            if self._better(value, self.best_any[2]):
+                self.best_any = (dict(raised), result, value)
+        if not missed and self.budget.met(value):
             self.best = (dict(raised), result, value)
             return True
         risk = self.ev.batch_risk({i: scores[i] for i in rest})
@@ -353,10 +372,12 @@ class _Search:
         return value < than if self.budget.at_most else value > than
 
     def _note(self, raised: dict[str, str], value: float, batches: int, complete: bool,
-              met: bool | None = None) -> None:
+              met: bool | None = None, stopped: bool = False) -> None:
         met = self.budget.met(value) if met is None else met
         self.trials.append(Trial(dict(raised), value, batches, complete, met))
         how = "on every batch" if complete else f"estimated on {batches} batches at risk"
+        if stopped:
+            how = f"at best, stopped after {batches} batches"
         verdict = "meets" if met else "misses"
         self.show.note(f"{_describe(raised)}: {self.budget.name} "
                        f"{self.budget.format(value)} {how}: {verdict} {self.budget.describe()}")
