@@ -31,6 +31,8 @@ import math
 
 import numpy as np
 
+from lowbit.numerics import packed_ints
+
 WINDOW = 32
 LIMBS = 3
 MAX_ADDS = 1 << 31
@@ -227,6 +229,18 @@ class GridSum:
         out = GridSum(self.shape)
         out.limbs, out.top, out.adds = self.limbs.copy(), self.top, self.adds
         return out
+
+    def __getstate__(self) -> dict:
+        """Pickled (to another process) with each limb packed to the bytes its values need
+        (`lowbit.numerics.packed_ints`: lossless; float32 data leaves most bits unused)."""
+        return {"shape": self.shape, "top": self.top, "adds": self.adds,
+                "limbs": [packed_ints.pack(limb) for limb in self.limbs]}
+
+    def __setstate__(self, state: dict) -> None:
+        shape = tuple(state["shape"])
+        self.limbs = np.stack([packed_ints.unpack(p).reshape(shape) for p in state["limbs"]]
+                              ) if state["limbs"] else np.zeros((LIMBS, *shape), np.int64)
+        self.top, self.adds = state["top"], state["adds"]
 
     def equals(self, other: GridSum) -> bool:
         return self.top == other.top and np.array_equal(self.limbs, other.limbs)

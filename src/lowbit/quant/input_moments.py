@@ -90,6 +90,14 @@ class InputMoments:
             self._second = self.second + second
             self._exact = None
 
+    def __getstate__(self) -> dict:
+        """Pickled without the float64 S derived from the exact sum (it is recomputed where
+        needed): a partial profile moving between processes carries its limbs only."""
+        state = dict(self.__dict__)
+        if self._exact is not None:
+            state["_second"] = None
+        return state
+
     @property
     def groups(self) -> int:
         return self.shape[0]
@@ -105,8 +113,8 @@ class InputMoments:
 
     def merge(self, other: InputMoments) -> None:
         if other.shape != self.shape:
-            raise ValueError(f"input moments of '{self.node}' have shape "
-                             f"{self.second.shape} and {other.second.shape}")
+            raise ValueError(f"input moments of '{self.node}' have shape (groups, size) "
+                             f"{self.shape} and {other.shape}")
         if self._exact is not None and other._exact is not None:
             self._exact.merge(other._exact)
             self._second = None

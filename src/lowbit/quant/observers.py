@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from lowbit.numerics import packed_ints
 from lowbit.numerics.exact_sum import ExactSum
 
 DEFAULT_BINS = 8192
@@ -409,6 +410,21 @@ class StatsObserver:
         self.zeros += other.zeros
 
     # -- persistence ----------------------------------------------------------------------------
+    def __getstate__(self) -> dict:
+        """Pickled (a partial profile moving to another process) with the histogram's counts
+        packed to the bytes they need (`lowbit.numerics.packed_ints`: lossless; most of the
+        8192 bins of a histogram are empty or small)."""
+        state = dict(self.__dict__)
+        if self._counts is not None:
+            state["_counts"] = packed_ints.pack(self._counts)
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        counts = state.get("_counts")
+        if isinstance(counts, packed_ints.Packed):
+            state = {**state, "_counts": packed_ints.unpack(counts)}
+        self.__dict__.update(state)
+
     def restore_histogram(self, hist: Histogram | None) -> None:
         """Install a saved histogram (from `histogram`; used when loading a profile)."""
         if hist is None or hist.bins == 0:
