@@ -23,14 +23,15 @@ storage, or a `dask.array`), so that input data do not go through this process.
 The machine is shared: the load average before and after each configuration is printed; a
 figure measured under load says so.
 
-    python benchmarks/dask_scaling.py [--model efficientnet|mnist] [--batches 16]
-        [--batch-size 2] [--repeats 3] [--machines 1 2 4 8 16]
+    python benchmarks/dask_scaling.py [--model efficientnet|mnist] [--batches 32]
+        [--batch-size 1] [--repeats 3] [--machines 1 2 4 8 16]
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import pickle
 import statistics
 import sys
 import time
@@ -69,11 +70,13 @@ def same(a: lowbit.Profile, b: lowbit.Profile, folder: Path) -> bool:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", choices=("efficientnet", "mnist"), default="efficientnet")
-    ap.add_argument("--batches", type=int, default=16)
-    ap.add_argument("--batch-size", type=int, default=2)
+    ap.add_argument("--batches", type=int, default=32)
+    ap.add_argument("--batch-size", type=int, default=None,
+                    help="default: 1 for EfficientNet-Lite0 (a fixed batch of 1), 50 for MNISTNet")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--machines", type=int, nargs="+", default=[1, 2, 4, 8, 16])
     args = ap.parse_args()
+    args.batch_size = args.batch_size or (50 if args.model == "mnist" else 1)
     graph, batches = data(args.model, args.batches, args.batch_size)
     print(f"{args.model}: {len(batches)} batches of {args.batch_size}; cores here: "
           f"{os.cpu_count()}; OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS')}")
@@ -87,6 +90,12 @@ def main() -> None:
     cpu: dict[str, list[float]] = {k: [] for k in times}
     try:
         reference = lowbit.profile(graph, batches, progress=False)
+        shard = lowbit.profile(graph, batches[:len(batches) // 8 or 1], progress=False)
+        limbs = sum(m._exact.limbs.nbytes for m in shard.moments.values()
+                    if m._exact is not None)
+        print(f"a partial profile (one shard, {len(batches) // 8 or 1} batches) pickles to "
+              f"{len(pickle.dumps(shard)) / 1e6:.1f} MB (its exact sums' limbs unpacked: "
+              f"{limbs / 1e6:.1f} MB)", flush=True)
         for _ in range(args.repeats):
             start, start_cpu = time.perf_counter(), time.process_time()
             lowbit.profile(graph, batches, progress=False)
