@@ -61,6 +61,7 @@ import dataclasses
 import numpy as np
 
 from lowbit.errors import ModelError
+from lowbit.identity_memo import IdentityMemo
 from lowbit.ir import dtypes
 from lowbit.ir.graph import Graph, Node, Value
 from lowbit.ir.types import TensorType
@@ -196,6 +197,26 @@ def _weights_text(s: NodeSettings, group: int) -> str:
     return f"int8 {'per-channel' if s.per_channel else 'per-tensor'} weights"
 
 
+_TABLE_PARAMS = IdentityMemo()
+"""An embedding table's per-column parameters by the (read-only) table's identity: quantizing
+one float graph again (a budget search) reuses them, and the cpu backend then reuses the folded
+int8 table (`backends.lowering`)."""
+
+
+
+def _table_params(table: np.ndarray, s: NodeSettings):
+    """An embedding table's int8 parameters per column (`calibration.weight_params`, axis 1),
+    memoized for a read-only table (`_TABLE_PARAMS`)."""
+
+    def compute():
+        return calibration.weight_params(table, dtype=s.weight_dtype, scheme=s.weight_scheme,
+                                         axis=1)
+
+    if table.flags.writeable:
+        return compute()
+    return _TABLE_PARAMS((table,), (s.weight_dtype, s.weight_scheme), compute)
+
+
 class _Builder:
     def __init__(self, graph: Graph, config: QuantConfig) -> None:
         self.g = graph
@@ -286,8 +307,7 @@ class _Builder:
             return
         table = node.inputs[0]
         check_finite_constants(node)
-        params = calibration.weight_params(table.const_value, dtype=s.weight_dtype,
-                                           scheme=s.weight_scheme, axis=1)
+        params = _table_params(table.const_value, s)
         codes = self.g.make_node("Quantize", [table], domain=QUANT_DOMAIN,
                                  name=f"{table.name}_quantize", output_names=[f"{table.name}_q"],
                                  output_types=[TensorType(s.weight_dtype, table.type.shape,
