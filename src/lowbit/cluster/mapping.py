@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from lowbit.cluster.connect import distributed, workers
+from lowbit.cluster.malloc import restore_malloc
 
 RETRIES = 2
 
@@ -33,10 +34,17 @@ class ClusterMapper:
             held = (context, self.client.scatter(context, broadcast=True, hash=False))
             self._scattered[id(context)] = held
         token = uuid.uuid4().hex[:12]
-        futures = [self.client.submit(fn, held[1], item, pure=False, retries=RETRIES,
+        futures = [self.client.submit(_call, fn, held[1], item, pure=False, retries=RETRIES,
                                       key=f"lowbit-{getattr(fn, '__name__', 'task')}-{token}-{i}")
                    for i, item in enumerate(items)]
         index = {f.key: i for i, f in enumerate(futures)}
         for future in distributed().as_completed(futures):
             advance(items[index[future.key]])
         return [f.result() for f in futures]
+
+
+def _call(fn: Callable[[Any, Any], Any], context: Any, item: Any) -> Any:
+    """fn(context, item) on a worker, with glibc's malloc as numpy work needs it
+    (`lowbit.cluster.malloc`)."""
+    restore_malloc()
+    return fn(context, item)

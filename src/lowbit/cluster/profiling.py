@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from lowbit.cluster.connect import distributed, workers
+from lowbit.cluster.malloc import restore_malloc
 from lowbit.errors import InputError
 from lowbit.ir.graph import Graph
 from lowbit.quant import profile as _profile
@@ -105,6 +106,7 @@ def _model_batch(graph: Graph) -> int | None:
 
 def _profile_shard(graph: Graph, shard: tuple, options: dict[str, Any]) -> Profile:
     """One shard's partial profile (runs on a worker)."""
+    restore_malloc()
     if shard[0] == "rows":
         _, data, ranges = shard
         batches: Any = ({k: np.asarray(a[r0:r1]) for k, a in data.items()} for r0, r1 in ranges)
@@ -115,6 +117,7 @@ def _profile_shard(graph: Graph, shard: tuple, options: dict[str, Any]) -> Profi
 
 def _merge(first: Profile, *others: Profile) -> Profile:
     """The profiles merged, none changed (a task's result may be read again)."""
+    restore_malloc()
     out = copy.deepcopy(first)
     for other in others:
         out.merge(other)
