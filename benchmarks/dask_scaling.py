@@ -10,7 +10,7 @@ one bit for bit. The time of one run is cut into its parts, measured apart:
 - `work`: the CPU seconds of profiling every batch in one process (what the workers share);
 - `overhead`: the CPU seconds a 2-worker run spends in all its processes (this one and the
   workers) beyond the work: sending the graph to each worker, task scheduling, moving partial
-  profiles, and merging them (a tree of log2(shards) levels).
+  profiles (one per worker, packed), and merging them (on each worker, then across workers).
 
 CPU seconds do not depend on the machine's load the way wall seconds do, so the projection is
 made from them; it counts the overhead as if it were serial (an upper bound on its cost).
