@@ -431,13 +431,15 @@ def compile(graph: Graph, *, threads: int | None = None, isa: str | None = None,
             name: str | None = None) -> CpuExecutable:
     """Compile `graph` for the cpu backend (see the module docstring)."""
     from lowbit.backends.cpu.integer_products import rewrite_integer_products
+    from lowbit.backends.cpu.torch_products import rewrite_torch_quantizers
     from lowbit.backends.lowering import fold_quantized_constants, has_quantized_constants
 
     if any(v.type is None or v.type.shape is None for v in graph.inputs):
         raise UnsupportedError("the cpu backend needs typed inputs with known ranks")
     if has_quantized_constants(graph):
         graph = fold_quantized_constants(graph.copy())
-    graph = rewrite_integer_products(graph)  # ONNX Runtime's dynamic files
+    graph = rewrite_torch_quantizers(graph)  # PyTorch's dynamic Linears, as imported
+    graph = rewrite_integer_products(graph)  # ONNX Runtime's dynamic files (and PyTorch's)
     if any(n.op_type in ("QuantizeLinear", "DequantizeLinear") and
            all(v is None or v.is_constant for v in n.inputs) for n in graph.nodes):
         graph = _fold_dequantized_constants(graph.copy())  # before runtime_capable looks
