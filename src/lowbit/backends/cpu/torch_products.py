@@ -106,6 +106,7 @@ def rewrite_torch_quantizers(graph: Graph) -> Graph:
         return graph
     graph = graph.copy()
     changed = False
+    quantizers: dict[Value, Node] = {}  # one per input: Q, K and V read the same x
     for node in list(graph.nodes):
         if node.op_type != "MatMulInteger" or node.domain not in ("", "ai.onnx") or \
                 len(node.inputs) != 4:
@@ -119,10 +120,35 @@ def rewrite_torch_quantizers(graph: Graph) -> Graph:
         if any(v in graph.outputs for v in (q, s, z)):
             continue
         old = [q.producer, s.producer, z.producer]
-        first = min(graph.nodes.index(n) for n in old)
-        quantize = Node("TorchDynamicQuantize", [x], [q, s, z], {"reduce_range": 1},
-                        graph.unique_node_name(f"{node.name}_torch_quantize"), QUANT_DOMAIN)
-        graph.nodes.insert(first, quantize)
-        graph.remove_nodes(old)
+        if x in quantizers:
+            graph.remove_nodes(old)
+            for mine, theirs in zip((q, s, z), quantizers[x].outputs, strict=True):
+                graph.replace_all_uses(mine, theirs)
+            quantize = quantizers[x]
+        else:
+            first = min(graph.nodes.index(n) for n in old)
+            quantize = Node("TorchDynamicQuantize", [x], [q, s, z], {"reduce_range": 1},
+                            graph.unique_node_name(f"{node.name}_torch_quantize"), QUANT_DOMAIN)
+            graph.nodes.insert(first, quantize)
+            graph.remove_nodes(old)
+            quantizers[x] = quantize
+        _hoist_rescales(graph, quantize)
         changed = True
     return eliminate_dead_code(graph) if changed else graph
+
+
+def _hoist_rescales(graph: Graph, quantize: Node) -> None:
+    """Move the nodes that read only the quantizer's scale and constants (the Mul by the weight
+    scales) right after it, so that the rescaling vector exists before the product runs and
+    its Mul can join the product's epilogue."""
+    s = quantize.outputs[1]
+    at = graph.nodes.index(quantize) + 1
+    for n in [n for n in graph.nodes if s in n.inputs]:
+        if all(v is s or (v is not None and v.is_constant) for v in n.inputs) and \
+                graph.nodes.index(n) > at:
+            consts = [v.producer for v in n.inputs if v is not None and v.is_constant
+                      and graph.nodes.index(v.producer) > at]
+            for c in consts + [n]:
+                graph.nodes.remove(c)
+                graph.nodes.insert(at, c)
+                at += 1

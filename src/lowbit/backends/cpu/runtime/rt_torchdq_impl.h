@@ -9,19 +9,37 @@
 #define LB_TDQ_CAT(a, b) LB_TDQ_CAT2(a, b)
 #define LB_TDQ_FN(name) LB_TDQ_CAT(name, LB_TDQ_SUFFIX)
 
-/* min and max of x[0 .. n) into *lo, *hi (NaN skipped); returns 1 if some x is NaN. */
+/* min and max of x[0 .. n) into *lo, *hi (NaN skipped); returns 1 if some x is NaN. Sixteen
+ * running minima and maxima (elementwise, so the compiler keeps them in vector lanes). */
 LB_TDQ_TARGET int LB_TDQ_FN(lb_tdq_range)(const float *x, int64_t n, float *lo, float *hi) {
-    float l = *lo, h = *hi;
-    int nan = 0;
-    for (int64_t i = 0; i < n; i++) {
-        float v = x[i];
-        l = v < l ? v : l;
-        h = v > h ? v : h;
-        nan |= v != v;
+    float l[16], h[16];
+    int32_t nan[16];
+    for (int k = 0; k < 16; k++) {
+        l[k] = *lo;
+        h[k] = *hi;
+        nan[k] = 0;
     }
-    *lo = l;
-    *hi = h;
-    return nan;
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        for (int k = 0; k < 16; k++) {
+            float v = x[i + k];
+            l[k] = v < l[k] ? v : l[k];
+            h[k] = v > h[k] ? v : h[k];
+            nan[k] |= v != v;
+        }
+    for (int k = 0; i < n; i++, k++) {
+        float v = x[i];
+        l[k] = v < l[k] ? v : l[k];
+        h[k] = v > h[k] ? v : h[k];
+        nan[k] |= v != v;
+    }
+    int any = 0;
+    for (int k = 0; k < 16; k++) {
+        *lo = l[k] < *lo ? l[k] : *lo;
+        *hi = h[k] > *hi ? h[k] : *hi;
+        any |= nan[k];
+    }
+    return any;
 }
 
 /* q[i] = clamp(rint(float32(float64(x[i]) * inv + z)), 0, 255), NaN giving 0. */
