@@ -117,6 +117,27 @@ class TorchDynamicQuantize(OpDef):
 
 
 @register
+class TorchGelu(OpDef):
+    """The erf form of GELU as PyTorch's exporter writes it (Div, Erf, Add, Mul, Mul), as one op
+    of the same float32 steps: d = x / divisor, e = float32(erf(float64(d))), a = e + one,
+    y = (x * a) * half (each step one IEEE float32 operation; erf as the reference's Erf). The
+    cpu backend's rewrite of the five ops (backends/cpu/torch_products) makes it."""
+
+    op_type = "TorchGelu"
+    domain = QUANT_DOMAIN
+    inputs = ("x",)
+    outputs = ("y",)
+    attrs = {"divisor": Attr("float", REQUIRED), "one": Attr("float", REQUIRED),
+             "half": Attr("float", REQUIRED)}
+
+    def infer(self, node: Node, in_types: list[TensorType | None]) -> list[TensorType]:
+        x = in_types[0]
+        if x is None or x.dtype != dt.FLOAT32 or x.quant is not None:
+            raise fail(node, "input must be a float32 tensor")
+        return [TensorType(dt.FLOAT32, x.shape)]
+
+
+@register
 class DynamicMatMul(OpDef):
     """Integer matrix product of dynamically quantized operands, dequantized to float32 (see the
     module docstring for the exact formula)."""

@@ -388,13 +388,14 @@ def _forget_shapes(graph: Graph, batch: str | None) -> None:
 
 def rewrite_imported_products(graph: Graph) -> Graph:
     """Other tools' dynamic products as the backend's own ops, exactly, here and in bundles:
-    PyTorch's dynamic Linears as imported (torch_products: TorchDynamicQuantize), then every
+    PyTorch's dynamic Linears as imported (torch_products: TorchDynamicQuantize; its exporter's
+    erf-form GELU as TorchGelu), then every
     MatMulInteger + Cast(float) of int8 weights (integer_products: DynamicMatMul; ONNX
     Runtime's quantize_dynamic files and the PyTorch import's)."""
     from lowbit.backends.cpu.integer_products import rewrite_integer_products
-    from lowbit.backends.cpu.torch_products import rewrite_torch_quantizers
+    from lowbit.backends.cpu.torch_products import rewrite_torch_gelus, rewrite_torch_quantizers
 
-    return rewrite_integer_products(rewrite_torch_quantizers(graph))
+    return rewrite_integer_products(rewrite_torch_quantizers(rewrite_torch_gelus(graph)))
 
 
 def prepare_for_lowering(graph: Graph) -> Graph:

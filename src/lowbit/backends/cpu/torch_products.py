@@ -152,3 +152,67 @@ def _hoist_rescales(graph: Graph, quantize: Node) -> None:
                 graph.nodes.remove(c)
                 graph.nodes.insert(at, c)
                 at += 1
+
+
+def _scalar(v: Value | None, rank: int) -> float | None:
+    """The value of a float32 constant holding one number that broadcasts into rank `rank`."""
+    if v is None or not v.is_constant:
+        return None
+    a = np.asarray(v.const_value)
+    if a.dtype != np.float32 or a.size != 1 or a.ndim > rank:
+        return None
+    return float(a.reshape(()))
+
+
+def _other(node: Node, v: Value) -> Value | None:
+    if len(node.inputs) != 2 or (node.inputs[0] is v) == (node.inputs[1] is v):
+        return None
+    return node.inputs[1] if node.inputs[0] is v else node.inputs[0]
+
+
+def _float_op(node: Node | None, op_type: str) -> bool:
+    return node is not None and node.op_type == op_type and node.domain in ("", "ai.onnx") \
+        and not node.attrs and all(v is not None and v.type is not None and
+                                   v.type.dtype == dtypes.FLOAT32 and v.type.quant is None
+                                   for v in (*node.inputs, *node.outputs))
+
+
+def rewrite_torch_gelus(graph: Graph) -> Graph:
+    """A copy of `graph` with each erf-form GELU as PyTorch's exporter writes it,
+    Mul(Mul(x, Add(Erf(Div(x, c)), one)), half) (operands of Add and the Muls in either order,
+    constants float32 scalars, intermediate values read by nothing else), replaced by one
+    TorchGelu of the same float32 steps; `graph` itself when there is none."""
+    if not any(n.op_type == "Erf" for n in graph.nodes):
+        return graph
+    graph = graph.copy()
+    users = graph.users()
+    outputs = set(graph.outputs)
+
+    def sole(v: Value) -> Node | None:
+        uses = users.get(v, [])
+        return uses[0][0] if len(uses) == 1 and v not in outputs else None
+
+    changed = False
+    for erf in [n for n in graph.nodes if n.op_type == "Erf"]:
+        div = erf.inputs[0].producer if erf.inputs and erf.inputs[0] is not None else None
+        if not (_float_op(erf, "Erf") and _float_op(div, "Div") and sole(div.outputs[0]) is erf):
+            continue
+        x = div.inputs[0]
+        rank = len(x.type.shape) if x.type.shape is not None else 0
+        add = sole(erf.outputs[0])
+        mul = sole(add.outputs[0]) if _float_op(add, "Add") else None
+        half_mul = sole(mul.outputs[0]) if _float_op(mul, "Mul") else None
+        if not _float_op(half_mul, "Mul") or _other(mul, add.outputs[0]) is not x:
+            continue
+        divisor = _scalar(div.inputs[1], rank)
+        one = _scalar(_other(add, erf.outputs[0]), rank)
+        half = _scalar(_other(half_mul, mul.outputs[0]), rank)
+        if divisor is None or one is None or half is None or x.type.shape is None:
+            continue
+        y = half_mul.outputs[0]
+        gelu = Node("TorchGelu", [x], [y], {"divisor": divisor, "one": one, "half": half},
+                    graph.unique_node_name(f"{erf.name}_gelu"), QUANT_DOMAIN)
+        graph.nodes.insert(graph.nodes.index(half_mul), gelu)
+        graph.remove_nodes([div, erf, add, mul, half_mul])
+        changed = True
+    return eliminate_dead_code(graph) if changed else graph

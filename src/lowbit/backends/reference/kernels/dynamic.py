@@ -25,8 +25,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from lowbit.backends.reference.floatmath import float_unary
 from lowbit.backends.reference.kernels import Inputs, integer_params, kernel, params
 from lowbit.backends.reference.kernels.int_linear import matmul_exact, weight_sums
+from lowbit.backends.reference.special import erf
 from lowbit.errors import KernelError
 from lowbit.ir.graph import Node
 from lowbit.numerics import arith
@@ -52,6 +54,16 @@ def dynamic_quantize(node, inputs):
 def torch_dynamic_quantize_kernel(node, inputs):
     q, scale, zero = torch_dynamic_quantize(inputs[0], bool(node.attrs.get("reduce_range", 1)))
     return [q, np.asarray(scale, np.float32), np.asarray(zero, np.uint8)]
+
+
+@kernel("TorchGelu", QUANT_DOMAIN)
+def torch_gelu_kernel(node, inputs):
+    """The five ops' steps (lowbit.ops.dynamic.TorchGelu), erf as the reference's Erf."""
+    f = np.float32
+    x = np.asarray(inputs[0], np.float32)
+    with np.errstate(all="ignore"):
+        e = float_unary(erf)(x / f(node.attrs["divisor"]))
+        return [((x * (e + f(node.attrs["one"]))) * f(node.attrs["half"])).astype(np.float32)]
 
 
 @dataclass(frozen=True, eq=False)
