@@ -147,3 +147,38 @@ def test_minilm_from_pytorch_runs_bit_exact(minilm_torch, isa):
     with torch.no_grad():
         ref = q(*(torch.from_numpy(enc[k]) for k in NAMES)).numpy()
     assert np.abs(next(iter(exe(enc).values())) - ref).max() <= 1e-3
+
+
+@pytest.fixture(scope="module")
+def gelu_case():
+    """One TorchGelu node, 400 000 values over every range its kernel treats apart (the fast
+    series below |x / sqrt 2| = 2, libm's erf up to 4, +-1 beyond, values at and around the
+    borders, subnormals, zeros of both signs, NaN and infinities) and the reference's
+    results."""
+    from lowbit.ir import dtypes
+    from lowbit.ir.graph import Graph
+    from lowbit.ir.types import TensorType
+    from lowbit.ops.registry import QUANT_DOMAIN
+
+    graph = Graph("gelu")
+    x = graph.add_input("x", TensorType(dtypes.FLOAT32, ("n",)))
+    node = graph.make_node("TorchGelu", [x], {"divisor": float(np.float32(np.sqrt(2))),
+                                              "one": 1.0, "half": 0.5}, domain=QUANT_DOMAIN,
+                           output_types=[TensorType(dtypes.FLOAT32, ("n",))])
+    graph.outputs = [node.output]
+    rng = np.random.default_rng(7)
+    borders = np.array([2, 4], np.float32) * np.float32(np.sqrt(2))
+    near = np.array([np.nextafter(b, np.float32(d)) for b in borders for d in (0, 9)])
+    values = np.concatenate([
+        rng.standard_normal(200_000).astype(np.float32) * 3,
+        rng.uniform(-7, 7, 200_000).astype(np.float32),
+        np.array([0.0, -0.0, 1e-45, -1e-45, 1e-38, 3e38, -3e38, np.inf, -np.inf, np.nan],
+                 np.float32), borders, -borders, near, -near]).astype(np.float32)
+    return graph, values, lowbit.run(graph, {"x": values})[node.output.name]
+
+
+@pytest.mark.parametrize("isa", ISAS)
+def test_torch_gelu_kernel_equals_the_reference_everywhere(gelu_case, isa):
+    graph, values, want = gelu_case
+    exe = cpu.compile(graph, isa=isa, threads=2)
+    assert _same(exe({"x": values})[graph.outputs[0].name], want)
