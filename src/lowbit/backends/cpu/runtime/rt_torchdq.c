@@ -27,7 +27,7 @@ void lb_tdq_codes_avx512(const float *x, int64_t n, double inv, double z, uint8_
 #endif
 
 #define LB_TDQ_TASKS 64
-#define LB_TDQ_MIN_TASK 16384 /* values per task, at least */
+#define LB_TDQ_MIN_TASK 65536 /* values per task, at least (smaller: not worth a wake-up) */
 
 typedef struct lb_tdq_job {
     const lb_torch_dq *p;
