@@ -7,7 +7,7 @@
 
 #include <math.h>
 
-#define LB_TGELU_CHUNK 2048
+#define LB_TGELU_CHUNK 1024
 
 #define LB_TGELU_SUFFIX scalar
 #define LB_TGELU_TARGET

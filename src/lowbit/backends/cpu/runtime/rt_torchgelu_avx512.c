@@ -5,7 +5,7 @@
 #include <math.h>
 
 #if LB_HAVE_AVX512
-#define LB_TGELU_CHUNK 2048
+#define LB_TGELU_CHUNK 1024
 void lb_tgelu_span_avx512(int64_t n, const float *x, float divisor, float one, float half,
                           float *y);
 
