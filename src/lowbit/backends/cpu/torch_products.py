@@ -11,6 +11,9 @@ ordinary, tiny, zero, empty, NaN and infinite inputs). The MatMulInteger that re
 becomes the backend's dynamic product (`integer_products`), and the float Mul by s * weight
 scale and the bias Add stay float ops of their own.
 
+The exporter's erf-form GELU (Div, Erf, Add, Mul, Mul) becomes one TorchGelu of the same
+float32 steps (`rewrite_torch_gelus`), computed by the backend in one pass.
+
 A subgraph is rewritten only when it is exactly the import's form: every node, attribute,
 constant and edge from x to q, s and z is compared with the form `torch_dynamic` writes (its own
 function builds the template), so an edited or look-alike graph is left alone and the backend
