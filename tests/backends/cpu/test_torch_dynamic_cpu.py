@@ -56,8 +56,7 @@ def mlp(request):
 
 
 def _same(a: np.ndarray, b: np.ndarray) -> bool:
-    return a.dtype == b.dtype and a.shape == b.shape and \
-        np.array_equal(a.view(np.uint32), b.view(np.uint32))
+    return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
 
 
 def test_rewrites_keep_the_reference_bits(mlp):
@@ -182,3 +181,37 @@ def test_torch_gelu_kernel_equals_the_reference_everywhere(gelu_case, isa):
     graph, values, want = gelu_case
     exe = cpu.compile(graph, isa=isa, threads=2)
     assert _same(exe({"x": values})[graph.outputs[0].name], want)
+
+
+@pytest.mark.parametrize("isa", ISAS)
+def test_torch_dynamic_quantize_kernel_equals_the_reference(isa):
+    """TorchDynamicQuantize alone (codes, scale and zero point as graph outputs) on sizes from
+    empty to several tasks' worth, all-zero, tiny, huge, one-signed, NaN and inf tensors."""
+    from lowbit.ir import dtypes
+    from lowbit.ir.graph import Graph
+    from lowbit.ir.types import TensorType
+    from lowbit.ops.registry import QUANT_DOMAIN
+
+    graph = Graph("tdq")
+    x = graph.add_input("x", TensorType(dtypes.FLOAT32, ("n",)))
+    node = graph.make_node("TorchDynamicQuantize", [x], {"reduce_range": 1},
+                           domain=QUANT_DOMAIN, num_outputs=3,
+                           output_types=[TensorType(dtypes.UINT8, ("n",)),
+                                         TensorType(dtypes.FLOAT32, ()),
+                                         TensorType(dtypes.UINT8, ())])
+    graph.outputs = list(node.outputs)
+    exe = cpu.compile(graph, isa=isa, threads=2)
+    rng = np.random.default_rng(5)
+    cases = [rng.standard_normal(n).astype(np.float32) * s
+             for n in (0, 1, 17, 70_000, 300_001) for s in (1.0, 1e-7, 1e33)]
+    cases += [np.zeros(9, np.float32), np.abs(cases[10]), -np.abs(cases[10]),
+              np.full(5, 1e-45, np.float32)]
+    for special in (np.nan, np.inf, -np.inf):
+        c = rng.standard_normal(100_000).astype(np.float32)
+        c[77_777] = special
+        cases.append(c)
+    for c in cases:
+        want = lowbit.run(graph, {"x": c})
+        got = exe({"x": c})
+        for v in graph.outputs:
+            assert _same(np.asarray(got[v.name]), np.asarray(want[v.name])), (c.size, v.name)
