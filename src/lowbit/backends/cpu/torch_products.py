@@ -123,7 +123,10 @@ def rewrite_torch_quantizers(graph: Graph) -> Graph:
         if any(v in graph.outputs for v in (q, s, z)):
             continue
         old = [q.producer, s.producer, z.producer]
-        if x in quantizers:
+        readers = [n for n in graph.nodes if n not in old and any(v in (q, s, z)
+                                                                  for v in n.inputs)]
+        earliest = min((graph.nodes.index(n) for n in readers), default=len(graph.nodes))
+        if x in quantizers and graph.nodes.index(quantizers[x]) < earliest:
             graph.remove_nodes(old)
             for mine, theirs in zip((q, s, z), quantizers[x].outputs, strict=True):
                 graph.replace_all_uses(mine, theirs)
