@@ -81,7 +81,7 @@ class InputMoments:
     def _add(self, second: np.ndarray) -> None:
         upper = None
         if self._exact is not None:
-            upper = second.reshape(self.groups, -1)[:, upper_indices(self.size)[2]]
+            upper = second.reshape(self.groups, -1)[:, upper_flat(self.size)]
         if upper is not None and np.all(np.isfinite(upper)):
             assert self._exact is not None
             self._exact.add(upper)
@@ -141,21 +141,20 @@ class InputMoments:
         return InputMoments(self.node, self.second * f[:, :, None] * f[:, None, :], self.count)
 
 
-@functools.lru_cache(maxsize=64)
-def upper_indices(size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Rows, columns and flat indices (row * size + column) of a size x size matrix's upper
-    triangle, row-major, diagonal included (read-only)."""
+@functools.lru_cache(maxsize=16)
+def upper_flat(size: int) -> np.ndarray:
+    """Flat indices (row * size + column) of a size x size matrix's upper triangle, row-major,
+    diagonal included (`np.triu_indices` order; read-only)."""
     rows, cols = np.triu_indices(size)
     flat = rows * size + cols
-    for a in (rows, cols, flat):
-        a.setflags(write=False)
-    return rows, cols, flat
+    flat.setflags(write=False)
+    return flat
 
 
 def unpack_upper(upper: np.ndarray, size: int) -> np.ndarray:
     """The symmetric [G, size, size] float64 matrices whose upper triangles are `upper`
-    [G, size (size + 1) / 2] (`upper_indices` order)."""
-    rows, cols, _ = upper_indices(size)
+    [G, size (size + 1) / 2] (`upper_flat` order)."""
+    rows, cols = np.triu_indices(size)
     out = np.zeros((upper.shape[0], size, size))
     out[:, rows, cols] = upper
     out[:, cols, rows] = upper
