@@ -171,7 +171,13 @@ LB_TARGET_AVX512 static void lb_dq_rows_batched(const lb_dq_rows *p, int64_t r0,
             for (int64_t c = 0; c < chunks; c++) {
                 __mmask16 m = lb_dq_mask(len - c * 16);
                 __m512i codes = lb_dq_codes(lb_dq_load(x, cs, c * 16, m), vs, vz, qlo, top);
-                _mm_mask_storeu_epi8(q + c * 16, m, _mm512_cvtepi32_epi8(codes));
+                __m128i bytes = _mm512_cvtepi32_epi8(codes);
+                /* register form, then a store: vpmovdb to memory is slow on some cores */
+                __asm__("" : "+v"(bytes));
+                if (m == 0xFFFF)
+                    _mm_storeu_si128((__m128i *)(q + c * 16), bytes);
+                else
+                    _mm_mask_storeu_epi8(q + c * 16, m, bytes);
             }
         }
     }
