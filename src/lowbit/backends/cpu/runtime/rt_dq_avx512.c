@@ -121,14 +121,17 @@ LB_TARGET_AVX512 static void lb_dq_rows_batched(const lb_dq_rows *p, int64_t r0,
     const __m512 top = _mm512_set1_ps((float)p->qmax), one = _mm512_set1_ps(1.0f);
     const __m512 zero_v = _mm512_setzero_ps();
     const __m512 qlo = p->symmetric ? _mm512_set1_ps(-(float)p->qmax) : zero_v;
+    int64_t r = r0, j = 0; /* the next slice */
     for (int64_t s0 = 0; s0 < total; s0 += 16) {
         const int64_t count = LB_MIN(16, total - s0);
         __m512 lo[16], hi[16];
+        int64_t at_r[16], at_j[16];
         for (int64_t i = 0; i < 16; i++) {
             __m512 l = zero_v, h = zero_v;
             if (i < count) {
-                const int64_t r = r0 + (s0 + i) / G, k0 = ((s0 + i) % G) * p->group;
-                const int64_t len = LB_MIN(p->group, p->k - k0);
+                at_r[i] = r;
+                at_j[i] = j;
+                const int64_t k0 = j * p->group, len = LB_MIN(p->group, p->k - k0);
                 const float *x = p->x + r * p->ldx + k0;
                 const float *cs = p->channel_scale ? p->channel_scale + k0 : NULL;
                 for (int64_t c = 0; c < chunks; c++) {
@@ -136,6 +139,10 @@ LB_TARGET_AVX512 static void lb_dq_rows_batched(const lb_dq_rows *p, int64_t r0,
                     if (p->symmetric) v = _mm512_abs_ps(v);
                     l = _mm512_min_ps(l, v);
                     h = _mm512_max_ps(h, v);
+                }
+                if (++j == G) {
+                    j = 0;
+                    r++;
                 }
             }
             lo[i] = l;
@@ -153,21 +160,22 @@ LB_TARGET_AVX512 static void lb_dq_rows_batched(const lb_dq_rows *p, int64_t r0,
             zero = _mm512_roundscale_ps(_mm512_min_ps(_mm512_max_ps(zero, zero_v), top),
                                         LB_RNE);
         }
-        float sc[16], ze[16];
+        float sc[16];
+        int32_t ze[16];
         _mm512_storeu_ps(sc, scale);
-        _mm512_storeu_ps(ze, zero);
+        _mm512_storeu_si512(ze, _mm512_cvtps_epi32(zero));
         for (int64_t i = 0; i < count; i++) {
-            const int64_t r = r0 + (s0 + i) / G, j = (s0 + i) % G, k0 = j * p->group;
+            const int64_t rr = at_r[i], jj = at_j[i], k0 = jj * p->group;
             const int64_t len = LB_MIN(p->group, p->k - k0);
-            const float *x = p->x + r * p->ldx + k0;
+            const float *x = p->x + rr * p->ldx + k0;
             const float *cs = p->channel_scale ? p->channel_scale + k0 : NULL;
-            p->scale[r * p->ldp + j] = sc[i];
+            p->scale[rr * p->ldp + jj] = sc[i];
             if (p->symmetric)
-                ((int8_t *)p->zero)[r * p->ldp + j] = 0;
+                ((int8_t *)p->zero)[rr * p->ldp + jj] = 0;
             else
-                ((uint8_t *)p->zero)[r * p->ldp + j] = (uint8_t)(int32_t)ze[i];
-            const __m512 vs = _mm512_set1_ps(sc[i]), vz = _mm512_set1_ps(ze[i]);
-            uint8_t *q = (uint8_t *)p->q + r * p->ldq + k0;
+                ((uint8_t *)p->zero)[rr * p->ldp + jj] = (uint8_t)ze[i];
+            const __m512 vs = _mm512_set1_ps(sc[i]), vz = _mm512_set1_ps((float)ze[i]);
+            uint8_t *q = (uint8_t *)p->q + rr * p->ldq + k0;
             for (int64_t c = 0; c < chunks; c++) {
                 __mmask16 m = lb_dq_mask(len - c * 16);
                 __m512i codes = lb_dq_codes(lb_dq_load(x, cs, c * 16, m), vs, vz, qlo, top);
