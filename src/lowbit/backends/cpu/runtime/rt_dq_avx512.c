@@ -121,6 +121,8 @@ LB_TARGET_AVX512 static void lb_dq_rows_batched(const lb_dq_rows *p, int64_t r0,
     const __m512 top = _mm512_set1_ps((float)p->qmax), one = _mm512_set1_ps(1.0f);
     const __m512 zero_v = _mm512_setzero_ps();
     const __m512 qlo = p->symmetric ? _mm512_set1_ps(-(float)p->qmax) : zero_v;
+    /* with channel scales, x / cs of pass 1 is kept for pass 2 (one division less) */
+    float kept[16 * 128];
     int64_t r = r0, j = 0; /* the next slice */
     for (int64_t s0 = 0; s0 < total; s0 += 16) {
         const int64_t count = LB_MIN(16, total - s0);
@@ -135,7 +137,9 @@ LB_TARGET_AVX512 static void lb_dq_rows_batched(const lb_dq_rows *p, int64_t r0,
                 const float *x = p->x + r * p->ldx + k0;
                 const float *cs = p->channel_scale ? p->channel_scale + k0 : NULL;
                 for (int64_t c = 0; c < chunks; c++) {
-                    __m512 v = lb_dq_nan0(lb_dq_load(x, cs, c * 16, lb_dq_mask(len - c * 16)));
+                    __m512 v = lb_dq_load(x, cs, c * 16, lb_dq_mask(len - c * 16));
+                    if (cs) _mm512_storeu_ps(kept + (i * chunks + c) * 16, v);
+                    v = lb_dq_nan0(v);
                     if (p->symmetric) v = _mm512_abs_ps(v);
                     l = _mm512_min_ps(l, v);
                     h = _mm512_max_ps(h, v);
@@ -178,7 +182,9 @@ LB_TARGET_AVX512 static void lb_dq_rows_batched(const lb_dq_rows *p, int64_t r0,
             uint8_t *q = (uint8_t *)p->q + rr * p->ldq + k0;
             for (int64_t c = 0; c < chunks; c++) {
                 __mmask16 m = lb_dq_mask(len - c * 16);
-                __m512i codes = lb_dq_codes(lb_dq_load(x, cs, c * 16, m), vs, vz, qlo, top);
+                __m512 v = cs ? _mm512_loadu_ps(kept + (i * chunks + c) * 16)
+                              : _mm512_maskz_loadu_ps(m, x + c * 16);
+                __m512i codes = lb_dq_codes(v, vs, vz, qlo, top);
                 __m128i bytes = _mm512_cvtepi32_epi8(codes);
                 /* register form, then a store: vpmovdb to memory is slow on some cores */
                 __asm__("" : "+v"(bytes));
