@@ -219,7 +219,21 @@ void lb_dmm_pack_run_one(const lb_dmm_pack *p, uint8_t *base, lb_dmm_b *d, int64
         for (int64_t jj = 0; jj < G; jj++) {
             int32_t cs[16] = {0};
             const int64_t kb = jj * g, ke = LB_MIN(k, kb + g);
-            for (int64_t kk = kb; kk < ke; kk++) {
+            int64_t kk = kb;
+            if (p->s_k == 1 && kb % 4 == 0) /* 4 consecutive bytes of K at a time */
+                for (; kk + 4 <= ke; kk += 4) {
+                    int8_t *dst = blk + (kk / 4) * 64;
+                    const uint8_t *row = src + kk + n0 * p->s_n;
+                    for (int64_t i = 0; i < nc; i++) {
+                        uint32_t w;
+                        memcpy(&w, row + i * p->s_n, 4);
+                        w ^= (uint32_t)fl * 0x01010101u;
+                        memcpy(dst + i * 4, &w, 4);
+                        cs[i] += (int8_t)(w & 0xFF) + (int8_t)((w >> 8) & 0xFF) +
+                                 (int8_t)((w >> 16) & 0xFF) + (int8_t)(w >> 24);
+                    }
+                }
+            for (; kk < ke; kk++) {
                 int8_t *dst = blk + (kk / 4) * 64 + kk % 4;
                 const uint8_t *row = src + kk * p->s_k + n0 * p->s_n;
                 for (int64_t i = 0; i < nc; i++) {
