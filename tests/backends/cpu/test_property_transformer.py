@@ -1,7 +1,7 @@
 """Random dynamic quantizations, dynamic products (grouped, per row, per head, per tensor; int8
-and uint8 weights with zero points; run-time operands as in attention) and the float ops of
-transformer encoders (and float products of activations) on the cpu backend, against the reference interpreter bit for bit, on
-every ISA path."""
+and uint8 weights with zero points; run-time operands as in attention), the float ops of
+transformer encoders and float products of activations on the cpu backend, against the
+reference interpreter bit for bit, on every ISA path."""
 
 from __future__ import annotations
 
