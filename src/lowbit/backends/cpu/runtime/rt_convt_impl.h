@@ -1,13 +1,36 @@
 /* One output row of a ConvTranspose whose kernel taps never overlap (kh <= sh, kw <= sw, no
  * dilation: the upsampling form), in portable C compiled once per instruction set: rt_fops.c
- * includes this file with LB_CT_SUFFIX and LB_CT_TARGET set (scalar, and the AVX2 path).
+ * includes this file with LB_CT_SUFFIX, LB_CT_TARGET and LB_CT_BLOCK set (scalar, and the AVX2
+ * path), rt_convt_avx512.c for the AVX-512 path.
  * Output (fy, fx) then has at most one tap: input pixel (fy / sh, fx / sw), kernel tap
  * (fy % sh, fx % sw) when that is inside the kernel. Its sum is the one lb_fconvt_task forms:
  * products of the input channels in order added to a double starting at 0, then 0 + that sum
  * (the taps' total), plus the bias, rounded once to float. Outputs without a tap hold the bias.
- * With 8 output channels or more, vectors hold 8 channels' sums of 4 pixels; with fewer,
+ * With 8 output channels or more, vectors hold 8 channels' sums of LB_CT_QB pixels; with fewer,
  * blocks of LB_CT_PIX input pixels are transposed so that a vector holds neighbouring
  * pixels' sums. */
+
+#ifndef LB_CT_QB
+#define LB_CT_QB 4 /* pixels per block with 8 output channels or more (AVX-512: 8) */
+#endif
+#ifndef LB_CT_PIX
+#define LB_CT_PIX 16  /* input pixels per block (fewer than 8 output channels) */
+#define LB_CT_CI 64   /* input channels per transposed block */
+#define LB_CT_SUMS 64 /* at most output channels x kernel columns sums per pixel */
+
+/* acc[q][k] = sum over ci in order, from 0, of xs[q][ci] * w[ci * ldw + k] (k < 8) in double:
+ * 8 channels' sums of LB_CT_QB pixels (the portable form; rt_convt_avx512.c has the vector one). */
+static inline void lb_fconvt_block_c(const float *const *xs, const float *w, int64_t C,
+                                     int64_t ldw, double acc[LB_CT_QB][8]) {
+    for (int q = 0; q < LB_CT_QB; q++)
+        for (int k = 0; k < 8; k++) acc[q][k] = 0.0;
+    for (int64_t ci = 0; ci < C; ci++)
+        for (int q = 0; q < LB_CT_QB; q++) {
+            const double v = (double)xs[q][ci];
+            for (int k = 0; k < 8; k++) acc[q][k] = acc[q][k] + v * (double)w[ci * ldw + k];
+        }
+}
+#endif
 
 #define LB_CT_CAT_(a, b) a##b
 #define LB_CT_CAT(a, b) LB_CT_CAT_(a, b)
@@ -26,31 +49,18 @@ LB_CT_TARGET static void LB_CT_FN(lb_fconvt_row1_)(const lb_fconvt *p, const flo
     const float *irow = in + (n * p->ih + iy) * p->iw * C;
     /* the input pixels whose taps land in the output window: fx = ix * sw + kx - bx */
     if (M >= 8) {
-        /* 4 pixels of one kernel column at once, channels in blocks of 8 (the accumulators
+        /* LB_CT_QB pixels of one kernel column at once, channels in blocks of 8 (the accumulators
          * stay in registers), the last M % 8 channels one pixel at a time */
         const int64_t m8 = M / 8 * 8;
         for (int64_t kx = 0; kx < p->kw; kx++) {
             const float *wt = p->w + (ky * p->kw + kx) * C * M;
-            for (int64_t ix0 = 0; ix0 < p->iw; ix0 += 4) {
-                int64_t np = LB_MIN(4, p->iw - ix0);
-                const float *xs[4];
-                for (int64_t q = 0; q < 4; q++) xs[q] = irow + (ix0 + (q < np ? q : 0)) * C;
+            for (int64_t ix0 = 0; ix0 < p->iw; ix0 += LB_CT_QB) {
+                int64_t np = LB_MIN(LB_CT_QB, p->iw - ix0);
+                const float *xs[LB_CT_QB];
+                for (int64_t q = 0; q < LB_CT_QB; q++) xs[q] = irow + (ix0 + (q < np ? q : 0)) * C;
                 for (int64_t m0 = 0; m0 < m8; m0 += 8) {
-                    double acc[4][8], *a0 = acc[0], *a1 = acc[1], *a2 = acc[2], *a3 = acc[3];
-                    for (int q = 0; q < 4; q++)
-                        for (int k = 0; k < 8; k++) acc[q][k] = 0.0;
-                    for (int64_t ci = 0; ci < C; ci++) {
-                        const float *w = wt + ci * M + m0;
-                        const double v0 = (double)xs[0][ci], v1 = (double)xs[1][ci];
-                        const double v2 = (double)xs[2][ci], v3 = (double)xs[3][ci];
-                        for (int k = 0; k < 8; k++) {
-                            const double wk = (double)w[k];
-                            a0[k] = a0[k] + v0 * wk;
-                            a1[k] = a1[k] + v1 * wk;
-                            a2[k] = a2[k] + v2 * wk;
-                            a3[k] = a3[k] + v3 * wk;
-                        }
-                    }
+                    double acc[LB_CT_QB][8];
+                    LB_CT_BLOCK(xs, wt + m0, C, M, acc);
                     for (int64_t q = 0; q < np; q++) {
                         int64_t x = (ix0 + q) * p->sw + kx - p->bx;
                         if (x < 0 || x >= p->ow) continue;

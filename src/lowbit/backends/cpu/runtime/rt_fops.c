@@ -343,10 +343,7 @@ typedef struct lb_ct_job {
     int nonoverlapping, isa; /* taps never overlap: lb_fconvt_row1_* */
 } lb_ct_job;
 
-#define LB_CT_PIX 16  /* input pixels per block (fewer than 8 output channels) */
-#define LB_CT_CI 64   /* input channels per transposed block */
-#define LB_CT_SUMS 64 /* at most output channels x kernel columns sums per pixel */
-
+#define LB_CT_BLOCK lb_fconvt_block_c
 #define LB_CT_SUFFIX scalar
 #define LB_CT_TARGET
 #include "rt_convt_impl.h"
@@ -359,6 +356,12 @@ typedef struct lb_ct_job {
 #include "rt_convt_impl.h"
 #undef LB_CT_SUFFIX
 #undef LB_CT_TARGET
+#endif
+#undef LB_CT_BLOCK
+
+#if LB_HAVE_AVX512
+void lb_fconvt_row_avx512(const lb_fconvt *p, const float *in, float *out, int64_t n,
+                          int64_t y); /* rt_convt_avx512.c */
 #endif
 
 /* Task = one output row: each output gathers the input pixels whose kernel taps land on it,
@@ -424,6 +427,12 @@ static void lb_fconvt_task(void *arg, int64_t t, int worker) {
     const lb_fconvt *p = j->p;
     int64_t n = t / p->oh, y = t % p->oh, fy = y + p->by, M = p->m, C = p->c;
     if (j->nonoverlapping) {
+#if LB_HAVE_AVX512
+        if (j->isa == LB_ISA_AVX512VNNI) {
+            lb_fconvt_row_avx512(p, j->in, j->out, n, y);
+            return;
+        }
+#endif
 #if LB_HAVE_AVX2
         if (j->isa == LB_ISA_AVX2 || j->isa == LB_ISA_AVX512VNNI) {
             lb_fconvt_row1_avx2(p, j->in, j->out, n, y);
