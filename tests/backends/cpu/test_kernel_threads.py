@@ -59,8 +59,9 @@ def test_isa_choice_and_refusal(monkeypatch):
 
 def test_workers_are_kept_off_the_callers_cpu():
     """On Linux with two CPUs or more, the pool's workers may run on every CPU of the process
-    but the one its caller runs on (else the kernel may wake a worker onto the caller's CPU,
-    where the two take turns: one thread's speed); the caller's own CPUs stay as they were."""
+    but the one its caller runs on while the caller works (else the kernel may wake a worker
+    onto the caller's CPU, where the two take turns: one thread's speed), and anywhere again
+    while the caller sleeps waiting for them; the caller's own CPUs stay as they were."""
     allowed = os.sched_getaffinity(0)
     ctx = L.Context(2)
     fn = L.lib().lb_parallel_for
@@ -71,17 +72,17 @@ def test_workers_are_kept_off_the_callers_cpu():
     def task(_arg, _t, worker):
         if worker:
             seen.append(os.sched_getaffinity(0))
-        time.sleep(0.002)  # leaves the GIL and the other task to the worker
+        time.sleep(0.002)  # leaves the GIL and the other tasks to the worker
 
     callback = TASK(task)
-    for _ in range(200):
+    kept_off = sys.platform == "linux" and len(allowed) >= 2
+    for _ in range(300):
         fn(ctx.handle, 4, callback, None)
-        if seen:
+        if any(len(m) < len(allowed) for m in seen) or (seen and not kept_off):
             break
     assert seen, "the worker never ran a task"
     assert os.sched_getaffinity(0) == allowed
-    if sys.platform == "linux" and len(allowed) >= 2:
-        assert len(seen[0]) == len(allowed) - 1 and seen[0] < allowed
-    else:
-        assert seen[0] == allowed
+    for mask in seen:  # kept off one CPU, or let go
+        assert mask == allowed or (len(mask) == len(allowed) - 1 and mask < allowed)
+    assert any(len(m) == len(allowed) - 1 for m in seen) == kept_off
     ctx.close()

@@ -113,7 +113,8 @@ int lb_isa_from_name(const char *name) {
  * too. Tasks are claimed from one atomic word holding the job's generation and the next task,
  * so a worker that wakes late (another process had its core) finds the job finished and
  * claims nothing, and the caller waits only for tasks actually claimed, never for a worker
- * that has not started. On Linux the workers are kept off the caller's CPU (lb_pool_keep_off). */
+ * that has not started. On Linux the workers are kept off the caller's CPU while it works
+ * (lb_pool_keep_off) and let go when it sleeps waiting for them (lb_pool_release). */
 
 #ifndef LB_NO_THREADS
 #define LB_SPIN_ROUNDS 4000
@@ -215,6 +216,16 @@ static void lb_pool_keep_off(lb_pool *p) {
         pthread_setaffinity_np(p->threads[i], sizeof(mask), &mask);
     p->kept_off = cpu;
 }
+
+/* Let the workers run anywhere again: called when the caller is about to sleep until a
+ * worker finishes its task (its CPU is then free, and a worker preempted on its own CPU by
+ * another process may move there instead of waiting for its turn). */
+static void lb_pool_release(lb_pool *p) {
+    if (p->kept_off < 0) return;
+    for (int i = 0; i < p->nworkers; i++)
+        pthread_setaffinity_np(p->threads[i], sizeof(p->allowed), &p->allowed);
+    p->kept_off = -1;
+}
 #endif
 
 static lb_pool *lb_pool_create(int nworkers) {
@@ -288,6 +299,9 @@ static void lb_pool_run(lb_pool *p, int64_t ntasks, lb_task_fn fn, void *arg) {
                     i < LB_SPIN_ROUNDS; i++)
         lb_cpu_relax();
     if (atomic_load_explicit(&p->done, memory_order_acquire) < ntasks) {
+#if LB_POOL_AFFINITY
+        lb_pool_release(p);
+#endif
         pthread_mutex_lock(&p->mu);
         while (atomic_load(&p->done) < ntasks) pthread_cond_wait(&p->finished, &p->mu);
         pthread_mutex_unlock(&p->mu);
