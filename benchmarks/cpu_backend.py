@@ -21,6 +21,7 @@ import ctypes as C
 import logging
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -84,15 +85,46 @@ def openvino_nncf(src, calib, dst: Path, threads: int):
         "INFERENCE_NUM_THREADS": threads, "PERFORMANCE_HINT": "LATENCY"})
 
 
+def _thread_cpu_ns() -> dict[str, int]:
+    """CPU time so far of each thread of this process but the calling one (Linux; else {})."""
+    me, times = str(threading.get_native_id()), {}
+    for task in Path("/proc/self/task").glob("*"):
+        try:
+            if task.name != me:
+                times[task.name] = int((task / "schedstat").read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            pass
+    return times
+
+
+def settle(pause: float = 0.05, limit: float = 0.5, step: float = 0.01) -> None:
+    """Sleep `pause` seconds, then on until no other thread of this process used more than
+    2 % of a core during the last `step` (at most `limit` seconds in all).
+
+    ONNX Runtime's intra-op workers keep spinning after `run` returns: about 20 ms on a quiet
+    machine, 50-90 ms when other processes share the cores (measured: 4-8 ms of CPU per 5 ms
+    step for 50-90 ms after ten 128x768x768 MatMulInteger runs), and a runner timed during that
+    spin shares a core with it, so a 2-thread runner loses its second thread.
+    """
+    time.sleep(pause)
+    end = time.perf_counter() + limit - pause
+    before = _thread_cpu_ns()
+    while time.perf_counter() < end:
+        time.sleep(step)
+        now = _thread_cpu_ns()
+        if sum(now[k] - before.get(k, 0) for k in now) < 0.02 * step * 1e9:
+            return
+        before = now
+
+
 def interleaved(runs: dict, repeats: int, block: int = 10, pause: float = 0.05
                 ) -> dict[str, float]:
     """Median seconds of each runner, the runners taking turns in blocks of `block` runs.
 
-    Between blocks the process sleeps `pause` seconds: ONNX Runtime's intra-op workers keep
-    spinning for about 20 ms after `run` returns (measured: 89 % of a core during a 10 ms sleep
-    after a MatMulInteger run, 41 % during 50 ms after EfficientNet), so a runner timed right
-    after it shares its cores with that spin and a 2-thread runner loses one of the two. Within
-    a block each runner runs back to back, as a server would, with its own threads warm.
+    Between blocks the process settles (`settle`: at least `pause` seconds, and until no
+    runner's threads still spin), so that a runner never shares its cores with the previous
+    runner's spinning workers. Within a block each runner runs back to back, as a server
+    would, with its own threads warm.
     """
     for run in runs.values():
         for _ in range(5):
@@ -100,7 +132,7 @@ def interleaved(runs: dict, repeats: int, block: int = 10, pause: float = 0.05
     times: dict[str, list[float]] = {k: [] for k in runs}
     while len(next(iter(times.values()))) < repeats:
         for name, run in runs.items():
-            time.sleep(pause)
+            settle(pause)
             for _ in range(block):
                 start = time.perf_counter()
                 run()

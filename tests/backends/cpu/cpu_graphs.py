@@ -270,6 +270,23 @@ def large_binary_case(g, rng, feeds, tag):
     return binary_case(g, rng, feeds, tag, shape=shape)
 
 
+def constant_operand_case(g, rng, feeds, tag):
+    """Add, Sub or Mul of a large image (batch 1) and a constant scalar or per-channel
+    operand, either side (PP-OCR's learnable affine blocks: the kernels turn rows of an 8-bit
+    image into a 256-entry table per constant code), 8- and 16-bit constants and results."""
+    op = str(rng.choice(["Add", "Sub", "Mul"]))
+    shape = (1, int(rng.integers(1, 6)), int(rng.integers(24, 48)), int(rng.integers(40, 64)))
+    x, tx = _image(g, rng, feeds, tag, dtype=rng.choice([I8, U8, I16]), shape=shape)
+    bshape = (1,) if rng.random() < 0.5 else (1, shape[1], 1, 1)
+    bdt = rng.choice([I8, U8, I16])
+    tb = qtype(rng, bdt, bshape)
+    b = const(g, codes(rng, bdt, bshape), bdt, tb.quant)
+    operands = [x, b] if rng.random() < 0.5 else [b, x]
+    s = float(tx.quant.scale) * (float(tb.quant.scale) * 64 if op == "Mul" else 2)
+    out = qtype(rng, rng.choice([I8, U8, I16]), None, scale=s * 2.0 ** rng.uniform(-3, 3))
+    return add_node(g, op, operands, random_attrs(rng), out)
+
+
 def float_binary_case(g, rng, feeds, tag):
     """Float Add, Sub, Mul or Div, same shapes or broadcast, small and large (batch 1)."""
     op = str(rng.choice(["Add", "Sub", "Mul", "Div"]))

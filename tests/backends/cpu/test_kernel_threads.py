@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import ctypes as C
 import os
+import sys
+import time
 
 import numpy as np
 import pytest
@@ -53,3 +55,34 @@ def test_isa_choice_and_refusal(monkeypatch):
     monkeypatch.delenv(L.ISA_ENV)
     assert L.Context(1).isa == best
     assert 1 <= L.physical_cores() <= (os.cpu_count() or 1)
+
+
+def test_workers_are_kept_off_the_callers_cpu():
+    """On Linux with two CPUs or more, the pool's workers may run on every CPU of the process
+    but the one its caller runs on while the caller works (else the kernel may wake a worker
+    onto the caller's CPU, where the two take turns: one thread's speed), and anywhere again
+    while the caller sleeps waiting for them; the caller's own CPUs stay as they were."""
+    allowed = os.sched_getaffinity(0)
+    ctx = L.Context(2)
+    fn = L.lib().lb_parallel_for
+    fn.argtypes = [C.POINTER(L.Ctx), C.c_int64, TASK, C.c_void_p]
+    fn.restype = None
+    seen: list[set[int]] = []
+
+    def task(_arg, _t, worker):
+        if worker:
+            seen.append(os.sched_getaffinity(0))
+        time.sleep(0.002)  # leaves the GIL and the other tasks to the worker
+
+    callback = TASK(task)
+    kept_off = sys.platform == "linux" and len(allowed) >= 2
+    for _ in range(300):
+        fn(ctx.handle, 4, callback, None)
+        if any(len(m) < len(allowed) for m in seen) or (seen and not kept_off):
+            break
+    assert seen, "the worker never ran a task"
+    assert os.sched_getaffinity(0) == allowed
+    for mask in seen:  # kept off one CPU, or let go
+        assert mask == allowed or (len(mask) == len(allowed) - 1 and mask < allowed)
+    assert any(len(m) == len(allowed) - 1 for m in seen) == kept_off
+    ctx.close()

@@ -63,3 +63,40 @@ def test_random_float_conv_transposes_match_the_reference(seed):
     for name, want in ref.items():
         np.testing.assert_allclose(got[name], want, rtol=1e-5, atol=1e-5 * float(
             np.abs(want).max()), err_msg=name)
+
+
+def upsampling_transpose_case(g, rng, feeds, tag):
+    """A float ConvTranspose whose taps never overlap (kernel <= stride, no dilation: the
+    upsampling form of PP-OCR's detection head), wide rows and more input channels than one
+    transposed block of the kernel (64), few and many output channels."""
+    from cpu_graphs import add_node, const
+
+    from lowbit.ir import dtypes
+    from lowbit.ir.types import TensorType
+
+    n, c, m = int(rng.integers(1, 3)), int(rng.choice([1, 7, 24, 70])), \
+        int(rng.choice([1, 2, 5, 8, 24, 70]))
+    sh, sw = int(rng.integers(1, 4)), int(rng.integers(1, 4))
+    kh, kw = int(rng.integers(1, sh + 1)), int(rng.integers(1, sw + 1))
+    bh, bw = int(rng.integers(0, kh)), int(rng.integers(0, kw))
+    attrs = {"strides": [sh, sw], "pads": [bh, bw, int(rng.integers(0, kh - bh)),
+                                           int(rng.integers(0, kw - bw))],
+             "output_padding": [int(rng.integers(0, sh)), int(rng.integers(0, sw))]}
+    ih, iw = int(rng.integers(1, 6)), int(rng.integers(1, 40))
+    shape = (n, c, ih, iw)
+    x = g.add_input(f"x_{tag}", TensorType(dtypes.FLOAT32, shape))
+    feeds[x.name] = rng.standard_normal(shape).astype(np.float32)
+    inputs = [x, const(g, rng.standard_normal((c, m, kh, kw)), dtypes.FLOAT32)]
+    if rng.random() < 0.7:
+        inputs.append(const(g, rng.standard_normal(m), dtypes.FLOAT32))
+    return add_node(g, "ConvTranspose", inputs, attrs)
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_upsampling_conv_transposes_match_the_reference_exactly(seed):
+    g, feeds = graph_of_cases(2000 + seed, 30, upsampling_transpose_case)
+    ref = lowbit.run(g, feeds)
+    for isa in ISAS:
+        got = cpu.compile(g, isa=isa)(feeds)
+        for name, want in ref.items():
+            np.testing.assert_array_equal(got[name], want, err_msg=f"{name} on {isa}")

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from cpu_graphs import (
     binary_case,
+    constant_operand_case,
     convert_case,
     float_binary_case,
     graph_of_cases,
@@ -25,7 +26,8 @@ from lowbit.backends import cpu
 
 CASES = {"binary": binary_case, "pool": pool_case, "convert": convert_case,
          "product": product_case, "large_binary": large_binary_case,
-         "float_binary": float_binary_case, "transpose": transpose_case}
+         "float_binary": float_binary_case, "transpose": transpose_case,
+         "constant_binary": constant_operand_case}
 
 
 @pytest.mark.parametrize("seed", range(4))

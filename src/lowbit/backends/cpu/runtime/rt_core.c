@@ -1,5 +1,5 @@
 /* Instruction-set detection, the execution context and its thread pool. */
-#define _POSIX_C_SOURCE 200809L
+#define _GNU_SOURCE
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,6 +9,12 @@
 #ifndef LB_NO_THREADS
 #include <pthread.h>
 #include <sched.h>
+/* Linux: workers are kept off the caller's CPU (see the pool below). */
+#if defined(__linux__) && !defined(__ANDROID__) && !defined(LB_NO_AFFINITY)
+#define LB_POOL_AFFINITY 1
+#else
+#define LB_POOL_AFFINITY 0
+#endif
 #endif
 
 #include <time.h>
@@ -107,7 +113,8 @@ int lb_isa_from_name(const char *name) {
  * too. Tasks are claimed from one atomic word holding the job's generation and the next task,
  * so a worker that wakes late (another process had its core) finds the job finished and
  * claims nothing, and the caller waits only for tasks actually claimed, never for a worker
- * that has not started. */
+ * that has not started. On Linux the workers are kept off the caller's CPU while it works
+ * (lb_pool_keep_off) and let go when it sleeps waiting for them (lb_pool_release). */
 
 #ifndef LB_NO_THREADS
 #define LB_SPIN_ROUNDS 4000
@@ -125,6 +132,10 @@ struct lb_pool {
     lb_task_fn fn;
     void *arg;
     int64_t ntasks;
+#if LB_POOL_AFFINITY
+    cpu_set_t allowed; /* the CPUs the creating thread could run on */
+    int kept_off;      /* the CPU the workers are kept off (the caller's), -1 for none */
+#endif
 };
 
 typedef struct lb_worker_start {
@@ -187,6 +198,36 @@ static void *lb_worker_main(void *raw) {
     }
 }
 
+#if LB_POOL_AFFINITY
+/* Keep the workers off the CPU the caller runs on. Without this the kernel often wakes a
+ * sleeping worker onto the waker's CPU (when the other CPU is busy: another process, or
+ * another runtime's threads still spinning) and it stays there: it cannot run while the
+ * caller works, or it preempts the caller, and the job runs at one thread's speed with the
+ * worker's spin taking the caller's time besides. The mask changes only when the caller
+ * moves to another CPU (one system call per worker then, none per job otherwise). */
+static void lb_pool_keep_off(lb_pool *p) {
+    int cpu = sched_getcpu();
+    if (cpu < 0 || cpu == p->kept_off || cpu >= CPU_SETSIZE) return;
+    cpu_set_t mask = p->allowed;
+    if (!CPU_ISSET(cpu, &mask)) return;
+    CPU_CLR(cpu, &mask);
+    if (CPU_COUNT(&mask) == 0) return;
+    for (int i = 0; i < p->nworkers; i++)
+        pthread_setaffinity_np(p->threads[i], sizeof(mask), &mask);
+    p->kept_off = cpu;
+}
+
+/* Let the workers run anywhere again: called when the caller is about to sleep until a
+ * worker finishes its task (its CPU is then free, and a worker preempted on its own CPU by
+ * another process may move there instead of waiting for its turn). */
+static void lb_pool_release(lb_pool *p) {
+    if (p->kept_off < 0) return;
+    for (int i = 0; i < p->nworkers; i++)
+        pthread_setaffinity_np(p->threads[i], sizeof(p->allowed), &p->allowed);
+    p->kept_off = -1;
+}
+#endif
+
 static lb_pool *lb_pool_create(int nworkers) {
     lb_pool *p = (lb_pool *)calloc(1, sizeof(lb_pool));
     if (!p) return NULL;
@@ -202,6 +243,10 @@ static lb_pool *lb_pool_create(int nworkers) {
     atomic_init(&p->stop, 0);
     atomic_init(&p->state, 0);
     atomic_init(&p->done, 0);
+#if LB_POOL_AFFINITY
+    p->kept_off = -1;
+    if (sched_getaffinity(0, sizeof(p->allowed), &p->allowed) != 0) CPU_ZERO(&p->allowed);
+#endif
     for (int i = 0; i < nworkers; i++) {
         lb_worker_start *s = (lb_worker_start *)malloc(sizeof(lb_worker_start));
         if (!s) break;
@@ -232,6 +277,9 @@ static void lb_pool_destroy(lb_pool *p) {
 
 static void lb_pool_run(lb_pool *p, int64_t ntasks, lb_task_fn fn, void *arg) {
     pthread_mutex_lock(&p->run_mu);
+#if LB_POOL_AFFINITY
+    lb_pool_keep_off(p);
+#endif
     /* Close the previous job before touching the job fields: a worker that read its state
      * just before it ended could otherwise compare a stale task index with the new task count
      * and claim a task that does not exist (counted as done in the new job). */
@@ -251,6 +299,9 @@ static void lb_pool_run(lb_pool *p, int64_t ntasks, lb_task_fn fn, void *arg) {
                     i < LB_SPIN_ROUNDS; i++)
         lb_cpu_relax();
     if (atomic_load_explicit(&p->done, memory_order_acquire) < ntasks) {
+#if LB_POOL_AFFINITY
+        lb_pool_release(p);
+#endif
         pthread_mutex_lock(&p->mu);
         while (atomic_load(&p->done) < ntasks) pthread_cond_wait(&p->finished, &p->mu);
         pthread_mutex_unlock(&p->mu);

@@ -340,7 +340,29 @@ typedef struct lb_ct_job {
     const lb_fconvt *p;
     const float *in;
     float *out;
+    int nonoverlapping, isa; /* taps never overlap: lb_fconvt_row1_* */
 } lb_ct_job;
+
+#define LB_CT_BLOCK lb_fconvt_block_c
+#define LB_CT_SUFFIX scalar
+#define LB_CT_TARGET
+#include "rt_convt_impl.h"
+#undef LB_CT_SUFFIX
+#undef LB_CT_TARGET
+
+#if LB_HAVE_AVX2
+#define LB_CT_SUFFIX avx2
+#define LB_CT_TARGET LB_TARGET_AVX2
+#include "rt_convt_impl.h"
+#undef LB_CT_SUFFIX
+#undef LB_CT_TARGET
+#endif
+#undef LB_CT_BLOCK
+
+#if LB_HAVE_AVX512
+void lb_fconvt_row_avx512(const lb_fconvt *p, const float *in, float *out, int64_t n,
+                          int64_t y); /* rt_convt_avx512.c */
+#endif
 
 /* Task = one output row: each output gathers the input pixels whose kernel taps land on it,
  * taps in (ky, kx) order as the reference adds them, each tap's products summed over input
@@ -404,6 +426,22 @@ static void lb_fconvt_task(void *arg, int64_t t, int worker) {
     const lb_ct_job *j = (const lb_ct_job *)arg;
     const lb_fconvt *p = j->p;
     int64_t n = t / p->oh, y = t % p->oh, fy = y + p->by, M = p->m, C = p->c;
+    if (j->nonoverlapping) {
+#if LB_HAVE_AVX512
+        if (j->isa == LB_ISA_AVX512VNNI) {
+            lb_fconvt_row_avx512(p, j->in, j->out, n, y);
+            return;
+        }
+#endif
+#if LB_HAVE_AVX2
+        if (j->isa == LB_ISA_AVX2 || j->isa == LB_ISA_AVX512VNNI) {
+            lb_fconvt_row1_avx2(p, j->in, j->out, n, y);
+            return;
+        }
+#endif
+        lb_fconvt_row1_scalar(p, j->in, j->out, n, y);
+        return;
+    }
     int64_t mc = LB_MIN(M, LB_CT_M);
     double s[LB_CT_X * LB_CT_M], acc[LB_CT_X * LB_CT_M];
     const float *xs[LB_CT_X][LB_CT_TAPS];
@@ -446,6 +484,8 @@ static void lb_fconvt_task(void *arg, int64_t t, int worker) {
 }
 
 void lb_fconvt_run(const lb_ctx *ctx, const lb_fconvt *p, const float *in, float *out) {
-    lb_ct_job j = {p, in, out};
+    int nonoverlapping = p->kh <= p->sh && p->kw <= p->sw && p->dh == 1 && p->dw == 1 &&
+                         (p->m >= 8 || p->m * p->kw <= LB_CT_SUMS);
+    lb_ct_job j = {p, in, out, nonoverlapping, ctx->isa};
     lb_parallel_for(ctx, p->n * p->oh, lb_fconvt_task, &j);
 }

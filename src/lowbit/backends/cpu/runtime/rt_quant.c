@@ -312,6 +312,102 @@ static inline int32_t lb_qbinary_one(const lb_qbinary *op, int32_t x, int32_t y)
 #define LB_QB_PIECE 8192
 #define LB_QB_TASKS 64
 
+/* out[i] = op(a[i * sa], b[i * sb]) for i < len on the context's path: the AVX-512 row when it
+ * applies, else lb_qbinary_one per element. */
+static void lb_qbinary_span(const lb_qb_job *j, const void *a, int64_t oa, int64_t sa,
+                            const void *b, int64_t ob, int64_t sb, void *out, int64_t base,
+                            int64_t len) {
+#if LB_HAVE_AVX512
+    if (j->isa == LB_ISA_AVX512VNNI && j->op->narrow && j->op->op != LB_QTABLE2 && sa <= 1 &&
+        sb <= 1 && j->op->out_type != LB_I32) {
+        int64_t ea = j->op->a_type == LB_U8 ? 1 : 2, eb = j->op->b_type == LB_U8 ? 1 : 2;
+        int64_t eo = j->op->out_type == LB_U8 ? 1 : 2;
+        lb_qbinary_row_avx512(j->op, (const char *)a + oa * ea, sa, (const char *)b + ob * eb,
+                              sb, (char *)out + base * eo, len);
+        return;
+    }
+#endif
+    if (j->op->a_type == LB_U8 && j->op->b_type == LB_U8 && j->op->out_type == LB_U8) {
+        const uint8_t *pa = (const uint8_t *)a + oa, *pb = (const uint8_t *)b + ob;
+        uint8_t *o = (uint8_t *)out + base;
+        for (int64_t i = 0; i < len; i++)
+            o[i] = (uint8_t)lb_qbinary_one(j->op, pa[i * sa], pb[i * sb]);
+        return;
+    }
+    for (int64_t i = 0; i < len; i++) {
+        int32_t x = lb_load_int(a, j->op->a_type, oa + i * sa);
+        int32_t y = lb_load_int(b, j->op->b_type, ob + i * sb);
+        lb_store(out, j->op->out_type, base + i, lb_qbinary_one(j->op, x, y));
+    }
+}
+
+/* A piece where one operand is one code throughout (a scalar, or a channel's value over its
+ * image) and the other is 8-bit: the result is a function of that byte. Its 256 values are
+ * computed by lb_qbinary_span itself (the same path and integers as without the table) and
+ * looked up, the table kept while the constant code stays the same. On the AVX-512 path a
+ * Mul's row is about as fast as the lookup: only Add and Sub take tables there. (16-bit
+ * operands would need tables of up to 65536 codes: PP-OCR's span most of that range.) */
+#define LB_QB_TABLE_MIN 1024
+static const uint8_t lb_iota256[256] = {
+#define LB_I8_(k) k, k + 1, k + 2, k + 3, k + 4, k + 5, k + 6, k + 7
+#define LB_I64_(k) LB_I8_(k), LB_I8_(k + 8), LB_I8_(k + 16), LB_I8_(k + 24), LB_I8_(k + 32), \
+                   LB_I8_(k + 40), LB_I8_(k + 48), LB_I8_(k + 56)
+    LB_I64_(0), LB_I64_(64), LB_I64_(128), LB_I64_(192)
+#undef LB_I8_
+#undef LB_I64_
+};
+
+typedef struct lb_qb_table {
+    int side;            /* 0: none built; 1: a varies (b constant); 2: b varies */
+    int32_t code;        /* the constant operand's code */
+    int32_t values[256]; /* out_type codes of 0..255 (stored as out_type) */
+} lb_qb_table;
+
+static int lb_qbinary_table_piece(const lb_qb_job *j, lb_qb_table *tb, int64_t oa, int64_t sa,
+                                  int64_t ob, int64_t sb, int64_t base, int64_t len) {
+    const lb_qbinary *op = j->op;
+    if (len < LB_QB_TABLE_MIN || op->op == LB_QTABLE2 ||
+        (j->isa == LB_ISA_AVX512VNNI && op->op == LB_QMUL))
+        return 0;
+    int side;
+    if (sb == 0 && sa == 1 && op->a_type == LB_U8)
+        side = 1;
+    else if (sa == 0 && sb == 1 && op->b_type == LB_U8)
+        side = 2;
+    else
+        return 0;
+    int32_t code = side == 1 ? lb_load_int(j->b, op->b_type, ob) : lb_load_int(j->a, op->a_type, oa);
+    if (tb->side != side || tb->code != code) {
+        if (side == 1)
+            lb_qbinary_span(j, lb_iota256, 0, 1, j->b, ob, 0, tb->values, 0, 256);
+        else
+            lb_qbinary_span(j, j->a, oa, 0, lb_iota256, 0, 1, tb->values, 0, 256);
+        tb->side = side;
+        tb->code = code;
+    }
+    const uint8_t *q = side == 1 ? (const uint8_t *)j->a + oa : (const uint8_t *)j->b + ob;
+    switch (op->out_type) {
+    case LB_U8: {
+        const uint8_t *tab = (const uint8_t *)tb->values;
+        uint8_t *o = (uint8_t *)j->out + base;
+        for (int64_t i = 0; i < len; i++) o[i] = tab[q[i]];
+        break;
+    }
+    case LB_I16:
+    case LB_U16: {
+        const uint16_t *tab = (const uint16_t *)tb->values;
+        uint16_t *o = (uint16_t *)j->out + base;
+        for (int64_t i = 0; i < len; i++) o[i] = tab[q[i]];
+        break;
+    }
+    default:
+        for (int64_t i = 0; i < len; i++)
+            lb_store(j->out, op->out_type, base + i, lb_load_int(tb->values, op->out_type, q[i]));
+        break;
+    }
+    return 1;
+}
+
 static void lb_qbinary_task(void *arg, int64_t t, int worker) {
     (void)worker;
     const lb_qb_job *j = (const lb_qb_job *)arg;
@@ -320,6 +416,9 @@ static void lb_qbinary_task(void *arg, int64_t t, int worker) {
     int64_t total = j->rows * pieces, per = (total + LB_QB_TASKS - 1) / LB_QB_TASKS;
     int64_t u0 = t * per, u1 = LB_MIN(total, u0 + per);
     int nd = bc->nd;
+    lb_qb_table tb;
+    tb.side = 0;
+    tb.code = 0;
     for (int64_t u = u0; u < u1; u++) {
         int64_t r = u / pieces, i0 = (u % pieces) * LB_QB_PIECE;
         int64_t i1 = LB_MIN(j->last, i0 + LB_QB_PIECE), len = i1 - i0;
@@ -333,30 +432,8 @@ static void lb_qbinary_task(void *arg, int64_t t, int worker) {
         int64_t sa = bc->sa[nd - 1], sb = bc->sb[nd - 1], base = r * j->last + i0;
         oa += i0 * sa;
         ob += i0 * sb;
-#if LB_HAVE_AVX512
-        if (j->isa == LB_ISA_AVX512VNNI && j->op->narrow && j->op->op != LB_QTABLE2 && sa <= 1 &&
-            sb <= 1 &&
-            j->op->out_type != LB_I32) {
-            int64_t ea = j->op->a_type == LB_U8 ? 1 : 2, eb = j->op->b_type == LB_U8 ? 1 : 2;
-            int64_t eo = j->op->out_type == LB_U8 ? 1 : 2;
-            lb_qbinary_row_avx512(j->op, (const char *)j->a + oa * ea, sa,
-                                  (const char *)j->b + ob * eb, sb, (char *)j->out + base * eo,
-                                  len);
-            continue;
-        }
-#endif
-        if (j->op->a_type == LB_U8 && j->op->b_type == LB_U8 && j->op->out_type == LB_U8) {
-            const uint8_t *a = (const uint8_t *)j->a + oa, *b = (const uint8_t *)j->b + ob;
-            uint8_t *o = (uint8_t *)j->out + base;
-            for (int64_t i = 0; i < len; i++)
-                o[i] = (uint8_t)lb_qbinary_one(j->op, a[i * sa], b[i * sb]);
-            continue;
-        }
-        for (int64_t i = 0; i < len; i++) {
-            int32_t x = lb_load_int(j->a, j->op->a_type, oa + i * sa);
-            int32_t y = lb_load_int(j->b, j->op->b_type, ob + i * sb);
-            lb_store(j->out, j->op->out_type, base + i, lb_qbinary_one(j->op, x, y));
-        }
+        if (lb_qbinary_table_piece(j, &tb, oa, sa, ob, sb, base, len)) continue;
+        lb_qbinary_span(j, j->a, oa, sa, j->b, ob, sb, j->out, base, len);
     }
 }
 

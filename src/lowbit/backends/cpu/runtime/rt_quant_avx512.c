@@ -24,25 +24,100 @@ LB_V512 __m512i lb_load16(const void *p, int32_t type, int64_t stride, __mmask16
 
 static int64_t lb_tsize(int32_t type) { return type == LB_U8 ? 1 : 2; }
 
+/* lb_q31_v512 with a left shift of 0 (no saturation step: the shift leaves x as it is). */
+LB_V512 __m512i lb_q31_l0_v512(__m512i x, __m512i m, __m512i r) {
+    const __m512i zero = _mm512_setzero_si512(), one = _mm512_set1_epi32(1);
+    const __m512i half = _mm512_set1_epi64((int64_t)1 << 30);
+    __m512i even = _mm512_mul_epi32(x, m);
+    __m512i odd = _mm512_mul_epi32(_mm512_srli_epi64(x, 32), _mm512_srli_epi64(m, 32));
+    even = _mm512_srai_epi64(_mm512_add_epi64(even, half), 31);
+    odd = _mm512_srai_epi64(_mm512_add_epi64(odd, half), 31);
+    __m512i h = _mm512_mask_blend_epi32(0xAAAA, even, _mm512_slli_epi64(odd, 32));
+    __m512i mask = _mm512_sub_epi32(_mm512_sllv_epi32(one, r), one);
+    __m512i rnd = _mm512_srli_epi32(_mm512_add_epi32(mask, one), 1);
+    __mmask16 neg = _mm512_cmplt_epi32_mask(h, zero) & _mm512_cmpgt_epi32_mask(r, zero);
+    __m512i frac = _mm512_add_epi32(_mm512_and_si512(h, mask), rnd);
+    frac = _mm512_mask_sub_epi32(frac, neg, frac, one);
+    return _mm512_add_epi32(_mm512_srav_epi32(h, r), _mm512_srlv_epi32(frac, r));
+}
+
+/* Add/Sub with one operand constant (stride 0) and no left shifts (the usual parameters):
+ * the constant's aligned term once, then one q31 for the other and one for the result, as
+ * lb_add_v512 computes them. */
+LB_TARGET_AVX512 static void lb_qadd_const_row_avx512(const lb_qbinary *op, const void *a,
+                                                      int64_t sa, const void *b, void *out,
+                                                      int64_t n) {
+    const lb_add_params *p = &op->p;
+    lb_add512 av = lb_add512_load(p);
+    const int64_t ea = lb_tsize(op->a_type);
+    /* the constant operand is b here (the caller swaps the roles for a constant a) */
+    __m512i yb = lb_load16(b, op->b_type, 0, 0xFFFF);
+    __m512i cb = lb_q31_v512(_mm512_sllv_epi32(_mm512_sub_epi32(yb, av.z2), av.shift), av.m2,
+                             av.l2, av.r2);
+    for (int64_t i = 0; i < n; i += 16) {
+        __mmask16 k = lb_tail_mask(n - i);
+        __m512i x = lb_load16((const char *)a + i * sa * ea, op->a_type, sa, k);
+        __m512i d = _mm512_sllv_epi32(_mm512_sub_epi32(x, av.z1), av.shift);
+        __m512i t = lb_q31_l0_v512(d, av.m1, av.r1);
+        __m512i sum = p->sub ? _mm512_sub_epi32(t, cb) : _mm512_add_epi32(t, cb);
+        __m512i y = _mm512_add_epi32(lb_q31_l0_v512(sum, av.out.p0, av.out.p2), av.out.zp);
+        y = _mm512_max_epi32(y, _mm512_set1_epi32(p->out.qmin));
+        y = _mm512_min_epi32(y, _mm512_set1_epi32(p->out.qmax));
+        lb_store_v512(out, op->out_type, i, y, k);
+    }
+}
+
 /* out[i] = op(a[i * sa], b[i * sb]) for i < n, with sa, sb in {0, 1}; Mul products must fit
  * int32 (the caller checks: `narrow`). */
 LB_TARGET_AVX512 void lb_qbinary_row_avx512(const lb_qbinary *op, const void *a, int64_t sa,
                                             const void *b, int64_t sb, void *out, int64_t n) {
     const lb_add_params *p = &op->p;
+    if (op->op != LB_QMUL && p->out.method == LB_RQ_Q31 && p->out.p1[0] == 0) {
+        if (sb == 0 && sa == 1 && p->l1 == 0) {
+            lb_qadd_const_row_avx512(op, a, sa, b, out, n);
+            return;
+        }
+        if (sa == 0 && sb == 1 && p->l2 == 0) { /* swap: constant a becomes the second */
+            lb_qbinary sw = *op;
+            sw.a_type = op->b_type;
+            sw.b_type = op->a_type;
+            sw.p.z1 = p->z2, sw.p.m1 = p->m2, sw.p.l1 = p->l2, sw.p.r1 = p->r2;
+            sw.p.z2 = p->z1, sw.p.m2 = p->m1, sw.p.l2 = p->l1, sw.p.r2 = p->r1;
+            if (!p->sub) {
+                lb_qadd_const_row_avx512(&sw, b, sb, a, out, n);
+                return;
+            }
+        }
+    }
     lb_add512 av = lb_add512_load(p);
     const __m512i z1 = _mm512_set1_epi32(p->z1), z2 = _mm512_set1_epi32(p->z2);
     const int64_t ea = lb_tsize(op->a_type), eb = lb_tsize(op->b_type);
+    /* q31 output requantization without a left shift: the shorter lb_q31_l0_v512 */
+    const int l0 = p->out.method == LB_RQ_Q31 && p->out.p1[0] == 0;
     for (int64_t i = 0; i < n; i += 16) {
         __mmask16 k = lb_tail_mask(n - i);
         __m512i x = lb_load16((const char *)a + i * sa * ea, op->a_type, sa, k);
         __m512i y = lb_load16((const char *)b + i * sb * eb, op->b_type, sb, k);
-        __m512i r;
+        __m512i r, acc;
         if (op->op == LB_QMUL) {
-            __m512i prod = _mm512_mullo_epi32(_mm512_sub_epi32(x, z1), _mm512_sub_epi32(y, z2));
-            r = lb_requant_v512(&p->out, &av.out, prod);
+            acc = _mm512_mullo_epi32(_mm512_sub_epi32(x, z1), _mm512_sub_epi32(y, z2));
+            if (!l0) {
+                lb_store_v512(out, op->out_type, i, lb_requant_v512(&p->out, &av.out, acc), k);
+                continue;
+            }
+        } else if (l0 && p->l1 == 0 && p->l2 == 0) {
+            __m512i t1 = lb_q31_l0_v512(_mm512_sllv_epi32(_mm512_sub_epi32(x, av.z1), av.shift),
+                                        av.m1, av.r1);
+            __m512i t2 = lb_q31_l0_v512(_mm512_sllv_epi32(_mm512_sub_epi32(y, av.z2), av.shift),
+                                        av.m2, av.r2);
+            acc = p->sub ? _mm512_sub_epi32(t1, t2) : _mm512_add_epi32(t1, t2);
         } else {
-            r = lb_add_v512(p, &av, x, y);
+            lb_store_v512(out, op->out_type, i, lb_add_v512(p, &av, x, y), k);
+            continue;
         }
+        r = _mm512_add_epi32(lb_q31_l0_v512(acc, av.out.p0, av.out.p2), av.out.zp);
+        r = _mm512_max_epi32(r, _mm512_set1_epi32(p->out.qmin));
+        r = _mm512_min_epi32(r, _mm512_set1_epi32(p->out.qmax));
         lb_store_v512(out, op->out_type, i, r, k);
     }
 }
