@@ -263,6 +263,8 @@ void lb_dwconv_neon(const lb_ctx *ctx, const lb_dwconv *p, const uint8_t *in, vo
                     const int64_t *offsets);
 #endif
 #if LB_HAVE_AVX512
+void lb_im2col_row_u8_avx512(const lb_window *w, int64_t cg, int64_t kp, const uint8_t *in,
+                             uint8_t pad, uint8_t *out, int64_t oy);
 void lb_dwconv_avx512(const lb_ctx *ctx, const lb_dwconv *p, const uint8_t *in, void *out,
                       const int64_t *offsets);
 #endif
