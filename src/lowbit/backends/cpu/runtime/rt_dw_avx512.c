@@ -190,15 +190,36 @@ LB_V512 void lb_dwq_row(const lb_dw512_job *j, int64_t t, const int METHOD) {
     const lb_epilogue *ep = &p->ep;
     int64_t row = t / j->chunks, n = row / w->oh, oy = row % w->oh, taps = w->kh * w->kw;
     int64_t c = w->c, c_lo = (t % j->chunks) * j->chunk_c, c_hi = LB_MIN(c, c_lo + j->chunk_c);
+    uint8_t *const out = (uint8_t *)j->tile.C;
     int64_t quads = (taps + 3) / 4, stride = quads * 4;
-    const uint8_t *tap[32 * (LB_DW_MAX_TAPS + 4)];
+    /* The taps of pixel i are at base[i] + offs[i][t]: inside the image base is the window's
+     * corner and offs the shared `inner` offsets; at the border base is 0 and offs the taps'
+     * addresses (the zero row for taps outside). Taps past the last read valid bytes with zero
+     * weights. */
+    intptr_t inner[LB_DW_MAX_TAPS + 4], border[32 * (LB_DW_MAX_TAPS + 4)];
+    const intptr_t *offs[32];
+    uintptr_t base[32];
+    for (int64_t e = 0; e < stride; e++) inner[e] = e < taps ? (intptr_t)j->offsets[e] : 0;
+    const uint8_t *img = j->in + n * w->ih * w->iw * c;
+    int64_t iy0 = oy * w->sh - w->pt, iy1 = iy0 + (w->kh - 1) * w->dh;
+    int rows_inside = iy0 >= 0 && iy1 < w->ih;
     const __m512i qmin = _mm512_set1_epi32(ep->rq.qmin), qmax = _mm512_set1_epi32(ep->rq.qmax);
     for (int64_t ox0 = 0; ox0 < w->ow; ox0 += 32) {
         int64_t count = LB_MIN(32, w->ow - ox0);
         for (int64_t i = 0; i < count; i++) {
-            const uint8_t **tp = tap + i * stride;
+            int64_t ix0 = (ox0 + i) * w->sw - w->pl, ix1 = ix0 + (w->kw - 1) * w->dw;
+            if (rows_inside && ix0 >= 0 && ix1 < w->iw) {
+                base[i] = (uintptr_t)(img + (iy0 * w->iw + ix0) * c);
+                offs[i] = inner;
+                continue;
+            }
+            const uint8_t *tp[LB_DW_MAX_TAPS];
             lb_dw_taps(w, j->in, p->zero_row, j->offsets, n, oy, ox0 + i, tp);
-            for (int64_t e = taps; e < stride; e++) tp[e] = p->zero_row; /* zero weights */
+            intptr_t *b = border + i * stride;
+            for (int64_t e = 0; e < stride; e++)
+                b[e] = (intptr_t)(e < taps ? tp[e] : p->zero_row);
+            base[i] = 0;
+            offs[i] = b;
         }
         for (int64_t c0 = c_lo; c0 < c_hi; c0 += 32) {
             __mmask32 k = c - c0 >= 32 ? (__mmask32)0xFFFFFFFFu
@@ -207,14 +228,15 @@ LB_V512 void lb_dwq_row(const lb_dw512_job *j, int64_t t, const int METHOD) {
             lb_dwrq r01 = lb_dwrq_gather(ep, c0, k, 0, METHOD);
             lb_dwrq r23 = lb_dwrq_gather(ep, c0, k, 2, METHOD);
             for (int64_t i = 0; i < count; i++) {
-                const uint8_t **tp = tap + i * stride;
+                const uintptr_t b = base[i] + (uintptr_t)c0;
+                const intptr_t *o = offs[i];
                 __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
                 for (int64_t q = 0; q < quads; q++) {
-                    const uint8_t *const *t4 = tp + 4 * q;
-                    __m256i x0 = _mm256_maskz_loadu_epi8(k, t4[0] + c0);
-                    __m256i x1 = _mm256_maskz_loadu_epi8(k, t4[1] + c0);
-                    __m256i x2 = _mm256_maskz_loadu_epi8(k, t4[2] + c0);
-                    __m256i x3 = _mm256_maskz_loadu_epi8(k, t4[3] + c0);
+                    const intptr_t *t4 = o + 4 * q;
+                    __m256i x0 = _mm256_maskz_loadu_epi8(k, (const void *)(b + (uintptr_t)t4[0]));
+                    __m256i x1 = _mm256_maskz_loadu_epi8(k, (const void *)(b + (uintptr_t)t4[1]));
+                    __m256i x2 = _mm256_maskz_loadu_epi8(k, (const void *)(b + (uintptr_t)t4[2]));
+                    __m256i x3 = _mm256_maskz_loadu_epi8(k, (const void *)(b + (uintptr_t)t4[3]));
                     __m256i l01 = _mm256_unpacklo_epi8(x0, x1), h01 = _mm256_unpackhi_epi8(x0, x1);
                     __m256i l23 = _mm256_unpacklo_epi8(x2, x3), h23 = _mm256_unpackhi_epi8(x2, x3);
                     const int8_t *wg = wq + q * 128;
@@ -235,10 +257,10 @@ LB_V512 void lb_dwq_row(const lb_dw512_job *j, int64_t t, const int METHOD) {
                  * channels 0-15 / 16-31); wanted [A0 B0 C0 D0] [A1 B1 C1 D1] */
                 __m128i P = _mm512_cvtepi32_epi8(y01), Q = _mm512_cvtepi32_epi8(y23);
                 __m128i s0 = _mm_unpacklo_epi32(P, Q), s1 = _mm_unpackhi_epi32(P, Q);
-                __m256i b = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_unpacklo_epi32(s0, s1)),
+                __m256i y = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_unpacklo_epi32(s0, s1)),
                                                     _mm_unpackhi_epi32(s0, s1), 1);
                 int64_t m = (n * w->oh + oy) * w->ow + ox0 + i;
-                _mm256_mask_storeu_epi8((uint8_t *)j->tile.C + m * c + c0, k, b);
+                _mm256_mask_storeu_epi8(out + m * c + c0, k, y);
             }
         }
     }
