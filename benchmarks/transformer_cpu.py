@@ -6,9 +6,13 @@ the cpu backend, one compiled program for every batch and sequence length. Peers
 the same token ids: ONNX Runtime running its own `quantize_dynamic` model (per channel, int8
 weights) and the float model; OpenVINO running NNCF's int8 model of the float network
 (`nncf.quantize`, `ModelType.TRANSFORMER`, calibrated on other Lee documents; CPU plugin,
-INFERENCE_NUM_THREADS, PERFORMANCE_HINT LATENCY); PyTorch `quantize_dynamic` on nn.Linear.
+INFERENCE_NUM_THREADS, PERFORMANCE_HINT LATENCY); PyTorch `quantize_dynamic` on nn.Linear
+(per-tensor int8 weights, fbgemm).
 "lowbit cpu, ORT file" is ONNX Runtime's quantize_dynamic file imported and compiled by lowbit
-(bit-exact with lowbit's reference of that file), beside ONNX Runtime running the same file.
+(bit-exact with lowbit's reference of that file), beside ONNX Runtime running the same file;
+"lowbit cpu, PyTorch model" is PyTorch's quantized module imported by `lowbit.from_torch` and
+compiled (fbgemm's 7-bit activation codes, bit-exact with lowbit's reference of the import),
+beside PyTorch running the same module (torch.set_num_threads(threads)).
 Inputs are real text (gensim's Lee corpus) cut or padded to the sequence length.
 
 Timing: the runners take turns (interleaved rounds), medians compared as ratios to ONNX
@@ -27,6 +31,7 @@ import os
 import sys
 import tempfile
 import time
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 
@@ -87,19 +92,46 @@ def openvino_runner(src: Path, calib: list[dict], threads: int) -> Runner:
     return run
 
 
-def torch_runner(threads: int) -> Runner:
+def torch_model(threads: int):
+    """PyTorch's `quantize_dynamic` of nn.Linear (default qconfig: int8 weights per tensor,
+    fbgemm), on `threads` threads: (input_ids, attention_mask, token_type_ids) ->
+    last_hidden_state."""
     import torch
-    from transformers import AutoModel
+
+    from realmodels import minilm_module
 
     torch.set_num_threads(threads)
-    model = AutoModel.from_pretrained(minilm_path(), attn_implementation="eager").eval()
-    model = torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return torch.ao.quantization.quantize_dynamic(minilm_module("eager"), {torch.nn.Linear},
+                                                      dtype=torch.qint8)
+
+
+def torch_runner(model) -> Runner:
+    import torch
 
     def run(enc):
         with torch.no_grad():
-            return model(**{k: torch.from_numpy(enc[k]) for k in INPUTS}).last_hidden_state.numpy()
+            return model(*(torch.from_numpy(enc[k]) for k in INPUTS)).numpy()
 
     return run
+
+
+def torch_imported(model, threads: int) -> Runner:
+    """PyTorch's quantized model imported by `lowbit.from_torch` and compiled by the cpu backend
+    (fbgemm's activation parameters as TorchDynamicQuantize, bit-exact with lowbit's reference
+    of the imported graph)."""
+    import torch
+
+    example = tokens(["Ok", "A longer sentence."], 8)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        graph = lowbit.from_torch(model, tuple(torch.from_numpy(example[k]) for k in INPUTS),
+                                  input_names=list(INPUTS),
+                                  dynamic_axes={k: {0: "B", 1: "S"} for k in INPUTS})
+    exe = cpu.compile(graph, threads=threads)
+    out = graph.outputs[0].name
+    return lambda enc: exe(enc)[out]
 
 
 def interleaved(runs: dict[str, Runner], feed: dict, repeats: int) -> dict[str, float]:
@@ -162,7 +194,9 @@ def main() -> None:
             runs["OpenVINO NNCF int8"] = openvino_runner(src, calib, args.threads)
         except Exception as exc:  # a peer failing is reported, not fatal
             print(f"(OpenVINO/NNCF failed: {type(exc).__name__}: {exc})")
-    runs["PyTorch dynamic"] = torch_runner(args.threads)
+    model = torch_model(args.threads)
+    runs["PyTorch dynamic"] = torch_runner(model)
+    runs["lowbit cpu, PyTorch model"] = torch_imported(model, args.threads)
 
     print(f"all-MiniLM-L6-v2, {args.threads} threads, medians of {args.runs} interleaved runs; "
           f"load average {os.getloadavg()[0]:.1f}")
@@ -184,6 +218,9 @@ def main() -> None:
         base = t["ORT dynamic"]
         print(f"{shape:<12}" + "".join(f"{t[n] * 1e3:>11.2f} x{t[n] / base:4.2f} "
                                        f"{batch / t[n]:4.0f}" for n in names), flush=True)
+        print(f"{'':<12}imported files: lowbit / ONNX Runtime on ORT's file "
+              f"{t['lowbit cpu, ORT file'] / base:.2f}, lowbit / PyTorch on PyTorch's model "
+              f"{t['lowbit cpu, PyTorch model'] / t['PyTorch dynamic']:.2f}", flush=True)
     print(f"load average after: {os.getloadavg()[0]:.1f}")
 
 

@@ -7,6 +7,9 @@ codes, shaped to broadcast against them (a reduced axis has length 1):
     DynamicQuantize(x, channel_scale?) -> (q, scale, zero_point)
         the formula of `lowbit.numerics.dynamic_params`, per slice over `axes`, applied to
         float32(x / channel_scale) when a (constant, last-axis) channel_scale is given;
+    TorchDynamicQuantize(x) -> (q, scale, zero_point)
+        PyTorch's (fbgemm's) choice for a dynamically quantized Linear, one set for the whole
+        tensor (`lowbit.numerics.torch_params`), scalar parameters;
     DynamicMatMul(A, A_scale, A_zero, B, B_scale?, B_zero?, C?) -> Y (float32)
         acc = matmul(A - A_zero, B - B_zero)                      exact integers
         Y   = float32(acc * (A_scale * B_scale)) + C               (product in float64)
@@ -88,6 +91,50 @@ class DynamicQuantize(OpDef):
                              f"({x.shape[-1]}), got {c}")
         p = _param_shape(x.shape, axes, group_size)
         return [TensorType(codes, x.shape), TensorType(dt.FLOAT32, p), TensorType(codes, p)]
+
+
+@register
+class TorchDynamicQuantize(OpDef):
+    """Float32 x to uint8 codes with one scale and zero point for the whole tensor, chosen at
+    run time as PyTorch's dynamically quantized Linear (fbgemm) chooses them: 7-bit codes with
+    `reduce_range` 1 (fbgemm on x86), fbgemm's smallest scale and zero-point rule, quantized by
+    one float32 rounding of x * (1 / scale) + zero (`lowbit.numerics.torch_params` states the
+    exact formula). Outputs q (uint8, x's shape), scale (float32 scalar) and zero_point (uint8
+    scalar), as ONNX DynamicQuantizeLinear's."""
+
+    op_type = "TorchDynamicQuantize"
+    domain = QUANT_DOMAIN
+    inputs = ("x",)
+    outputs = ("y", "y_scale", "y_zero_point")
+    attrs = {"reduce_range": flag(1)}
+
+    def infer(self, node: Node, in_types: list[TensorType | None]) -> list[TensorType]:
+        x = in_types[0]
+        if x is None or x.dtype != dt.FLOAT32 or x.quant is not None:
+            raise fail(node, "input must be a float32 tensor")
+        return [TensorType(dt.UINT8, x.shape), TensorType(dt.FLOAT32, ()),
+                TensorType(dt.UINT8, ())]
+
+
+@register
+class TorchGelu(OpDef):
+    """The erf form of GELU as PyTorch's exporter writes it (Div, Erf, Add, Mul, Mul), as one op
+    of the same float32 steps: d = x / divisor, e = float32(erf(float64(d))), a = e + one,
+    y = (x * a) * half (each step one IEEE float32 operation; erf as the reference's Erf). The
+    cpu backend's rewrite of the five ops (backends/cpu/torch_products) makes it."""
+
+    op_type = "TorchGelu"
+    domain = QUANT_DOMAIN
+    inputs = ("x",)
+    outputs = ("y",)
+    attrs = {"divisor": Attr("float", REQUIRED), "one": Attr("float", REQUIRED),
+             "half": Attr("float", REQUIRED)}
+
+    def infer(self, node: Node, in_types: list[TensorType | None]) -> list[TensorType]:
+        x = in_types[0]
+        if x is None or x.dtype != dt.FLOAT32 or x.quant is not None:
+            raise fail(node, "input must be a float32 tensor")
+        return [TensorType(dt.FLOAT32, x.shape)]
 
 
 @register

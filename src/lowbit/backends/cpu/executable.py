@@ -386,6 +386,18 @@ def _forget_shapes(graph: Graph, batch: str | None) -> None:
             v.type = TensorType(t.dtype, shape, t.quant)
 
 
+def rewrite_imported_products(graph: Graph) -> Graph:
+    """Other tools' dynamic products as the backend's own ops, exactly, here and in bundles:
+    PyTorch's dynamic Linears as imported (torch_products: TorchDynamicQuantize; its exporter's
+    erf-form GELU as TorchGelu), then every
+    MatMulInteger + Cast(float) of int8 weights (integer_products: DynamicMatMul; ONNX
+    Runtime's quantize_dynamic files and the PyTorch import's)."""
+    from lowbit.backends.cpu.integer_products import rewrite_integer_products
+    from lowbit.backends.cpu.torch_products import rewrite_torch_gelus, rewrite_torch_quantizers
+
+    return rewrite_integer_products(rewrite_torch_quantizers(rewrite_torch_gelus(graph)))
+
+
 def prepare_for_lowering(graph: Graph) -> Graph:
     """The graph (sizes set) as the code generator takes it, here and in bundles: shape
     computations over now-static sizes folded, and constants' Quantize/DequantizeLinear."""
@@ -430,14 +442,13 @@ def _name_batch(graph: Graph) -> Graph:
 def compile(graph: Graph, *, threads: int | None = None, isa: str | None = None,
             name: str | None = None) -> CpuExecutable:
     """Compile `graph` for the cpu backend (see the module docstring)."""
-    from lowbit.backends.cpu.integer_products import rewrite_integer_products
     from lowbit.backends.lowering import fold_quantized_constants, has_quantized_constants
 
     if any(v.type is None or v.type.shape is None for v in graph.inputs):
         raise UnsupportedError("the cpu backend needs typed inputs with known ranks")
     if has_quantized_constants(graph):
         graph = fold_quantized_constants(graph.copy())
-    graph = rewrite_integer_products(graph)  # ONNX Runtime's dynamic files
+    graph = rewrite_imported_products(graph)
     if any(n.op_type in ("QuantizeLinear", "DequantizeLinear") and
            all(v is None or v.is_constant for v in n.inputs) for n in graph.nodes):
         graph = _fold_dequantized_constants(graph.copy())  # before runtime_capable looks

@@ -32,7 +32,12 @@ from lowbit.backends.cpu.bundle import sources
 from lowbit.backends.cpu.bundle.targets import TARGETS, Target, host_target, library_files, target
 from lowbit.backends.cpu.codegen.lower import Lowering, batch_symbol, find_emitter
 from lowbit.backends.cpu.codegen.program import BATCH, Program
-from lowbit.backends.cpu.executable import _forget_shapes, _name_batch, prepare_for_lowering
+from lowbit.backends.cpu.executable import (
+    _forget_shapes,
+    _name_batch,
+    prepare_for_lowering,
+    rewrite_imported_products,
+)
 from lowbit.backends.reference.kernels import is_quantized
 from lowbit.errors import LowbitError, UnsupportedError
 from lowbit.ir.graph import CONSTANT, Graph
@@ -239,6 +244,7 @@ def export_bundle(graph: Graph, directory: str | os.PathLike, *, target: str | N
     graph, batch = fix_dims(graph, dict(dims or {}))
     if has_quantized_constants(graph):
         graph = fold_quantized_constants(graph.copy())
+    graph = rewrite_imported_products(graph)  # ONNX Runtime's and PyTorch's dynamic files
     missing = unsupported_ops(graph)
     if missing:
         raise BundleError(f"no bundle kernel implements {'; '.join(missing)}. Keep these ops in "

@@ -62,6 +62,7 @@ def find_emitter(node: Node) -> Emitter | None:
         ops_quant,
         ops_shape,
         ops_tensor,
+        ops_torch,
         ops_transformer,
     )
 

@@ -2,7 +2,8 @@
 (the C side is lb_rowops in lowbit_rt_tf.h).
 
 From a float value of rows of n columns, `row_chain` follows its users: Add of a constant
-vector or of a same-shaped tensor already computed, Mul by a constant vector, LayerNorm over
+vector or of a same-shaped tensor already computed, Mul by a constant vector, Add or Mul of a
+row vector already computed (ONNX Runtime's and PyTorch's run-time rescaling), LayerNorm over
 the last axis, Gelu continue the chain (one of them per value); DynamicQuantize over the last
 axis and Gather of constant columns end a branch; any other user, or a graph output, makes the
 value stored. Each fused node is computed as its own kernel would (the same IEEE steps in the
@@ -18,6 +19,7 @@ import numpy as np
 from lowbit.backends.cpu.codegen.lower import Lowering
 from lowbit.backends.cpu.codegen.program import Tensor, dim_c, numel
 from lowbit.backends.reference.kernels import is_quantized
+from lowbit.ir.attrs import FUSED_CLIP
 from lowbit.ir.graph import Node, Value
 from lowbit.numerics.dynamic_params import normalize_axes, qmax
 from lowbit.ops.registry import QUANT_DOMAIN
@@ -97,7 +99,8 @@ def epilogue_adds(lw: Lowering, value: Value, shape, limit: int) -> tuple[list, 
     while len(adds) < limit:
         user = lw.sole_user(cur)
         if user is None or user.op_type != "Add" or user.domain not in ("", "ai.onnx") or \
-                is_quantized(user) or not all(_float32(v) for v in (*user.inputs, user.outputs[0])):
+                FUSED_CLIP in user.attrs or is_quantized(user) or \
+                not all(_float32(v) for v in (*user.inputs, user.outputs[0])):
             break
         other = user.inputs[1] if user.inputs[0] is cur else user.inputs[0]
         if other is cur or lw.shape(user.outputs[0]) != tuple(shape):
@@ -127,7 +130,7 @@ def _gather_terminal(lw: Lowering, node: Node, cur: Value, rank: int) -> bool:
 
 
 def _continuing(lw: Lowering, node: Node, cur: Value, n) -> bool:
-    if node.domain not in ("", "ai.onnx") or is_quantized(node):
+    if node.domain not in ("", "ai.onnx") or is_quantized(node) or FUSED_CLIP in node.attrs:
         return False
     if not _float32(node.outputs[0]) or lw.shape(node.outputs[0]) != lw.shape(cur):
         return False
@@ -142,8 +145,21 @@ def _continuing(lw: Lowering, node: Node, cur: Value, n) -> bool:
                         for v in node.inputs[1:3]))
     if node.op_type in ("Mul", "Add") and len(node.inputs) == 2:
         other = node.inputs[1] if node.inputs[0] is cur else node.inputs[0]
-        return other is not cur and _row_vector(lw, other, n) is not None
+        if other is cur:
+            return False
+        return _row_vector(lw, other, n) is not None or _computed_row(lw, other, n) or \
+            (node.op_type == "Add" and _float32(other) and lw.available(other)
+             and same_rows(lw, other, lw.shape(cur)))
     return False
+
+
+def _computed_row(lw: Lowering, v: Value, n) -> bool:
+    """Whether `v` is a float32 row of n values computed already (a run-time scale vector,
+    shaped [n] or [1, ..., 1, n])."""
+    if v.is_constant or not _float32(v) or not lw.available(v) or not isinstance(n, int):
+        return False
+    shape = lw.shape(v)
+    return len(shape) >= 1 and shape[-1] == n and all(d == 1 for d in shape[:-1])
 
 
 def row_chain(lw: Lowering, start: Value, shape, chain: Chain | None = None) -> Chain:
@@ -225,8 +241,16 @@ def _emit_continuing(lw: Lowering, node: Node, cur: Value, chain: Chain, n) -> N
     else:
         other = node.inputs[1] if node.inputs[0] is cur else node.inputs[0]
         vec = _row_vector(lw, other, n)
-        chain.ops.append(RowOp("mul_vec" if node.op_type == "Mul" else "add_vec",
-                               a=lw.prog.data(vec)))
+        kind = "mul_vec" if node.op_type == "Mul" else "add_vec"
+        if vec is not None:
+            chain.ops.append(RowOp(kind, a=lw.prog.data(vec)))
+            return
+        t = lw.operand(other)
+        chain.reads.append(t)
+        if _computed_row(lw, other, n):  # a run-time row vector
+            chain.ops.append(RowOp(kind, a=f"(const float *){t.ptr}"))
+        else:  # Add of a same-shaped tensor (a residual)
+            chain.ops.append(RowOp("add_rows", a=f"(const float *){t.ptr}", ld=dim_c(n)))
 
 
 def reorder_for_fusion(nodes: list[Node], users) -> list[Node]:

@@ -61,6 +61,27 @@ typedef struct lb_dq_cols {
 
 LB_API void lb_dq_cols_run(const lb_ctx *ctx, const lb_dq_cols *p);
 
+/* PyTorch's dynamic activation quantization (lowbit TorchDynamicQuantize, rt_torchdq.c): one
+ * scale and zero point for all n values, chosen as fbgemm chooses them
+ * (lowbit/numerics/torch_params.py), and the uint8 codes. */
+typedef struct lb_torch_dq {
+    int64_t n;
+    const float *x;
+    uint8_t *q;
+    float *scale;  /* one value */
+    uint8_t *zero; /* one value */
+    int32_t qmax;  /* 127 (reduce_range) or 255 */
+} lb_torch_dq;
+
+LB_API void lb_torch_dq_run(const lb_ctx *ctx, const lb_torch_dq *p);
+/* fbgemm's scale (float32) and zero point (float64: an integer, or NaN) from the tensor's
+ * min and max (NaN for a tensor holding NaN; +inf and -inf for an empty one). */
+LB_API void lb_torch_dq_params(float lo, float hi, int32_t qmax, float *scale, double *zero);
+/* PyTorch's erf-form GELU (lowbit TorchGelu, rt_torchgelu.c): y = (x * (erf(x / divisor) +
+ * one)) * half, step by step in float32 (erf evaluated in double, as the Erf kernel). */
+LB_API void lb_torch_gelu(const lb_ctx *ctx, int64_t n, const float *x, float divisor, float one,
+                          float half, float *y);
+
 /* ---- dynamic products ------------------------------------------------------------------ *
  * lowbit DynamicMatMul: Y[m, n] from 8-bit codes A[m, k] (zero point za and scale sa per row
  * and group of K) and B[k, n] (zero point zb and scale sb per group and column):

@@ -1,6 +1,7 @@
 """Reference kernels of lowbit's dynamic-quantization ops (`lowbit.ops.dynamic`).
 
-DynamicQuantize computes `lowbit.numerics.dynamic_params` exactly, on float32(x / channel_scale)
+TorchDynamicQuantize computes `lowbit.numerics.torch_params` exactly. DynamicQuantize computes
+`lowbit.numerics.dynamic_params` exactly, on float32(x / channel_scale)
 when a channel scale is given. DynamicMatMul centres both
 operands on their zero points in int64, multiplies them exactly (`int_linear.matmul_exact`),
 checks the int32 bound, and dequantizes once:
@@ -24,13 +25,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from lowbit.backends.reference.floatmath import float_unary
 from lowbit.backends.reference.kernels import Inputs, integer_params, kernel, params
 from lowbit.backends.reference.kernels.int_linear import matmul_exact, weight_sums
+from lowbit.backends.reference.special import erf
 from lowbit.errors import KernelError
 from lowbit.ir.graph import Node
 from lowbit.numerics import arith
 from lowbit.numerics.dynamic_params import dequantize_groups, dynamic_params, split_groups
 from lowbit.numerics.fixed_point import INT32_MAX, INT32_MIN
+from lowbit.numerics.torch_params import torch_dynamic_quantize
 from lowbit.ops.product import product_of
 from lowbit.ops.registry import QUANT_DOMAIN
 
@@ -44,6 +48,22 @@ def dynamic_quantize(node, inputs):
                                     bool(node.attrs.get("reduce_range", 0)),
                                     node.attrs.get("group_size", 0))
     return [q, scale, zero]
+
+
+@kernel("TorchDynamicQuantize", QUANT_DOMAIN)
+def torch_dynamic_quantize_kernel(node, inputs):
+    q, scale, zero = torch_dynamic_quantize(inputs[0], bool(node.attrs.get("reduce_range", 1)))
+    return [q, np.asarray(scale, np.float32), np.asarray(zero, np.uint8)]
+
+
+@kernel("TorchGelu", QUANT_DOMAIN)
+def torch_gelu_kernel(node, inputs):
+    """The five ops' steps (lowbit.ops.dynamic.TorchGelu), erf as the reference's Erf."""
+    f = np.float32
+    x = np.asarray(inputs[0], np.float32)
+    with np.errstate(all="ignore"):
+        e = float_unary(erf)(x / f(node.attrs["divisor"]))
+        return [((x * (e + f(node.attrs["one"]))) * f(node.attrs["half"])).astype(np.float32)]
 
 
 @dataclass(frozen=True, eq=False)
