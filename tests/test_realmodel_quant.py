@@ -1,7 +1,7 @@
-"""Static int8 quantization of real models with default settings: MNISTNet keeps its accuracy,
-computes in integers only, and its QDQ / QOperator exports run in ONNX Runtime with the same
-integer results; EfficientNet-Lite0 keeps its top-1 on real photos; MiniLM keeps its embeddings
-and its scores on human-labelled text."""
+"""Static int8 quantization of MNISTNet with default settings: it keeps its accuracy, computes
+in integers only, its entropy calibration does not depend on the histogram resolution, and its
+QDQ / QOperator exports run in ONNX Runtime with the same integer results.
+(EfficientNet-Lite0: test_realmodel_efficientnet.py; MiniLM: test_realmodel_minilm.py.)"""
 
 from __future__ import annotations
 
@@ -9,28 +9,13 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from params_check import check_dump_matches_kernels
-from test_realmodel_dynamic import TEXTS, _embed_each
+from quant_checks import assert_within_5_percent, entropy_widths, int8_codes
 
 import lowbit
 from lowbit.backends.reference.interpreter import Interpreter
-from lowbit.ir import dtypes
-from lowbit.quant import calibration, schemes
-from lowbit.quant.config import DEFAULT_SCHEME, NodeSettings, QuantConfig
-from lowbit.quant.observers import StatsObserver
+from lowbit.quant.config import NodeSettings, QuantConfig
 from lowbit.quant.static import quantize
-from realmodels import (
-    MINILM_CALIBRATION_TEXTS,
-    efficientnet,
-    lee_documents,
-    lee_pearson,
-    load_photos,
-    minilm,
-    minilm_tokens,
-    mnistnet,
-    polarity_probe,
-    polarity_sentences,
-)
+from realmodels import mnistnet
 
 pytestmark = pytest.mark.realmodel
 
@@ -84,38 +69,6 @@ def test_accuracy_drop_is_at_most_a_tenth_of_a_point(digits, quantized, float_ac
     assert {r.mode for r in result.summary.rows} == {"int8"}
 
 
-ENTROPY_BINS = (1024, 2048, 4096, 8192)
-
-
-def entropy_widths(graph, prof) -> dict[str, list[float]]:
-    """Width of the range entropy calibration picks for each activation (on the default scheme's
-    grid) from histograms of 1024 to 8192 bins. The coarser histograms come from the profile's
-    8192-bin ones merged into fewer bins, which equals observing with fewer bins (exact, see
-    tests/quant/test_observers.py)."""
-    constants = {n.output.name for n in graph.constants()}
-    widths = {}
-    for name, stats in prof.stats.items():
-        if name in constants or stats.min is None or stats.min == stats.max:
-            continue
-        assert stats.bins == ENTROPY_BINS[-1]
-        nonnegative = stats.min >= 0
-        storage = schemes.storage_dtype(DEFAULT_SCHEME, dtypes.INT8, nonnegative)
-        symmetric, steps = schemes.calibration_grid(DEFAULT_SCHEME, storage, nonnegative)
-        widths[name] = []
-        for bins in ENTROPY_BINS:
-            coarse = StatsObserver(name, bins)
-            coarse.merge(stats)
-            lo, hi = calibration.entropy(coarse, steps=steps, symmetric=symmetric)
-            widths[name].append(hi - lo)
-    return widths
-
-
-def assert_within_5_percent(widths: dict[str, list[float]]) -> None:
-    spread = {name: (max(w) - min(w)) / max(w) for name, w in widths.items()}
-    worst = max(spread, key=spread.get)
-    assert spread[worst] <= 0.05, (worst, widths[worst])
-
-
 def test_mnistnet_entropy_calibration_keeps_accuracy_at_any_resolution(digits, mnist_profile,
                                                                       float_accuracy):
     """Entropy (KL) calibration on MNISTNet: every activation's range agrees within 5 % from
@@ -131,13 +84,6 @@ def test_mnistnet_entropy_calibration_keeps_accuracy_at_any_resolution(digits, m
     result = quantize(graph, prof, config, assert_all_quantized=True)
     int_acc = accuracy(result.graph, digits)
     assert int_acc >= float_accuracy - 0.001, (float_accuracy, int_acc)
-
-
-def int8_codes(stored: np.ndarray) -> np.ndarray:
-    """lowbit's int8 codes of an exported activation: the exports store int8 activations as
-    uint8, code + 128 with zero point + 128 (ONNX Runtime's fast kernels take uint8 x int8)."""
-    assert stored.dtype == np.uint8
-    return stored.astype(np.int64) - 128
 
 
 @pytest.mark.parametrize("form", ["qdq", "qoperator"])
@@ -172,212 +118,3 @@ def test_exports_agree_with_onnxruntime(digits, quantized, tmp_path, form):
     # measured: never more than 1 code apart; 0.002 % (first conv) to 0.28 % (hidden layer)
     # of the codes differ by one
     assert (logits.argmax(1) == theirs["logits"].argmax(1)).mean() >= 0.998
-
-
-@pytest.fixture(scope="module")
-def efficientnet_profile():
-    """(photos, EfficientNet-Lite0, its profile on every third photo)."""
-    photos = load_photos()
-    graph = lowbit.load(efficientnet(True))
-    calib = [{"input": photos[i:i + 1]} for i in range(0, len(photos), 3)]
-    return photos, graph, lowbit.profile(graph, calib, progress=False)
-
-
-@pytest.fixture(scope="module")
-def efficientnet_int8(efficientnet_profile):
-    """(photos, EfficientNet-Lite0, its quantization with default settings calibrated on every
-    third photo)."""
-    photos, graph, prof = efficientnet_profile
-    return photos, graph, quantize(graph, prof, assert_all_quantized=True)
-
-
-def cpu_logits(graph, photos) -> np.ndarray:
-    """The logits of every photo (one a call), float64, from the compiled cpu backend: bit-exact
-    with the reference interpreter on quantized models and within 1e-5 on float ones
-    (tests/backends/cpu), and far faster on EfficientNet-Lite0's 87 photos: the top-1 test
-    took 284 s with the reference for both models, 4 s now plus 18 s for the float logits
-    (shared machine, load 9-13)."""
-    run = lowbit.compile(graph, "cpu")
-    return np.concatenate([run({"input": p[None]})["logits"] for p in photos]).astype(np.float64)
-
-
-@pytest.fixture(scope="module")
-def efficientnet_float_logits(efficientnet_profile):
-    """The float model's logits on every photo (cpu backend, checked against the reference on
-    one photo)."""
-    photos, graph, _ = efficientnet_profile
-    logits = cpu_logits(graph, photos)
-    reference = lowbit.run(graph, {"input": photos[:1]})["logits"]
-    np.testing.assert_allclose(logits[:1], reference, rtol=1e-5,
-                               atol=1e-5 * float(np.abs(reference).max()))
-    return logits
-
-
-def test_efficientnet_lite0_entropy_ranges_do_not_depend_on_resolution(efficientnet_profile):
-    """Entropy calibration picks every activation's range within 5 % from 1024 to 8192 bins
-    (measured: at most 1.6 % apart, getitem_60)."""
-    _, graph, prof = efficientnet_profile
-    widths = entropy_widths(graph, prof)
-    assert len(widths) >= 60, len(widths)
-    assert_within_5_percent(widths)
-
-
-def test_efficientnet_lite0_keeps_top1_on_real_photos(efficientnet_int8,
-                                                     efficientnet_float_logits):
-    """EfficientNet-Lite0 with default settings, calibrated on every third photo: the depthwise
-    convolutions with all-zero and 1e-9-wide weight channels that wreck per-tensor int8 get their
-    own valid scales, every node computes in int8, weights are rounded so that their errors
-    cancel (GPTQ; exhaustively for the 3x3 depthwise kernels), bias correction removes the mean
-    error left, and the logits stay close to float. Top-1 agreement over all 87 photos is mostly
-    decided by the 13 photos whose float top-1/top-2 margin is below 0.2 logits (flips there
-    follow the noise's sign); on the photos the float model decides clearly it is exact.
-    Measured: logits SQNR 23.9 dB, agreement 95.4 % overall (94.8 % on the held-out photos, 94.1 %
-    expected from the margins' error) and 100 % with margin >= 0.2; nearest rounding 21.9 dB,
-    88.5 % and 98.6 %; ONNX Runtime's per-channel QDQ 16.0 dB, 83.9 % and 89.2 %
-    (benchmarks/static_vs_onnxruntime.py, benchmarks/efficientnet_precision.py)."""
-    photos, _, result = efficientnet_int8
-    assert {r.mode for r in result.summary.rows} == {"int8"}
-    assert sum("bias-corrected" in r.detail for r in result.summary.rows) == 50  # 49 Conv, Gemm
-    assert sum("GPTQ rounding" in r.detail for r in result.summary.rows) == 50
-    ref = efficientnet_float_logits
-    got = cpu_logits(result.graph, photos)
-    # the cpu backend is bit-exact with the reference interpreter on the quantized model
-    np.testing.assert_array_equal(got[:1], lowbit.run(result.graph, {"input": photos[:1]})[
-        "logits"].astype(np.float64))
-    top2 = np.sort(ref, axis=1)[:, -2:]
-    decisive = top2[:, 1] - top2[:, 0] >= 0.2
-    agree = got.argmax(1) == ref.argmax(1)
-    sqnr = 10 * np.log10((ref ** 2).sum() / ((got - ref) ** 2).sum())
-    assert len(photos) >= 80 and decisive.sum() >= 70
-    assert sqnr >= 23.0, sqnr
-    assert agree[decisive].mean() >= 0.98, agree[decisive].mean()
-    assert agree.mean() >= 0.9, agree.mean()
-
-
-def test_efficientnet_lite0_dump_prints_the_kernels_parameters(efficientnet_int8, monkeypatch):
-    """On every quantized node of EfficientNet-Lite0 (49 convolutions, the classifier, the
-    residual Adds, the global average), `lowbit dump` prints the parameters the reference
-    kernel computed with, number by number."""
-    photos, _, result = efficientnet_int8
-    compared = check_dump_matches_kernels(result.graph, {"input": photos[1:2]}, monkeypatch)
-    assert compared.get("Conv") == 49 and sum(compared.values()) > 49, compared
-
-
-def test_efficientnet_lite0_sensitivity_config_keeps_the_first_block_in_int16(
-        efficientnet_profile, efficientnet_float_logits):
-    """lowbit.sensitivity ranks EfficientNet-Lite0's 60 integer layers on 8 held-out photos
-    (calibrated on every third photo); the config it writes with the 3 most sensitive in int16
-    (W16A16) lifts the logits SQNR and the top-1 agreement over all photos. Measured (figures of
-    benchmarks/sensitivity_real_models.py): the stem conv, the first depthwise conv and
-    node_Conv_801 rank first; 23.9 -> 27.2 dB, 95.4 % -> 96.6 %."""
-    photos, graph, prof = efficientnet_profile
-    calib = np.arange(0, len(photos), 3)
-    ranking = np.setdiff1d(np.arange(len(photos)), calib)[::7][:8]
-    ranked = lowbit.sensitivity(graph, [{"input": photos[i:i + 1]} for i in ranking],
-                                profile=prof, progress=False)
-    assert len(ranked.layers) == 60
-    first_block = {"node_Conv_877", "node_Conv_878"}  # stem and first depthwise conv
-    assert first_block <= {s.name for s in ranked.layers[:3]}
-    ref = efficientnet_float_logits
-    results = {}
-    for top in (0, 3):
-        got = cpu_logits(quantize(graph, prof, ranked.config(top)).graph, photos)
-        results[top] = ((got.argmax(1) == ref.argmax(1)).mean(),
-                        10 * np.log10((ref ** 2).sum() / ((got - ref) ** 2).sum()))
-    assert results[3][1] > results[0][1] + 2.5, results
-    assert results[3][0] >= 0.95, results
-
-
-@pytest.fixture(scope="module")
-def minilm_static():
-    """MiniLM and its static quantization with default settings, calibrated on 24 texts."""
-    graph = lowbit.load(minilm("eager", "dynamo"))
-    calib = [minilm_tokens([t]) for t in MINILM_CALIBRATION_TEXTS]
-    return graph, quantize(graph, lowbit.profile(graph, calib, progress=False))
-
-
-def test_minilm_static_defaults_keep_embeddings(tmp_path, minilm_static):
-    """MiniLM statically quantized with default settings, as a new user would (calibrated on 24
-    short and long texts): all 36 Linear layers and 12 attention products compute in int8;
-    the residual Adds and bias Adds before the LayerNorms stay float (only float nodes read
-    them), the products before them return float from their accumulators, the products
-    reading a LayerNorm are smoothed, the products before an integer bias Add and the GELUs'
-    inputs keep int16 results. Measured embedding cosines to float: 0.986 ("Ok"), 0.984,
-    0.996, 0.995 (with int16_before_bias and int16_before_table off: 0.978, 0.971, 0.993,
-    0.989; every node in integers: 0.62-0.85; ONNX Runtime's quantize_static per channel: 0.75
-    mean on single words, benchmarks/static_vs_onnxruntime.py).
-
-    ONNX Runtime runs the QDQ export; its float requantization rounds a few codes the other way
-    (0.04-0.4 % of the first layer's codes, one code apart), and 8-bit attention amplifies such
-    one-code differences over six layers (the last layers agree on about half their codes, the
-    embeddings to 0.98), so agreement is checked where the two start from the same inputs:
-    every int8 value of the first attention block within one code."""
-    graph, result = minilm_static
-    rows = result.summary.rows
-    products = [r for r in rows if r.op_type == "MatMul"]
-    assert len(products) == 48 and all(r.mode == "int8" for r in products)
-    assert sum("smoothed" in r.detail for r in products) == 24  # Q, K, V, FFN up
-    # int16_before_bias: Q, K, V and FFN up round once, after their bias Adds
-    assert sum("int16 result (its only reader adds a constant bias" in r.detail
-               for r in products) == 24
-    # int16_before_table: the six GELU inputs (FFN up + bias) are int16, 65536-entry tables
-    assert sum(r.mode == "int16" and "only lookup tables read it" in r.detail
-               for r in rows) == 6
-    kept = [r for r in rows if r.op_type == "Add" and r.mode == "float"]
-    assert len(kept) >= 24 and all("only float nodes read its result" in r.detail
-                                   for r in kept)
-    ref = _embed_each(lambda e: lowbit.run(graph, e)["last_hidden_state"], TEXTS)
-    got = _embed_each(lambda e: lowbit.run(result.graph, e)["last_hidden_state"], TEXTS)
-    cos = (ref * got).sum(1)
-    assert cos.min() >= 0.975 and cos.mean() >= 0.985, cos
-
-    lowbit.save(result.graph, tmp_path / "q.onnx", format="qdq")
-    enc = minilm_tokens([TEXTS[1]])
-    ours = {}
-
-    def keep(node, outputs):
-        for v, a in zip(node.outputs, outputs, strict=False):
-            ours[v.name] = np.asarray(a)
-
-    Interpreter(result.graph, [keep])(enc)
-    model = onnx.load(tmp_path / "q.onnx")
-    first_block = []
-    for node in model.graph.node:
-        if node.op_type == "LayerNormalization" and first_block:
-            break  # the first attention block ends at its residual LayerNorm
-        first_block += [o for o in node.output if o in ours and ours[o].dtype == np.int8]
-    assert len(first_block) >= 12
-    model.graph.output.extend(onnx.helper.make_empty_tensor_value_info(n) for n in first_block)
-    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    names = [i.name for i in session.get_inputs()]
-    theirs = session.run(first_block, {k: enc[k] for k in names})
-    for name, values in zip(first_block, theirs, strict=True):
-        diff = np.abs(int8_codes(values) - ours[name].astype(np.int64))
-        assert diff.max() <= 1 and (diff == 0).mean() >= 0.95, (name, (diff == 0).mean())
-
-
-def test_minilm_static_defaults_keep_scores_on_human_labels(minilm_static):
-    """What the embeddings are for, on real human labels (gensim's test data): the Lee
-    documents' similarities against human judgements (float Pearson r 0.656, ../shared/EVAL.md)
-    and a sentiment probe trained on the float embeddings of 200 labelled sentences, applied to
-    the quantized model's (10-fold). Measured: r 0.663 against 0.656, probe 74.0 % against
-    74.5 % (one sentence); ONNX Runtime's quantize_static per channel loses 0.058 and 3 points
-    (benchmarks/static_vs_onnxruntime.py)."""
-    graph, result = minilm_static
-    docs, sims = lee_documents()
-    sentences, labels = polarity_sentences()
-
-    def float_model(e):
-        return lowbit.run(graph, e)["last_hidden_state"]
-
-    def int8_model(e):
-        return lowbit.run(result.graph, e)["last_hidden_state"]
-
-    float_r = lee_pearson(_embed_each(float_model, docs), sims)
-    assert abs(float_r - 0.656) < 0.005, float_r
-    assert abs(lee_pearson(_embed_each(int8_model, docs), sims) - float_r) <= 0.02
-    ref = _embed_each(float_model, sentences)
-    float_acc = polarity_probe(ref, ref, labels)
-    int8_acc = polarity_probe(ref, _embed_each(int8_model, sentences), labels)
-    assert float_acc >= 0.7, float_acc
-    assert int8_acc >= float_acc - 0.015, (float_acc, int8_acc)  # at most 3 sentences

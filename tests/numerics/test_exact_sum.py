@@ -131,3 +131,25 @@ def test_grid_sum_of_the_smallest_and_largest_floats():
         g.add(np.array([value, -value]))
         g.add(np.array([value, 0.0]))
         assert g.value().tolist() == [2 * value if value < 1e308 else np.inf, -value]
+
+
+def test_grid_sum_of_many_elements_equals_its_parts():
+    """GridSum.add converts GRID_BLOCK elements at a time: an array spanning several blocks
+    gets the limbs that separate sums of its pieces get (each piece holds the largest value,
+    so every sum has the same top window)."""
+    from lowbit.numerics.exact_sum import GRID_BLOCK
+
+    rng = np.random.default_rng(5)
+    size = 2 * GRID_BLOCK + 37
+    parts = _parts(rng, 4, (size,), 40)
+    for p in parts:
+        p[[0, GRID_BLOCK, 2 * GRID_BLOCK]] = 2.0 ** 45
+    whole = GridSum((size,))
+    pieces = [GridSum((n,)) for n in (GRID_BLOCK, GRID_BLOCK, 37)]
+    for p in parts:
+        whole.add(p)
+        for s, chunk in zip(pieces, np.split(p, [GRID_BLOCK, 2 * GRID_BLOCK]), strict=True):
+            s.add(chunk)
+    assert all(s.top == whole.top for s in pieces)
+    assert np.array_equal(whole.limbs, np.concatenate([s.limbs for s in pieces], axis=1))
+    assert np.array_equal(whole.value(), np.concatenate([s.value() for s in pieces]))

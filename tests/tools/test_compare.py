@@ -25,6 +25,15 @@ def mnist(mnist_profiled):
     return graph, prof, [{"input": x[i:i + 20]} for i in range(200, 260, 20)]
 
 
+@pytest.fixture(scope="module")
+def compared(mnist):
+    """MNISTNet quantized with the defaults, and lowbit.compare of it against the float model
+    on the three batches (read, never changed, by the tests that use it)."""
+    graph, prof, data = mnist
+    q = lowbit.quantize(graph, prof)
+    return q, lowbit.compare(graph, q, data)
+
+
 def _values(graph, batch):
     store = {}
 
@@ -44,16 +53,16 @@ def test_identical_graphs_are_lossless(mnist):
                and s.own_sqnr == math.inf for s in result.layers)
 
 
-def test_numbers_equal_numpy(mnist):
-    graph, prof, data = mnist
-    q = lowbit.quantize(graph, prof)
-    result = lowbit.compare(graph, q, data)
+def test_numbers_equal_numpy(mnist, compared):
+    graph, _, data = mnist
+    q, result = compared
     by_name = {s.name: s for s in result.layers}
     assert result.worst_first()[0].sqnr == min(s.sqnr for s in result.layers)
+    runs = [(_values(graph, batch), _values(q, batch)) for batch in data]  # once per batch
     for name, layer in by_name.items():
         f_all, q_all, codes_all = [], [], []
-        for batch in data:
-            fv, qv = _values(graph, batch)[name][1], _values(q, batch)[name]
+        for float_values, quantized_values in runs:
+            fv, qv = float_values[name][1], quantized_values[name]
             value, codes = qv
             qp = value.type.quant
             f_all.append(fv.astype(np.float64).ravel())
@@ -106,14 +115,13 @@ def test_the_one_int8_layer_among_int16_stands_out(mnist):
     assert products and min(s.own_sqnr for s in products) > result.layers[at].own_sqnr + 8
 
 
-def test_own_error_is_the_layer_run_on_the_float_models_values(mnist):
+def test_own_error_is_the_layer_run_on_the_float_models_values(mnist, compared):
     """A layer's own error equals its node run on the float model's input value, quantized to
     the input's type."""
     from lowbit.numerics import arith
 
-    graph, prof, data = mnist
-    q = lowbit.quantize(graph, prof)
-    result = lowbit.compare(graph, q, data)
+    graph, _, data = mnist
+    q, result = compared
     alone = q.copy()  # the conv reads a new input instead of the layers before it
     conv = next(n for n in alone.nodes
                 if n.op_type == "Conv" and n.name.endswith("features.3/Conv"))
@@ -122,9 +130,10 @@ def test_own_error_is_the_layer_run_on_the_float_models_values(mnist):
     alone.outputs.append(conv.outputs[0])
     signal = noise = 0.0
     for batch in data:
-        f_x = _values(graph, batch)[x.name][1]
+        float_values = _values(graph, batch)
+        f_x = float_values[x.name][1]
         got = lowbit.run(alone, {**batch, "x_alone": arith.quantize(f_x, x.type)})
-        f = _values(graph, batch)[conv.outputs[0].name][1].astype(np.float64)
+        f = float_values[conv.outputs[0].name][1].astype(np.float64)
         d = arith.dequantize(got[conv.outputs[0].name], conv.outputs[0].type) - f
         signal += float((f * f).sum())
         noise += float((d * d).sum())

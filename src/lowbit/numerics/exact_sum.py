@@ -34,6 +34,8 @@ import numpy as np
 WINDOW = 32
 LIMBS = 3
 MAX_ADDS = 1 << 31
+GRID_BLOCK = 1 << 14
+"""Elements `GridSum.add` converts at a time (its float64 temporaries: 128 KiB each)."""
 
 
 NONE = np.iinfo(np.int64).min // 2
@@ -161,7 +163,7 @@ class GridSum:
         x = np.asarray(values)
         if x.shape != self.shape:
             raise ValueError(f"adding shape {x.shape} to a sum of shape {self.shape}")
-        largest = float(np.max(np.abs(x))) if x.size else 0.0
+        largest = max(float(x.max()), -float(x.min())) if x.size else 0.0
         if not math.isfinite(largest):
             raise ValueError("an exact sum takes finite values only")
         self._count(1)
@@ -172,17 +174,27 @@ class GridSum:
         # limb is y's integer part (truncated toward zero), and the fraction left, scaled by
         # 2**W (exact), gives the next: the windows of |x|, signed like x, the bits below the
         # lowest window dropped. Scalings by 2**k stay exact: float64 keeps subnormals and no
-        # window below 2**-1074 is ever kept for a value that has one.
+        # window below 2**-1074 is ever kept for a value that has one. Done `GRID_BLOCK`
+        # elements at a time, so that the temporaries stay in the cache.
         scale = -self.top * WINDOW  # in two steps: 2**scale alone may overflow
-        y = x.astype(np.float64) * math.ldexp(1.0, scale // 2)
-        y *= math.ldexp(1.0, scale - scale // 2)
-        part = np.empty(y.shape, np.int64)
-        for j in range(LIMBS - 1, -1, -1):
-            np.trunc(y, out=part, casting="unsafe")
-            self.limbs[j] += part
-            if j:
-                y -= part
-                y *= float(1 << WINDOW)
+        first, second = math.ldexp(1.0, scale // 2), math.ldexp(1.0, scale - scale // 2)
+        flat = x.reshape(-1)
+        self.limbs = np.ascontiguousarray(self.limbs)
+        limbs = self.limbs.reshape(LIMBS, -1)  # a view
+        size = min(GRID_BLOCK, flat.size)
+        y_all, whole_all, part_all = np.empty(size), np.empty(size), np.empty(size, np.int64)
+        for start in range(0, flat.size, GRID_BLOCK):
+            stop = min(start + GRID_BLOCK, flat.size)
+            y, whole, part = (a[:stop - start] for a in (y_all, whole_all, part_all))
+            np.multiply(flat[start:stop], first, out=y, dtype=np.float64)
+            y *= second
+            for j in range(LIMBS - 1, -1, -1):
+                np.trunc(y, out=whole)
+                part[...] = whole
+                limbs[j, start:stop] += part
+                if j:
+                    y -= whole
+                    y *= float(1 << WINDOW)
 
     def merge(self, other: GridSum) -> None:
         """Add another sum of the same shape (exact: as if its values were added here)."""

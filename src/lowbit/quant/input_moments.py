@@ -27,6 +27,7 @@ profiled in shards merge into one pass's bit for bit).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 
 import numpy as np
@@ -44,33 +45,46 @@ products with longer rows round their weights to nearest."""
 
 
 class InputMoments:
-    """S and count (module docstring) of one product node, accumulated over batches."""
+    """S and count (module docstring) of one product node, accumulated over batches.
 
-    def __init__(self, node: str, second: np.ndarray, count: int,
-                 exact: GridSum | None = None) -> None:
+    S is symmetric; while profiling only its upper triangle (row-major, diagonal included: the
+    part a saved profile keeps) is summed, and `second` mirrors it."""
+
+    def __init__(self, node: str, second: np.ndarray | None, count: int,
+                 exact: GridSum | None = None, shape: tuple[int, int] | None = None) -> None:
         self.node = node
         self._second: np.ndarray | None = second
         self._exact = exact
-        """S as an order-independent exact sum while profiling (`exact_sum.GridSum`), so
-        that moments taken in shards and merged in any order equal one pass's bit for bit;
-        None for moments read from a file (then they add in float64)."""
+        """S's upper triangle [G, K (K + 1) / 2] as an order-independent exact sum while
+        profiling (`exact_sum.GridSum`), so that moments taken in shards and merged in any
+        order equal one pass's bit for bit; None for moments read from a file (then they add
+        in float64)."""
+        if shape is None:
+            assert second is not None
+            shape = (int(second.shape[0]), int(second.shape[1]))
+        self.shape = shape
+        """(G, K)."""
         self.count = count
 
     @classmethod
     def empty(cls, node: str, groups: int, size: int) -> InputMoments:
-        return cls(node, np.zeros((groups, size, size)), 0, GridSum((groups, size, size)))
+        return cls(node, None, 0, GridSum((groups, size * (size + 1) // 2)), (groups, size))
 
     @property
     def second(self) -> np.ndarray:
         """S: float64 [G, K, K]."""
         if self._second is None:
             assert self._exact is not None
-            self._second = self._exact.value()
+            self._second = unpack_upper(self._exact.value(), self.size)
         return self._second
 
     def _add(self, second: np.ndarray) -> None:
-        if self._exact is not None and np.all(np.isfinite(second)):
-            self._exact.add(second)
+        upper = None
+        if self._exact is not None:
+            upper = second.reshape(self.groups, -1)[:, upper_flat(self.size)]
+        if upper is not None and np.all(np.isfinite(upper)):
+            assert self._exact is not None
+            self._exact.add(upper)
             self._second = None
         else:
             self._second = self.second + second
@@ -78,11 +92,11 @@ class InputMoments:
 
     @property
     def groups(self) -> int:
-        return int(self.second.shape[0])
+        return self.shape[0]
 
     @property
     def size(self) -> int:
-        return int(self.second.shape[1])
+        return self.shape[1]
 
     def observe(self, vectors: np.ndarray) -> None:
         """Add input vectors given as [G, K, P] (P vectors per group; any layout)."""
@@ -90,7 +104,7 @@ class InputMoments:
         self.count += int(vectors.shape[2])
 
     def merge(self, other: InputMoments) -> None:
-        if other.second.shape != self.second.shape:
+        if other.shape != self.shape:
             raise ValueError(f"input moments of '{self.node}' have shape "
                              f"{self.second.shape} and {other.second.shape}")
         if self._exact is not None and other._exact is not None:
@@ -103,8 +117,9 @@ class InputMoments:
 
     def copy(self, node: str | None = None) -> InputMoments:
         """A copy (for `node`, default the same), exact sums included."""
-        return InputMoments(self.node if node is None else node, self.second.copy(), self.count,
-                            None if self._exact is None else self._exact.copy())
+        return InputMoments(self.node if node is None else node,
+                            None if self._second is None else self._second.copy(), self.count,
+                            None if self._exact is None else self._exact.copy(), self.shape)
 
     def correlation(self) -> np.ndarray:
         """H = E[x x^T], float64 [G, K, K] (zeros before any vector was seen)."""
@@ -116,6 +131,26 @@ class InputMoments:
         f = np.asarray(factors, np.float64)
         f = f.reshape(1, -1) if f.ndim == 1 else f
         return InputMoments(self.node, self.second * f[:, :, None] * f[:, None, :], self.count)
+
+
+@functools.lru_cache(maxsize=16)
+def upper_flat(size: int) -> np.ndarray:
+    """Flat indices (row * size + column) of a size x size matrix's upper triangle, row-major,
+    diagonal included (`np.triu_indices` order; read-only)."""
+    rows, cols = np.triu_indices(size)
+    flat = rows * size + cols
+    flat.setflags(write=False)
+    return flat
+
+
+def unpack_upper(upper: np.ndarray, size: int) -> np.ndarray:
+    """The symmetric [G, size, size] float64 matrices whose upper triangles are `upper`
+    [G, size (size + 1) / 2] (`upper_flat` order)."""
+    rows, cols = np.triu_indices(size)
+    out = np.zeros((upper.shape[0], size, size))
+    out[:, rows, cols] = upper
+    out[:, cols, rows] = upper
+    return out
 
 
 def moments_problem(node: Node) -> str | None:

@@ -1,19 +1,19 @@
 """Random dynamic quantizations, dynamic products (grouped, per row, per head, per tensor; int8
-and uint8 weights with zero points; run-time operands as in attention) and the float ops of
-transformer encoders on the cpu backend, against the reference interpreter bit for bit, on
-every ISA path."""
+and uint8 weights with zero points; run-time operands as in attention), the float ops of
+transformer encoders and float products of activations on the cpu backend, against the
+reference interpreter bit for bit, on every ISA path."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 from cpu_kernels import ISAS
-from transformer_graphs import dynamic_product_case, float_case, graph_of_cases
+from transformer_graphs import dynamic_product_case, float_case, float_matmul_case, graph_of_cases
 
 import lowbit
 from lowbit.backends import cpu
 
-CASES = {"dynamic": dynamic_product_case, "float": float_case}
+CASES = {"dynamic": dynamic_product_case, "float": float_case, "matmul": float_matmul_case}
 
 
 @pytest.mark.parametrize("seed", range(4))

@@ -175,6 +175,19 @@ def float_case(g: Graph, rng, feeds: dict, tag: str) -> Value:
     return node_outputs(g, "Gather", [table, ids], {"axis": 0})[0]
 
 
+def float_matmul_case(g: Graph, rng, feeds: dict, tag: str) -> Value:
+    """A float MatMul of two activations (attention's products in a file quantized by ONNX
+    Runtime): odd M, N and K, a batch of 1 to 3 matrices, B shared by the batch now and then."""
+    m, k, n = (int(v) for v in rng.integers(1, 40, 3))
+    if rng.random() < 0.3:
+        m, n = m + 96, n + 100
+    lead = [int(rng.integers(1, 4))] if rng.random() < 0.8 else []
+    a = float_input(g, rng, feeds, tag, (*lead, m, k))
+    b_lead = [1] if lead and rng.random() < 0.3 else lead
+    b = float_input(g, rng, feeds, tag + "b", (*b_lead, k, n))
+    return node_outputs(g, "MatMul", [a, b])[0]
+
+
 def graph_of_cases(seed: int, count: int, case) -> tuple[Graph, dict]:
     """A graph of `count` independent cases drawn by `case(g, rng, feeds, tag)`."""
     rng = np.random.default_rng(seed)

@@ -208,30 +208,56 @@ void lb_dmm_pack_run_one(const lb_dmm_pack *p, uint8_t *base, lb_dmm_b *d, int64
     int32_t *zero = (int32_t *)((uint8_t *)corr + lb_align64(nblocks * G * 16 * 4));
     const uint8_t *src = (const uint8_t *)p->src + b * p->s_batch;
     const int flip = !p->signed_codes;
+    const uint8_t fl = flip ? 0x80 : 0;
     memset(base, 0, (size_t)lb_dmm_pack_bytes(n, k, p->group));
-    for (int64_t nn = 0; nn < n; nn++) {
-        int8_t *col = data + (nn / 16) * k4 * 64 + (nn % 16) * 4;
-        for (int64_t kk = 0; kk < k; kk++) {
-            uint8_t raw = src[kk * p->s_k + nn * p->s_n];
-            col[(kk / 4) * 64 + kk % 4] = flip ? (int8_t)(raw ^ 0x80) : (int8_t)raw;
-        }
-        int64_t blk = (nn / 16) * G * 16 + nn % 16;
-        int64_t total = 0;
+    /* per block of 16 columns and group of K: the codes (one pass over the source, in K
+     * order), then the group's column sums */
+    for (int64_t nb = 0; nb < nblocks; nb++) {
+        int8_t *blk = data + nb * k4 * 64;
+        const int64_t n0 = nb * 16, nc = LB_MIN(16, n - n0);
+        int32_t total[16] = {0};
         for (int64_t jj = 0; jj < G; jj++) {
-            int64_t at = b * p->p_batch + jj * p->p_group + nn * p->p_n;
-            int32_t zb = flip ? (int32_t)((const uint8_t *)p->zero)[at] - 128
-                              : (int32_t)((const int8_t *)p->zero)[at];
-            int32_t cs = 0, len = (int32_t)(LB_MIN(k, (jj + 1) * g) - jj * g);
-            for (int64_t kk = jj * g; kk < jj * g + len; kk++)
-                cs += col[(kk / 4) * 64 + kk % 4];
-            total += cs;
-            scale[blk + jj * 16] = p->scale[at];
-            if (p->group > 0)
-                corr[blk + jj * 16] = (int32_t)((uint32_t)(uint16_t)(int16_t)(cs - len * zb) |
-                                                ((uint32_t)(uint16_t)(int16_t)zb << 16));
-            else {
-                corr[blk] = (int32_t)total;
-                zero[nn] = zb;
+            int32_t cs[16] = {0};
+            const int64_t kb = jj * g, ke = LB_MIN(k, kb + g);
+            int64_t kk = kb;
+            if (p->s_k == 1 && kb % 4 == 0) /* 4 consecutive bytes of K at a time */
+                for (; kk + 4 <= ke; kk += 4) {
+                    int8_t *dst = blk + (kk / 4) * 64;
+                    const uint8_t *row = src + kk + n0 * p->s_n;
+                    for (int64_t i = 0; i < nc; i++) {
+                        uint32_t w;
+                        memcpy(&w, row + i * p->s_n, 4);
+                        w ^= (uint32_t)fl * 0x01010101u;
+                        memcpy(dst + i * 4, &w, 4);
+                        cs[i] += (int8_t)(w & 0xFF) + (int8_t)((w >> 8) & 0xFF) +
+                                 (int8_t)((w >> 16) & 0xFF) + (int8_t)(w >> 24);
+                    }
+                }
+            for (; kk < ke; kk++) {
+                int8_t *dst = blk + (kk / 4) * 64 + kk % 4;
+                const uint8_t *row = src + kk * p->s_k + n0 * p->s_n;
+                for (int64_t i = 0; i < nc; i++) {
+                    int8_t v = (int8_t)(row[i * p->s_n] ^ fl);
+                    dst[i * 4] = v;
+                    cs[i] += v;
+                }
+            }
+            const int32_t len = (int32_t)(ke - kb);
+            for (int64_t i = 0; i < nc; i++) {
+                const int64_t nn = n0 + i, blki = nb * G * 16 + i;
+                const int64_t at = b * p->p_batch + jj * p->p_group + nn * p->p_n;
+                int32_t zb = flip ? (int32_t)((const uint8_t *)p->zero)[at] - 128
+                                  : (int32_t)((const int8_t *)p->zero)[at];
+                total[i] += cs[i];
+                scale[blki + jj * 16] = p->scale[at];
+                if (p->group > 0)
+                    corr[blki + jj * 16] =
+                        (int32_t)((uint32_t)(uint16_t)(int16_t)(cs[i] - len * zb) |
+                                  ((uint32_t)(uint16_t)(int16_t)zb << 16));
+                else {
+                    corr[blki] = total[i];
+                    zero[nn] = zb;
+                }
             }
         }
     }

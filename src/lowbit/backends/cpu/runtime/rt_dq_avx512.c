@@ -9,7 +9,7 @@
 #define LB_RNE (_MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
 
 LB_V512 __mmask16 lb_dq_mask(int64_t left) {
-    return left >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1u);
+    return left >= 16 ? (__mmask16)0xFFFF : left <= 0 ? 0 : (__mmask16)((1u << left) - 1u);
 }
 
 /* 16 values of the slice (x / cs when cs is set); lanes outside `m` are 0. */
@@ -81,8 +81,128 @@ LB_TARGET_AVX512 static void lb_dq_slice_v512(const float *x, const float *cs, i
     }
 }
 
+/* 16 vectors -> one: lane i is the min (MAX_ = 0) or max (MAX_ = 1) over the lanes of v[i].
+ * A tree of halvings: at width w, two vectors of 16/w segments of w lanes become one vector of
+ * 32/w segments of w/2 lanes (a's segments, then b's), so the segment order is kept. */
+static const int32_t lb_dq_fold_ix[4][2][16] = {
+    {{0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23},
+     {8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31}},
+    {{0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27},
+     {4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31}},
+    {{0, 1, 4, 5, 8, 9, 12, 13, 16, 17, 20, 21, 24, 25, 28, 29},
+     {2, 3, 6, 7, 10, 11, 14, 15, 18, 19, 22, 23, 26, 27, 30, 31}},
+    {{0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30},
+     {1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31}}};
+
+/* 16 vectors -> one: lane i is the min (MAX_ = 0) or max (MAX_ = 1) over the lanes of v[i].
+ * A tree of halvings: at width w, two vectors of 16/w segments of w lanes become one vector of
+ * 32/w segments of w/2 lanes (a's segments, then b's), so the segment order is kept. */
+LB_V512 __m512 lb_dq_fold16(__m512 *v, const int MAX_) {
+    for (int level = 0, count = 16; level < 4; level++, count /= 2) {
+        const __m512i vx = _mm512_loadu_si512(lb_dq_fold_ix[level][0]);
+        const __m512i vy = _mm512_loadu_si512(lb_dq_fold_ix[level][1]);
+        for (int i = 0; i < count / 2; i++) {
+            __m512 x = _mm512_permutex2var_ps(v[2 * i], vx, v[2 * i + 1]);
+            __m512 y = _mm512_permutex2var_ps(v[2 * i], vy, v[2 * i + 1]);
+            v[i] = MAX_ ? _mm512_max_ps(x, y) : _mm512_min_ps(x, y);
+        }
+    }
+    return v[0];
+}
+
+/* Rows r0..r1 in blocks of 16 slices (a slice: one row's group), slices taken in order
+ * (row, group): the ranges of 16 slices are folded into one vector each, and the parameters
+ * of the 16 slices computed together, with the vector forms of lb_dq_params' expressions
+ * (the same IEEE operations); then each slice's codes. Lanes beyond a slice's end are 0,
+ * which is always inside the range. */
+LB_TARGET_AVX512 static void lb_dq_rows_batched(const lb_dq_rows *p, int64_t r0, int64_t r1) {
+    const int64_t G = (p->k + p->group - 1) / p->group, chunks = (p->group + 15) / 16;
+    const int64_t total = (r1 - r0) * G;
+    const __m512 top = _mm512_set1_ps((float)p->qmax), one = _mm512_set1_ps(1.0f);
+    const __m512 zero_v = _mm512_setzero_ps();
+    const __m512 qlo = p->symmetric ? _mm512_set1_ps(-(float)p->qmax) : zero_v;
+    /* with channel scales, x / cs of pass 1 is kept for pass 2 (one division less) */
+    float kept[16 * 128];
+    int64_t r = r0, j = 0; /* the next slice */
+    for (int64_t s0 = 0; s0 < total; s0 += 16) {
+        const int64_t count = LB_MIN(16, total - s0);
+        __m512 lo[16], hi[16];
+        int64_t at_r[16], at_j[16];
+        for (int64_t i = 0; i < 16; i++) {
+            __m512 l = zero_v, h = zero_v;
+            if (i < count) {
+                at_r[i] = r;
+                at_j[i] = j;
+                const int64_t k0 = j * p->group, len = LB_MIN(p->group, p->k - k0);
+                const float *x = p->x + r * p->ldx + k0;
+                const float *cs = p->channel_scale ? p->channel_scale + k0 : NULL;
+                for (int64_t c = 0; c < chunks; c++) {
+                    __m512 v = lb_dq_load(x, cs, c * 16, lb_dq_mask(len - c * 16));
+                    if (cs) _mm512_storeu_ps(kept + (i * chunks + c) * 16, v);
+                    v = lb_dq_nan0(v);
+                    if (p->symmetric) v = _mm512_abs_ps(v);
+                    l = _mm512_min_ps(l, v);
+                    h = _mm512_max_ps(h, v);
+                }
+                if (++j == G) {
+                    j = 0;
+                    r++;
+                }
+            }
+            lo[i] = l;
+            hi[i] = h;
+        }
+        const __m512 vlo = lb_dq_fold16(lo, 0), vhi = lb_dq_fold16(hi, 1);
+        __m512 scale, zero = zero_v;
+        if (p->symmetric) {
+            scale = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(vhi, zero_v, _CMP_EQ_OQ),
+                                         _mm512_div_ps(vhi, top), one);
+        } else {
+            scale = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(vhi, vlo, _CMP_EQ_OQ),
+                                         _mm512_div_ps(_mm512_sub_ps(vhi, vlo), top), one);
+            zero = _mm512_sub_ps(zero_v, _mm512_div_ps(vlo, scale));
+            zero = _mm512_roundscale_ps(_mm512_min_ps(_mm512_max_ps(zero, zero_v), top),
+                                        LB_RNE);
+        }
+        float sc[16];
+        int32_t ze[16];
+        _mm512_storeu_ps(sc, scale);
+        _mm512_storeu_si512(ze, _mm512_cvtps_epi32(zero));
+        for (int64_t i = 0; i < count; i++) {
+            const int64_t rr = at_r[i], jj = at_j[i], k0 = jj * p->group;
+            const int64_t len = LB_MIN(p->group, p->k - k0);
+            const float *x = p->x + rr * p->ldx + k0;
+            const float *cs = p->channel_scale ? p->channel_scale + k0 : NULL;
+            p->scale[rr * p->ldp + jj] = sc[i];
+            if (p->symmetric)
+                ((int8_t *)p->zero)[rr * p->ldp + jj] = 0;
+            else
+                ((uint8_t *)p->zero)[rr * p->ldp + jj] = (uint8_t)ze[i];
+            const __m512 vs = _mm512_set1_ps(sc[i]), vz = _mm512_set1_ps((float)ze[i]);
+            uint8_t *q = (uint8_t *)p->q + rr * p->ldq + k0;
+            for (int64_t c = 0; c < chunks; c++) {
+                __mmask16 m = lb_dq_mask(len - c * 16);
+                __m512 v = cs ? _mm512_loadu_ps(kept + (i * chunks + c) * 16)
+                              : _mm512_maskz_loadu_ps(m, x + c * 16);
+                __m512i codes = lb_dq_codes(v, vs, vz, qlo, top);
+                __m128i bytes = _mm512_cvtepi32_epi8(codes);
+                /* register form, then a store: vpmovdb to memory is slow on some cores */
+                __asm__("" : "+v"(bytes));
+                if (m == 0xFFFF)
+                    _mm_storeu_si128((__m128i *)(q + c * 16), bytes);
+                else
+                    _mm_mask_storeu_epi8(q + c * 16, m, bytes);
+            }
+        }
+    }
+}
+
 LB_TARGET_AVX512 void lb_dq_rows_avx512(const lb_dq_rows *p, int64_t r0, int64_t r1) {
     int64_t G = (p->k + p->group - 1) / p->group;
+    if (p->group <= 128 && (r1 - r0) * G >= 8) {
+        lb_dq_rows_batched(p, r0, r1);
+        return;
+    }
     for (int64_t r = r0; r < r1; r++)
         for (int64_t j = 0; j < G; j++) {
             int64_t k0 = j * p->group, len = LB_MIN(p->group, p->k - k0);

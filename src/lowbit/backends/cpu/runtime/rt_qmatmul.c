@@ -81,9 +81,41 @@ void lb_qmatmul_run(const lb_ctx *ctx, const lb_qmatmul *p, const void *A, const
     }
 }
 
+#if LB_HAVE_AVX512
+void lb_fmatmul_rows_avx512(const float *A, const float *B, float *C, int64_t m0, int64_t m1,
+                            int64_t N, int64_t K); /* rt_fmatmul_avx512.c */
+
+typedef struct lb_fmm_job {
+    int64_t M, N, K, rows, mtasks;
+    const float *A, *B;
+    float *C;
+    int64_t a_bstride, b_bstride, c_bstride;
+} lb_fmm_job;
+
+static void lb_fmm_task(void *arg, int64_t t, int worker) {
+    (void)worker;
+    const lb_fmm_job *j = (const lb_fmm_job *)arg;
+    const int64_t b = t / j->mtasks, m0 = (t % j->mtasks) * j->rows;
+    lb_fmatmul_rows_avx512(j->A + b * j->a_bstride, j->B + b * j->b_bstride,
+                           j->C + b * j->c_bstride, m0, LB_MIN(j->M, m0 + j->rows), j->N, j->K);
+}
+#endif
+
 void lb_fmatmul_run(const lb_ctx *ctx, int64_t batch, int64_t M, int64_t N, int64_t K,
                     const float *A, int64_t a_bstride, const float *B, int64_t b_bstride,
                     float *C, int64_t c_bstride, float *scratch) {
+#if LB_HAVE_AVX512
+    if (ctx->isa == LB_ISA_AVX512VNNI && batch > 0 && M > 0 && N > 0) {
+        /* B as it lies, every matrix of the batch in one parallel loop of row blocks */
+        lb_fmm_job j = {M, N, K, LB_MIN(M, 48), 0, A, B, C, a_bstride, b_bstride, c_bstride};
+        const int64_t want = ctx->threads > 1 ? 4 * (int64_t)ctx->threads : 1;
+        while (j.rows > 6 && batch * ((M + j.rows - 1) / j.rows) < want)
+            j.rows = (j.rows / 2 + 5) / 6 * 6;
+        j.mtasks = (M + j.rows - 1) / j.rows;
+        lb_parallel_for(ctx, batch * j.mtasks, lb_fmm_task, &j);
+        return;
+    }
+#endif
     int64_t shape[2] = {N, K}, strides[2] = {1, N};
     for (int64_t b = 0; b < batch; b++) {
         if (b == 0 || b_bstride) lb_permute(ctx, 2, shape, strides, 4, B + b * b_bstride, scratch);

@@ -71,6 +71,15 @@ static void lb_row_dq(int isa, int64_t m0, int64_t m1, int64_t n, float *buf, in
     lb_dq_rows_scalar(&dq, 0, dq.rows);
 }
 
+/* v = v + a or v * a over one row (the row buffer never overlaps the operands: restrict
+ * lets the compiler vectorise) */
+static void lb_row_fvec(int64_t n, float *restrict v, const float *restrict a, int mul) {
+    if (mul)
+        for (int64_t c = 0; c < n; c++) v[c] = v[c] * a[c];
+    else
+        for (int64_t c = 0; c < n; c++) v[c] = v[c] + a[c];
+}
+
 void lb_rowops_apply(int isa, int64_t m0, int64_t m1, int64_t n, float *buf, int64_t ldb,
                      const lb_rowops *ops) {
     const int64_t rows = m1 - m0;
@@ -78,17 +87,14 @@ void lb_rowops_apply(int isa, int64_t m0, int64_t m1, int64_t n, float *buf, int
         const lb_rowop *op = &ops->op[i];
         switch (op->kind) {
         case LB_ROW_ADD_VEC:
-            for (int64_t r = 0; r < rows; r++)
-                for (int64_t c = 0; c < n; c++) buf[r * ldb + c] = buf[r * ldb + c] + op->a[c];
+            for (int64_t r = 0; r < rows; r++) lb_row_fvec(n, buf + r * ldb, op->a, 0);
             break;
         case LB_ROW_ADD_ROWS:
             for (int64_t r = 0; r < rows; r++)
-                for (int64_t c = 0; c < n; c++)
-                    buf[r * ldb + c] = buf[r * ldb + c] + op->a[(m0 + r) * op->ld + c];
+                lb_row_fvec(n, buf + r * ldb, op->a + (m0 + r) * op->ld, 0);
             break;
         case LB_ROW_MUL_VEC:
-            for (int64_t r = 0; r < rows; r++)
-                for (int64_t c = 0; c < n; c++) buf[r * ldb + c] = buf[r * ldb + c] * op->a[c];
+            for (int64_t r = 0; r < rows; r++) lb_row_fvec(n, buf + r * ldb, op->a, 1);
             break;
         case LB_ROW_LAYERNORM:
             lb_row_layernorm(isa, rows, n, buf, ldb, op);
@@ -102,9 +108,15 @@ void lb_rowops_apply(int isa, int64_t m0, int64_t m1, int64_t n, float *buf, int
                        (size_t)n * sizeof(float));
             break;
         case LB_ROW_GATHER:
-            for (int64_t r = 0; r < rows; r++)
-                for (int64_t c = 0; c < op->count; c++)
-                    ((float *)op->out)[(m0 + r) * op->ld + c] = buf[r * ldb + op->idx[c]];
+            /* runs of consecutive indices (the columns around a few outliers) are copies */
+            for (int64_t c = 0; c < op->count;) {
+                int64_t len = 1;
+                while (c + len < op->count && op->idx[c + len] == op->idx[c] + len) len++;
+                for (int64_t r = 0; r < rows; r++)
+                    memcpy((float *)op->out + (m0 + r) * op->ld + c, buf + r * ldb + op->idx[c],
+                           (size_t)len * sizeof(float));
+                c += len;
+            }
             break;
         case LB_ROW_DQ:
             lb_row_dq(isa, m0, m1, n, buf, ldb, op);
