@@ -303,6 +303,25 @@ def pair_weights(centred: np.ndarray) -> np.ndarray:
     return out.reshape(-1)
 
 
+def quad_weights(centred: np.ndarray) -> np.ndarray:
+    """Depthwise weights [taps, c] (centred, inside int8) in the VNNI kernel's order: per 32
+    channels, per 4 taps (zero weights past the last), 4 accumulators x 8 int32 lanes x the 4
+    taps' int8 weights, accumulator X lane j holding channel 16 (j // 4) + 4 X + j % 4 (the
+    lane order of unpacklo/hi_epi8 then _epi16 within 128-bit lanes)."""
+    taps, c = centred.shape
+    quads = -(-taps // 4)
+    cb = -(-c // 32)
+    full = np.zeros((quads * 4, cb * 32), np.int8)
+    full[:taps, :c] = centred
+    x, j = np.meshgrid(np.arange(4), np.arange(8), indexing="ij")
+    lane_channel = (16 * (j // 4) + 4 * x + j % 4).reshape(-1)  # [32]
+    out = np.empty((cb, quads, 32, 4), np.int8)
+    for b in range(cb):
+        block = full[:, b * 32 + lane_channel]  # [quads * 4, 32]
+        out[b] = block.reshape(quads, 4, 32).transpose(0, 2, 1)
+    return out.reshape(-1)
+
+
 def depthwise(lw: Lowering, node, x, w, p: params.Product, out, out_t, wdesc, za, taps,
               residual: Residual | None, reads: list[Tensor]) -> None:
     c = w.shape[0]
@@ -326,8 +345,11 @@ def depthwise_code(lw: Lowering, centred: np.ndarray, c: int, za: int, wdesc: st
         plain = lw.prog.data(centred.astype(np.int16), "weights")
     if "vnni" in lw.isas:
         pairs = lw.prog.data(pair_weights(centred.astype(np.int16)), "weights")
+    quads = "NULL"
+    if "vnni" in lw.isas and centred.min(initial=0) >= -128 and centred.max(initial=0) <= 127:
+        quads = lw.prog.data(quad_weights(centred), "weights")
     zero_row = lw.prog.data(np.full(c, za, np.uint8))
-    return [f"const lb_dwconv conv = {{{wdesc}, {plain}, {pairs}, {zero_row}, ep}};",
+    return [f"const lb_dwconv conv = {{{wdesc}, {plain}, {pairs}, {zero_row}, ep, {quads}}};",
             f"lb_dwconv_run(ctx, &conv, {x.ptr}, {out.ptr});"]
 
 

@@ -332,6 +332,8 @@ typedef struct lb_dwconv {
     const int16_t *w_plain, *w_pairs;
     const uint8_t *zero_row;
     lb_epilogue ep;
+    const int8_t *w_quads; /* or NULL: int8 weights for the AVX-512 VNNI kernel, per 32
+                            * channels per 4 taps (packing.py quad_weights) */
 } lb_dwconv;
 
 LB_API void lb_dwconv_run(const lb_ctx *ctx, const lb_dwconv *p, const uint8_t *in, void *out);

@@ -146,6 +146,136 @@ static const lb_task_fn lb_dw512_fns[2][2][2] = {
     {{lb_dw512_0_0_0, lb_dw512_0_0_1}, {lb_dw512_0_1_0, lb_dw512_0_1_1}},
     {{lb_dw512_1_0_0, lb_dw512_1_0_1}, {lb_dw512_1_1_0, lb_dw512_1_1_1}}};
 
+/* ---- four taps per `vpdpbusd` (weights that fit int8) --------------------------------------
+ * 32 channels at a time in 256-bit vectors. For taps 4q..4q+3 the uint8 inputs are interleaved
+ * bytewise (unpack epi8, then epi16, within 128-bit lanes), so that each int32 lane holds
+ * (x_4q[c], .., x_4q+3[c]) of one channel and `vpdpbusd` (uint8 x int8, four products summed
+ * into int32 without saturation) adds the four products with the packed int8 weights
+ * w_t[c] - zw_c. Accumulator X (0-3), lane j (0-7) holds channel 16 (j / 4) + 4 X + j % 4 (the
+ * order packing.py's quad_weights writes); the requantization parameters are gathered in that
+ * order once per block, and four byte shuffles restore the channel order of the results. */
+
+/* Requantization parameters of accumulators (X0, X0 + 1) as one 512-bit vector, lane
+ * l = 8 (X - X0) + j holding channel c0 + 16 (j / 4) + 4 X + j % 4 (zero past c). */
+LB_V512 __m512i lb_dwq_param(const int32_t *v, __mmask32 k, __m512i idx) {
+    return _mm512_permutex2var_epi32(_mm512_maskz_loadu_epi32((__mmask16)k, v), idx,
+                                     _mm512_maskz_loadu_epi32((__mmask16)(k >> 16), v + 16));
+}
+
+LB_V512 lb_dwrq lb_dwrq_gather(const lb_epilogue *ep, int64_t c0, __mmask32 k, int x0,
+                               const int METHOD) {
+    const lb_requant *rq = &ep->rq;
+    const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23);
+    __m512i idx = _mm512_add_epi32(lane, _mm512_set1_epi32(4 * x0));
+    const __m512i zero = _mm512_setzero_si512(), one = _mm512_set1_epi32(1);
+    lb_dwrq v;
+    v.off = lb_dwq_param(ep->col_offset + c0, k, idx);
+    v.zp = lb_dwq_param(rq->zero_point + c0, k, idx);
+    v.p0 = lb_dwq_param(rq->p0 + c0, k, idx);
+    v.p1 = lb_dwq_param(rq->p1 + c0, k, idx);
+    v.p2 = lb_dwq_param(rq->p2 + c0, k, idx);
+    v.clip = v.negclip = v.rnd = zero;
+    if (METHOD == LB_RQ_PRESCALE) {
+        v.clip = lb_dwq_param(rq->p3 + c0, k, idx);
+        v.negclip = _mm512_sub_epi32(zero, v.clip);
+        v.rnd = _mm512_sllv_epi32(one, _mm512_sub_epi32(v.p2, one));
+    }
+    return v;
+}
+
+/* One output row (or a chunk of its channels), uint8 results without a residual. */
+LB_V512 void lb_dwq_row(const lb_dw512_job *j, int64_t t, const int METHOD) {
+    const lb_dwconv *p = j->p;
+    const lb_window *w = &p->win;
+    const lb_epilogue *ep = &p->ep;
+    int64_t row = t / j->chunks, n = row / w->oh, oy = row % w->oh, taps = w->kh * w->kw;
+    int64_t c = w->c, c_lo = (t % j->chunks) * j->chunk_c, c_hi = LB_MIN(c, c_lo + j->chunk_c);
+    uint8_t *const out = (uint8_t *)j->tile.C;
+    int64_t quads = (taps + 3) / 4, stride = quads * 4;
+    /* The taps of pixel i are at base[i] + offs[i][t]: inside the image base is the window's
+     * corner and offs the shared `inner` offsets; at the border base is 0 and offs the taps'
+     * addresses (the zero row for taps outside). Taps past the last read valid bytes with zero
+     * weights. */
+    intptr_t inner[LB_DW_MAX_TAPS + 4], border[32 * (LB_DW_MAX_TAPS + 4)];
+    const intptr_t *offs[32];
+    uintptr_t base[32];
+    for (int64_t e = 0; e < stride; e++) inner[e] = e < taps ? (intptr_t)j->offsets[e] : 0;
+    const uint8_t *img = j->in + n * w->ih * w->iw * c;
+    int64_t iy0 = oy * w->sh - w->pt, iy1 = iy0 + (w->kh - 1) * w->dh;
+    int rows_inside = iy0 >= 0 && iy1 < w->ih;
+    const __m512i qmin = _mm512_set1_epi32(ep->rq.qmin), qmax = _mm512_set1_epi32(ep->rq.qmax);
+    for (int64_t ox0 = 0; ox0 < w->ow; ox0 += 32) {
+        int64_t count = LB_MIN(32, w->ow - ox0);
+        for (int64_t i = 0; i < count; i++) {
+            int64_t ix0 = (ox0 + i) * w->sw - w->pl, ix1 = ix0 + (w->kw - 1) * w->dw;
+            if (rows_inside && ix0 >= 0 && ix1 < w->iw) {
+                base[i] = (uintptr_t)(img + (iy0 * w->iw + ix0) * c);
+                offs[i] = inner;
+                continue;
+            }
+            const uint8_t *tp[LB_DW_MAX_TAPS];
+            lb_dw_taps(w, j->in, p->zero_row, j->offsets, n, oy, ox0 + i, tp);
+            intptr_t *b = border + i * stride;
+            for (int64_t e = 0; e < stride; e++)
+                b[e] = (intptr_t)(e < taps ? tp[e] : p->zero_row);
+            base[i] = 0;
+            offs[i] = b;
+        }
+        for (int64_t c0 = c_lo; c0 < c_hi; c0 += 32) {
+            __mmask32 k = c - c0 >= 32 ? (__mmask32)0xFFFFFFFFu
+                                       : (__mmask32)((1u << (c - c0)) - 1u);
+            const int8_t *wq = p->w_quads + (c0 / 32) * quads * 128;
+            lb_dwrq r01 = lb_dwrq_gather(ep, c0, k, 0, METHOD);
+            lb_dwrq r23 = lb_dwrq_gather(ep, c0, k, 2, METHOD);
+            for (int64_t i = 0; i < count; i++) {
+                const uintptr_t b = base[i] + (uintptr_t)c0;
+                const intptr_t *o = offs[i];
+                __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
+                for (int64_t q = 0; q < quads; q++) {
+                    const intptr_t *t4 = o + 4 * q;
+                    __m256i x0 = _mm256_maskz_loadu_epi8(k, (const void *)(b + (uintptr_t)t4[0]));
+                    __m256i x1 = _mm256_maskz_loadu_epi8(k, (const void *)(b + (uintptr_t)t4[1]));
+                    __m256i x2 = _mm256_maskz_loadu_epi8(k, (const void *)(b + (uintptr_t)t4[2]));
+                    __m256i x3 = _mm256_maskz_loadu_epi8(k, (const void *)(b + (uintptr_t)t4[3]));
+                    __m256i l01 = _mm256_unpacklo_epi8(x0, x1), h01 = _mm256_unpackhi_epi8(x0, x1);
+                    __m256i l23 = _mm256_unpacklo_epi8(x2, x3), h23 = _mm256_unpackhi_epi8(x2, x3);
+                    const int8_t *wg = wq + q * 128;
+                    a0 = _mm256_dpbusd_epi32(a0, _mm256_unpacklo_epi16(l01, l23),
+                                             _mm256_loadu_si256((const __m256i *)wg));
+                    a1 = _mm256_dpbusd_epi32(a1, _mm256_unpackhi_epi16(l01, l23),
+                                             _mm256_loadu_si256((const __m256i *)(wg + 32)));
+                    a2 = _mm256_dpbusd_epi32(a2, _mm256_unpacklo_epi16(h01, h23),
+                                             _mm256_loadu_si256((const __m256i *)(wg + 64)));
+                    a3 = _mm256_dpbusd_epi32(a3, _mm256_unpackhi_epi16(h01, h23),
+                                             _mm256_loadu_si256((const __m256i *)(wg + 96)));
+                }
+                __m512i y01 = lb_dwrq_apply(&r01, _mm512_inserti64x4(_mm512_castsi256_si512(a0), a1, 1),
+                                            qmin, qmax, METHOD);
+                __m512i y23 = lb_dwrq_apply(&r23, _mm512_inserti64x4(_mm512_castsi256_si512(a2), a3, 1),
+                                            qmin, qmax, METHOD);
+                /* dwords of 4 channels: P = [A0 A1 B0 B1], Q = [C0 C1 D0 D1] (A = acc 0, 0/1 =
+                 * channels 0-15 / 16-31); wanted [A0 B0 C0 D0] [A1 B1 C1 D1] */
+                __m128i P = _mm512_cvtepi32_epi8(y01), Q = _mm512_cvtepi32_epi8(y23);
+                __m128i s0 = _mm_unpacklo_epi32(P, Q), s1 = _mm_unpackhi_epi32(P, Q);
+                __m256i y = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_unpacklo_epi32(s0, s1)),
+                                                    _mm_unpackhi_epi32(s0, s1), 1);
+                int64_t m = (n * w->oh + oy) * w->ow + ox0 + i;
+                _mm256_mask_storeu_epi8(out + m * c + c0, k, y);
+            }
+        }
+    }
+}
+
+LB_TARGET_AVX512 static void lb_dwq_q31(void *arg, int64_t t, int worker) {
+    (void)worker;
+    lb_dwq_row((const lb_dw512_job *)arg, t, LB_RQ_Q31);
+}
+
+LB_TARGET_AVX512 static void lb_dwq_prescale(void *arg, int64_t t, int worker) {
+    (void)worker;
+    lb_dwq_row((const lb_dw512_job *)arg, t, LB_RQ_PRESCALE);
+}
+
 /* Other epilogues (float or int32 results, ONNX Runtime's float requantization): per pixel
  * through the general epilogue. */
 LB_TARGET_AVX512 static void lb_dw512_task(void *arg, int64_t t, int worker) {
@@ -215,6 +345,8 @@ LB_TARGET_AVX512 void lb_dwconv_avx512(const lb_ctx *ctx, const lb_dwconv *p,
     if ((method == LB_RQ_Q31 || method == LB_RQ_PRESCALE) &&
         (otype == LB_U8 || otype == LB_I16 || otype == LB_U16))
         fn = lb_dw512_fns[method][otype != LB_U8][ep->residual != NULL];
+    if (p->w_quads && otype == LB_U8 && !ep->residual && w->kh * w->kw <= LB_DW_MAX_TAPS)
+        fn = method == LB_RQ_Q31 ? lb_dwq_q31 : method == LB_RQ_PRESCALE ? lb_dwq_prescale : fn;
     /* few output rows (7 x 7 images): channel blocks split too, for 4 tasks per thread */
     int64_t rows = w->n * w->oh, blocks = (w->c + 31) / 32, want = 4 * (int64_t)ctx->threads;
     int64_t split = ctx->threads > 1 && rows < want ? LB_MIN(blocks, (want + rows - 1) / rows) : 1;

@@ -224,6 +224,9 @@ void lb_epilogue_row(const lb_gemm_tile *t, int64_t m, int64_t n0, int64_t n,
                      const int32_t *acc);
 
 #if LB_HAVE_AVX512
+void lb_quantize_nhwc3_avx512(const float *x, int64_t hw, int64_t np, const float s[3],
+                              const float zp[3], float lo, float hi, float pinf, float ninf,
+                              float nanv, uint8_t *out);
 void lb_qbinary_row_avx512(const lb_qbinary *op, const void *a, int64_t sa, const void *b,
                            int64_t sb, void *out, int64_t n);
 #endif
@@ -263,6 +266,8 @@ void lb_dwconv_neon(const lb_ctx *ctx, const lb_dwconv *p, const uint8_t *in, vo
                     const int64_t *offsets);
 #endif
 #if LB_HAVE_AVX512
+void lb_im2col_row_u8_avx512(const lb_window *w, int64_t cg, int64_t kp, const uint8_t *in,
+                             uint8_t pad, uint8_t *out, int64_t oy);
 void lb_dwconv_avx512(const lb_ctx *ctx, const lb_dwconv *p, const uint8_t *in, void *out,
                       const int64_t *offsets);
 #endif

@@ -111,11 +111,51 @@ typedef struct lb_im2col_job {
     void *out;
     int esize;
     uint8_t pad8;
+    int vector; /* rows by lb_im2col_row_u8_avx512 */
 } lb_im2col_job;
+
+/* Short runs (a few bytes per tap in the first layer of a network) are moved in pieces of
+ * constant size, which the compiler inlines: a memcpy/memset call per run costs more than the
+ * bytes. */
+#define LB_SHORT_RUN 64
+
+static inline void lb_move_bytes(char *d, const char *s, int64_t n) {
+    if (n > LB_SHORT_RUN) {
+        memcpy(d, s, (size_t)n);
+        return;
+    }
+    if (n >= 8) { /* 8-byte pieces, the last one overlapping its predecessor */
+        for (int64_t i = 0; i + 8 < n; i += 8) memcpy(d + i, s + i, 8);
+        memcpy(d + n - 8, s + n - 8, 8);
+    } else if (n >= 4) {
+        memcpy(d, s, 4);
+        memcpy(d + n - 4, s + n - 4, 4);
+    } else {
+        for (int64_t i = 0; i < n; i++) d[i] = s[i];
+    }
+}
+
+static inline void lb_set_bytes(char *d, uint8_t v, int64_t n) {
+    if (n > LB_SHORT_RUN) {
+        memset(d, v, (size_t)n);
+        return;
+    }
+    uint64_t v8 = 0x0101010101010101ull * v;
+    for (; n >= 8; n -= 8, d += 8) memcpy(d, &v8, 8);
+    if (n & 4) {
+        memcpy(d, &v8, 4);
+        d += 4;
+    }
+    if (n & 2) {
+        memcpy(d, &v8, 2);
+        d += 2;
+    }
+    if (n & 1) *d = (char)v;
+}
 
 /* n elements of `pad` (bytes) or zeros (wider elements). */
 static inline void lb_fill(char *d, int64_t n, int64_t es, uint8_t pad) {
-    if (n > 0) memset(d, es == 1 ? pad : 0, (size_t)(n * es));
+    if (n > 0) lb_set_bytes(d, es == 1 ? pad : 0, n * es);
 }
 
 /* Task = one output row. Small channel counts are copied element by element (a memcpy call
@@ -126,6 +166,13 @@ static void lb_im2col_task(void *arg, int64_t oy, int worker) {
     const lb_window *w = j->w;
     int64_t taps = w->kh * w->kw, es = j->esize, cg = j->cg, seg = taps * cg;
     int64_t row = j->groups * j->kp;
+#if LB_HAVE_AVX512
+    if (j->vector) {
+        lb_im2col_row_u8_avx512(w, cg, j->kp, (const uint8_t *)j->in, j->pad8,
+                                (uint8_t *)j->out, oy);
+        return;
+    }
+#endif
     if (j->groups == 1 && w->dw == 1) { /* a window row is one run of kw * c elements */
         for (int64_t ox = 0; ox < w->ow; ox++) {
             char *dst = (char *)j->out + (oy * w->ow + ox) * row * es;
@@ -139,8 +186,9 @@ static void lb_im2col_task(void *arg, int64_t oy, int worker) {
                     continue;
                 }
                 lb_fill(d, lo * cg, es, j->pad8);
-                memcpy(d + lo * cg * es, (const char *)j->in + ((iy * w->iw + ix0 + lo) * w->c) * es,
-                       (size_t)((hi - lo) * cg * es));
+                lb_move_bytes(d + lo * cg * es,
+                              (const char *)j->in + ((iy * w->iw + ix0 + lo) * w->c) * es,
+                              (hi - lo) * cg * es);
                 lb_fill(d + hi * cg * es, (w->kw - hi) * cg, es, j->pad8);
             }
             lb_fill(dst + seg * es, j->kp - seg, es, j->pad8);
@@ -177,13 +225,16 @@ static void lb_im2col_task(void *arg, int64_t oy, int worker) {
 
 void lb_im2col_u8(const lb_ctx *ctx, const lb_window *w, int64_t groups, int64_t cg, int64_t kp,
                   const uint8_t *in, uint8_t pad, uint8_t *out) {
-    lb_im2col_job j = {w, groups, cg, kp, in, out, 1, pad};
+    lb_im2col_job j = {w, groups, cg, kp, in, out, 1, pad, 0};
+#if LB_HAVE_AVX512
+    j.vector = ctx->isa == LB_ISA_AVX512VNNI && groups == 1 && w->dw == 1 && kp <= 64;
+#endif
     lb_parallel_for(ctx, w->oh, lb_im2col_task, &j);
 }
 
 void lb_im2col_f32(const lb_ctx *ctx, const lb_window *w, int64_t groups, int64_t cg,
                    const float *in, float *out) {
-    lb_im2col_job j = {w, groups, cg, w->kh * w->kw * cg, in, out, 4, 0};
+    lb_im2col_job j = {w, groups, cg, w->kh * w->kw * cg, in, out, 4, 0, 0};
     lb_parallel_for(ctx, w->oh, lb_im2col_task, &j);
 }
 

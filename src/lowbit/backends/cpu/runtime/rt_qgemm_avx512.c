@@ -21,13 +21,18 @@ LB_V512 void lb_tile_epilogue_fast(const lb_gemm_tile *t, int64_t m, int64_t nb,
     const lb_requant *rq = &ep->rq;
     const __m512i qmin = _mm512_set1_epi32(rq->qmin), qmax = _mm512_set1_epi32(rq->qmax);
     const __m512i one = _mm512_set1_epi32(1), zero = _mm512_setzero_si512();
+    /* locals: the byte stores below may alias any field, which gcc would reload per store */
+    char *const C = (char *)t->C;
+    const int64_t ldc = t->ldc, N = t->N, ldr = ep->ld_residual;
+    const int32_t *const row_sums = t->row_sums;
+    const uint8_t *const residual = ep->residual;
     lb_add512 addv;
     memset(&addv, 0, sizeof(addv));
     if (RES) addv = lb_add512_load(ep->add);
     for (int v = 0; v < nv; v++) {
         int64_t n0 = (nb + v) * 16;
-        if (n0 >= t->N) break;
-        __mmask16 k = lb_tail_mask(t->N - n0);
+        if (n0 >= N) break;
+        __mmask16 k = lb_tail_mask(N - n0);
         __m512i off = _mm512_loadu_si512(ep->col_offset + n0);
         __m512i zp = _mm512_loadu_si512(rq->zero_point + n0);
         __m512i p0 = _mm512_loadu_si512(rq->p0 + n0), p1 = _mm512_loadu_si512(rq->p1 + n0);
@@ -41,7 +46,7 @@ LB_V512 void lb_tile_epilogue_fast(const lb_gemm_tile *t, int64_t m, int64_t nb,
         for (int r = 0; r < mr; r++) {
             __m512i x = _mm512_add_epi32(_mm512_load_si512(acc + r * LB_NV + v), off);
             if (ZB)
-                x = _mm512_sub_epi32(x, _mm512_mullo_epi32(zb, _mm512_set1_epi32(t->row_sums[m + r])));
+                x = _mm512_sub_epi32(x, _mm512_mullo_epi32(zb, _mm512_set1_epi32(row_sums[m + r])));
             __m512i y;
             if (METHOD == LB_RQ_PRESCALE) {
                 __m512i q = _mm512_max_epi32(_mm512_min_epi32(_mm512_srav_epi32(x, p0), clip),
@@ -53,14 +58,14 @@ LB_V512 void lb_tile_epilogue_fast(const lb_gemm_tile *t, int64_t m, int64_t nb,
             y = _mm512_min_epi32(_mm512_max_epi32(_mm512_add_epi32(y, zp), qmin), qmax);
             if (RES) {
                 __m512i res = _mm512_cvtepu8_epi32(
-                    _mm_maskz_loadu_epi8(k, ep->residual + (m + r) * ep->ld_residual + n0));
+                    _mm_maskz_loadu_epi8(k, residual + (m + r) * ldr + n0));
                 y = lb_add_v512(ep->add, &addv, y, res);
             }
-            int64_t at = (m + r) * t->ldc + n0;
+            int64_t at = (m + r) * ldc + n0;
             if (OUT == LB_U8)
-                _mm_mask_storeu_epi8((uint8_t *)t->C + at, k, _mm512_cvtepi32_epi8(y));
+                _mm_mask_storeu_epi8((uint8_t *)C + at, k, _mm512_cvtepi32_epi8(y));
             else
-                _mm256_mask_storeu_epi16((int16_t *)t->C + at, k, _mm512_cvtepi32_epi16(y));
+                _mm256_mask_storeu_epi16((int16_t *)C + at, k, _mm512_cvtepi32_epi16(y));
         }
     }
 }

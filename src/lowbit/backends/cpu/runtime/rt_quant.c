@@ -80,6 +80,7 @@ typedef struct lb_qnhwc_job {
     int32_t qmin, qmax, out_type;
     void *out;
     float pinf, ninf, nanv;
+    int vector3; /* 3 channels into uint8 on AVX-512: lb_quantize_nhwc3_avx512 */
 } lb_qnhwc_job;
 
 #define LB_PIXELS 256
@@ -93,6 +94,18 @@ static void lb_quantize_nhwc_task(void *arg, int64_t t, int worker) {
     int64_t np = LB_MIN(LB_PIXELS, j->hw - p0);
     const float lo = (float)j->qmin, hi = (float)j->qmax;
     int32_t buf[LB_PIXELS];
+#if LB_HAVE_AVX512
+    if (j->vector3) {
+        float s[3], zp[3];
+        for (int ch = 0; ch < 3; ch++) {
+            s[ch] = j->scale[j->per_channel ? ch : 0];
+            zp[ch] = (float)j->zp[j->per_channel ? ch : 0];
+        }
+        lb_quantize_nhwc3_avx512(j->x + n * 3 * j->hw + p0, j->hw, np, s, zp, lo, hi, j->pinf,
+                                 j->ninf, j->nanv, (uint8_t *)j->out + (n * j->hw + p0) * 3);
+        return;
+    }
+#endif
     for (int64_t ch = 0; ch < j->c; ch++) {
         int64_t pc = j->per_channel ? ch : 0;
         const float s = j->scale[pc], zp = (float)j->zp[pc];
@@ -114,7 +127,10 @@ void lb_quantize_f32_nhwc(const lb_ctx *ctx, int64_t n, int64_t c, int64_t hw, c
                           void *out) {
     int64_t blocks = (hw + LB_PIXELS - 1) / LB_PIXELS;
     lb_qnhwc_job j = {c,    hw,   blocks,   x,   scale, zp,  per_channel,
-                      qmin, qmax, out_type, out, pinf,  ninf, nanv};
+                      qmin, qmax, out_type, out, pinf,  ninf, nanv, 0};
+#if LB_HAVE_AVX512
+    j.vector3 = ctx->isa == LB_ISA_AVX512VNNI && c == 3 && out_type == LB_U8;
+#endif
     lb_parallel_for(ctx, n * blocks, lb_quantize_nhwc_task, &j);
 }
 

@@ -122,3 +122,51 @@ LB_TARGET_AVX512 void lb_qbinary_row_avx512(const lb_qbinary *op, const void *a,
     }
 }
 #endif
+
+#if LB_HAVE_AVX512
+/* Quantize of `np` pixels of a 3-channel float NCHW image (channel planes `hw` floats apart)
+ * into interleaved uint8 NHWC codes: lb_quantize_one on 16 pixels of each channel, then the
+ * three byte vectors interleaved by byte shuffles. `s`, `zp`: each channel's parameters. */
+LB_TARGET_AVX512 void lb_quantize_nhwc3_avx512(const float *x, int64_t hw, int64_t np,
+                                               const float s[3], const float zp[3], float lo,
+                                               float hi, float pinf, float ninf, float nanv,
+                                               uint8_t *out) {
+    __m128i idx[3][3]; /* idx[o][ch]: output vector o, byte i = channel ch of pixel (16o+i)/3 */
+    for (int o = 0; o < 3; o++)
+        for (int ch = 0; ch < 3; ch++) {
+            int8_t v[16];
+            for (int i = 0; i < 16; i++)
+                v[i] = (16 * o + i) % 3 == ch ? (int8_t)((16 * o + i) / 3) : (int8_t)-128;
+            idx[o][ch] = _mm_loadu_si128((const __m128i *)v);
+        }
+    const __m512 vlo = _mm512_set1_ps(lo), vhi = _mm512_set1_ps(hi);
+    const __m512 vpinf = _mm512_set1_ps(pinf), vninf = _mm512_set1_ps(ninf),
+                 vnan = _mm512_set1_ps(nanv), inf = _mm512_set1_ps(INFINITY);
+    for (int64_t p = 0; p < np; p += 16) {
+        __mmask16 k = lb_tail_mask(np - p);
+        __m128i b[3];
+        for (int ch = 0; ch < 3; ch++) {
+            __m512 v = _mm512_maskz_loadu_ps(k, x + ch * hw + p);
+            __m512 r = _mm512_roundscale_ps(_mm512_div_ps(v, _mm512_set1_ps(s[ch])),
+                                            _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+            r = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(r, r, _CMP_UNORD_Q), r, vnan);
+            r = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(r, inf, _CMP_EQ_OQ), r, vpinf);
+            r = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(r, _mm512_sub_ps(_mm512_setzero_ps(), inf),
+                                                        _CMP_EQ_OQ), r, vninf);
+            r = _mm512_add_ps(r, _mm512_set1_ps(zp[ch]));
+            r = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(r, vlo, _CMP_LT_OQ), r, vlo);
+            r = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(r, vhi, _CMP_GT_OQ), r, vhi);
+            b[ch] = _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(r));
+        }
+        int64_t bytes = 3 * LB_MIN(16, np - p);
+        for (int o = 0; o < 3; o++) {
+            __m128i v = _mm_or_si128(_mm_or_si128(_mm_shuffle_epi8(b[0], idx[o][0]),
+                                                  _mm_shuffle_epi8(b[1], idx[o][1])),
+                                     _mm_shuffle_epi8(b[2], idx[o][2]));
+            int64_t left = bytes - 16 * o;
+            if (left <= 0) break;
+            _mm_mask_storeu_epi8(out + 3 * p + 16 * o, lb_tail_mask(left), v);
+        }
+    }
+}
+#endif

@@ -15,18 +15,22 @@
  * where the second sum is non-negative and below 2**32, so it cannot overflow. */
 LB_V512 __m512i lb_q31_v512(__m512i x, __m512i m, __m512i l, __m512i r) {
     const __m512i zero = _mm512_setzero_si512(), one = _mm512_set1_epi32(1);
-    __m512i sh = _mm512_sllv_epi32(x, l);
-    __mmask16 ovf = _mm512_cmpneq_epi32_mask(_mm512_srav_epi32(sh, l), x);
-    __m512i sat = _mm512_mask_blend_epi32(_mm512_cmplt_epi32_mask(x, zero),
-                                          _mm512_set1_epi32(INT32_MAX),
-                                          _mm512_set1_epi32(INT32_MIN));
-    __m512i xs = _mm512_mask_blend_epi32(ovf, sh, sat);
+    __m512i xs = x; /* no left shift in any lane (multipliers below 1): nothing to saturate */
+    if (_mm512_test_epi32_mask(l, l)) {
+        __m512i sh = _mm512_sllv_epi32(x, l);
+        __mmask16 ovf = _mm512_cmpneq_epi32_mask(_mm512_srav_epi32(sh, l), x);
+        __m512i sat = _mm512_mask_blend_epi32(_mm512_cmplt_epi32_mask(x, zero),
+                                              _mm512_set1_epi32(INT32_MAX),
+                                              _mm512_set1_epi32(INT32_MIN));
+        xs = _mm512_mask_blend_epi32(ovf, sh, sat);
+    }
     const __m512i half = _mm512_set1_epi64((int64_t)1 << 30);
     __m512i even = _mm512_mul_epi32(xs, m);
     __m512i odd = _mm512_mul_epi32(_mm512_srli_epi64(xs, 32), _mm512_srli_epi64(m, 32));
     even = _mm512_srai_epi64(_mm512_add_epi64(even, half), 31);
     odd = _mm512_srai_epi64(_mm512_add_epi64(odd, half), 31);
     __m512i h = _mm512_mask_blend_epi32(0xAAAA, even, _mm512_slli_epi64(odd, 32));
+    if (!_mm512_test_epi32_mask(r, r)) return h; /* no right shift in any lane */
     __m512i mask = _mm512_sub_epi32(_mm512_sllv_epi32(one, r), one);
     __m512i rnd = _mm512_srli_epi32(_mm512_add_epi32(mask, one), 1);
     __mmask16 neg = _mm512_cmplt_epi32_mask(h, zero) & _mm512_cmpgt_epi32_mask(r, zero);

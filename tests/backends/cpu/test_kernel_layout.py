@@ -1,0 +1,94 @@
+"""The vector paths of the input-side kernels against the portable ones: Quantize into NHWC
+(3-channel images, with NaN, infinities and halfway values) and im2col of short window rows,
+on every ISA this machine supports, bit for bit."""
+
+from __future__ import annotations
+
+import ctypes as C
+
+import numpy as np
+from cpu_kernels import ISAS
+
+from lowbit.backends.cpu import library as L
+
+
+def _quantize_nhwc(isa: str, x: np.ndarray, per_channel: int, scale, zp) -> np.ndarray:
+    f = L.lib().lb_quantize_f32_nhwc
+    f.argtypes = [C.c_void_p, C.c_int64, C.c_int64, C.c_int64, C.c_void_p, C.c_int, C.c_void_p,
+                  C.c_void_p, C.c_int32, C.c_int32, C.c_float, C.c_float, C.c_float, C.c_int32,
+                  C.c_void_p]
+    n, c, hw = x.shape
+    out = np.zeros((n, hw, c), np.uint8)
+    ctx = L.context(threads=2, isa=isa)
+    f(ctx.handle, n, c, hw, x.ctypes.data, per_channel, scale.ctypes.data, zp.ctypes.data, 0,
+      255, 0.0, -128.0, 127.0, L.U8, out.ctypes.data)
+    return out
+
+
+def test_quantize_into_nhwc_is_the_same_on_every_isa():
+    rng = np.random.default_rng(0)
+    for trial in range(60):
+        n, hw = int(rng.integers(1, 3)), int(rng.integers(1, 700))
+        x = (rng.standard_normal((n, 3, hw)) * rng.choice([1, 100, 1e6])).astype(np.float32)
+        m = rng.random(x.shape)
+        x[m < 0.02] = np.nan
+        x[(m > 0.02) & (m < 0.04)] = np.inf
+        x[(m > 0.04) & (m < 0.06)] = -np.inf
+        halves = (m > 0.06) & (m < 0.1)
+        x[halves] = 0.5 * rng.integers(-5, 5, size=int(halves.sum()))
+        per_channel = int(rng.integers(0, 2))
+        scale = (rng.random(3) * 0.1 + 1e-3).astype(np.float32) if per_channel else \
+            np.full(3, rng.choice([0.5, 0.02, 1e-30]), np.float32)
+        zp = rng.integers(0, 256, 3).astype(np.int32)
+        want = _quantize_nhwc("scalar", x, per_channel, scale, zp)
+        # the expression itself: rint(x / s) (NaN 0, infinities -128 / 127) + zp, clamped
+        s = scale if per_channel else scale[:1]
+        r = np.rint(x / s.reshape(1, -1, 1))
+        r = np.where(np.isnan(r), 0, np.where(r == np.inf, 127, np.where(r == -np.inf, -128, r)))
+        expect = np.clip(r + zp.reshape(1, -1, 1) if per_channel else r + zp[0], 0, 255)
+        np.testing.assert_array_equal(want, expect.transpose(0, 2, 1).astype(np.uint8))
+        for isa in ISAS:
+            np.testing.assert_array_equal(_quantize_nhwc(isa, x, per_channel, scale, zp), want,
+                                          err_msg=f"trial {trial} on {isa}")
+
+
+class _Window(C.Structure):
+    _fields_ = [(n, C.c_int64) for n in ("n", "ih", "iw", "c", "oh", "ow", "kh", "kw", "sh", "sw",
+                                         "dh", "dw", "pt", "pl")]
+
+
+def test_im2col_of_short_rows_is_the_same_on_every_isa():
+    rng = np.random.default_rng(1)
+    f = L.lib().lb_im2col_u8
+    f.argtypes = [C.c_void_p, C.c_void_p, C.c_int64, C.c_int64, C.c_int64, C.c_void_p, C.c_uint8,
+                  C.c_void_p]
+    for trial in range(80):
+        c = int(rng.integers(1, 9))
+        kh, kw = int(rng.integers(1, 6)), int(rng.integers(1, 6))
+        sh, sw = int(rng.integers(1, 3)), int(rng.integers(1, 3))
+        ih, iw = int(rng.integers(1, 20)), int(rng.integers(1, 20))
+        pt, pl = int(rng.integers(0, kh)), int(rng.integers(0, kw))
+        pb, pr = int(rng.integers(0, kh)), int(rng.integers(0, kw))
+        oh, ow = (ih + pt + pb - kh) // sh + 1, (iw + pl + pr - kw) // sw + 1
+        if oh < 1 or ow < 1:
+            continue
+        kp = -(-kh * kw * c // 4) * 4 + 4 * int(rng.integers(0, 2))
+        w = _Window(1, ih, iw, c, oh, ow, kh, kw, sh, sw, 1, 1, pt, pl)
+        x = rng.integers(0, 256, (ih, iw, c), dtype=np.uint8)
+        pad = int(rng.integers(0, 256))
+        outs = {}
+        for isa in ISAS:
+            out = np.full((oh * ow, kp), 77, np.uint8)
+            f(L.context(threads=2, isa=isa).handle, C.byref(w), 1, c, kp, x.ctypes.data, pad,
+              out.ctypes.data)
+            outs[isa] = out
+        xp = np.pad(x, ((pt, max(0, (oh - 1) * sh + kh - ih - pt)),
+                        (pl, max(0, (ow - 1) * sw + kw - iw - pl)), (0, 0)),
+                    constant_values=pad)
+        want = np.full((oh * ow, kp), pad, np.uint8)
+        for oy in range(oh):
+            for ox in range(ow):
+                win = xp[oy * sh:oy * sh + kh, ox * sw:ox * sw + kw]
+                want[oy * ow + ox, :kh * kw * c] = win.reshape(-1)
+        for isa, out in outs.items():
+            np.testing.assert_array_equal(out, want, err_msg=f"trial {trial} on {isa}")
