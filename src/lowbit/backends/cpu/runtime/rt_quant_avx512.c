@@ -24,21 +24,9 @@ LB_V512 __m512i lb_load16(const void *p, int32_t type, int64_t stride, __mmask16
 
 static int64_t lb_tsize(int32_t type) { return type == LB_U8 ? 1 : 2; }
 
-/* lb_q31_v512 with a left shift of 0 (no saturation step: the shift leaves x as it is). */
+/* lb_q31_v512 with a left shift of 0: its saturation step is skipped for such lanes. */
 LB_V512 __m512i lb_q31_l0_v512(__m512i x, __m512i m, __m512i r) {
-    const __m512i zero = _mm512_setzero_si512(), one = _mm512_set1_epi32(1);
-    const __m512i half = _mm512_set1_epi64((int64_t)1 << 30);
-    __m512i even = _mm512_mul_epi32(x, m);
-    __m512i odd = _mm512_mul_epi32(_mm512_srli_epi64(x, 32), _mm512_srli_epi64(m, 32));
-    even = _mm512_srai_epi64(_mm512_add_epi64(even, half), 31);
-    odd = _mm512_srai_epi64(_mm512_add_epi64(odd, half), 31);
-    __m512i h = _mm512_mask_blend_epi32(0xAAAA, even, _mm512_slli_epi64(odd, 32));
-    __m512i mask = _mm512_sub_epi32(_mm512_sllv_epi32(one, r), one);
-    __m512i rnd = _mm512_srli_epi32(_mm512_add_epi32(mask, one), 1);
-    __mmask16 neg = _mm512_cmplt_epi32_mask(h, zero) & _mm512_cmpgt_epi32_mask(r, zero);
-    __m512i frac = _mm512_add_epi32(_mm512_and_si512(h, mask), rnd);
-    frac = _mm512_mask_sub_epi32(frac, neg, frac, one);
-    return _mm512_add_epi32(_mm512_srav_epi32(h, r), _mm512_srlv_epi32(frac, r));
+    return lb_q31_v512(x, m, _mm512_setzero_si512(), r);
 }
 
 /* Add/Sub with one operand constant (stride 0) and no left shifts (the usual parameters):
