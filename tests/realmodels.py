@@ -515,8 +515,9 @@ def _read_wav(path: Path) -> tuple[np.ndarray, int]:
 
 def speech_signal(rate: int) -> tuple[np.ndarray, np.ndarray]:
     """Speech-like audio at `rate` Hz: silence, a sentence, a pause with faint noise, another
-    sentence, silence (espeak-ng speaks, sox resamples; cached in .cache/speech), and a mask
-    of the samples where speech was placed. Deterministic: the noise is seeded."""
+    sentence, silence (espeak-ng speaks, sox resamples without dither: its dither noise is
+    random, so every fresh cache was other audio; cached in .cache/speech), and a mask of the
+    samples where speech was placed. Deterministic: the noise is seeded."""
     parts = []
     SPEECH.mkdir(parents=True, exist_ok=True)
     for i, text in enumerate(SPEECH_SENTENCES):
@@ -526,7 +527,7 @@ def speech_signal(rate: int) -> tuple[np.ndarray, np.ndarray]:
             try:
                 subprocess.run(["espeak-ng", "-w", str(tmp / "raw.wav"), text], check=True,
                                capture_output=True)
-                subprocess.run(["sox", str(tmp / "raw.wav"), "-r", str(rate), "-b", "16",
+                subprocess.run(["sox", str(tmp / "raw.wav"), "-r", str(rate), "-b", "16", "-D",
                                 str(tmp / "out.wav")], check=True, capture_output=True)
                 os.replace(tmp / "out.wav", target)
             finally:
