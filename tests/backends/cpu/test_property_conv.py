@@ -27,13 +27,26 @@ def test_random_convolutions_are_bit_exact(seed):
             np.testing.assert_array_equal(got[name], want, err_msg=f"{name} on {isa}")
 
 
-def conv_transpose_case(g, rng, feeds, tag):
-    """A float ConvTranspose: random channels (few, and more than the kernel's 64-channel
-    blocks), kernel, strides, dilations, pads, output padding, with and without bias."""
+def _float_conv_transpose(g, rng, feeds, tag, shape, weight_shape, attrs):
+    """A float ConvTranspose of a random input of `shape` (fed in `feeds`) and random weights,
+    with a bias seven times in ten."""
     from cpu_graphs import add_node, const
 
     from lowbit.ir import dtypes
     from lowbit.ir.types import TensorType
+
+    x = g.add_input(f"x_{tag}", TensorType(dtypes.FLOAT32, shape))
+    feeds[x.name] = rng.standard_normal(shape).astype(np.float32)
+    inputs = [x, const(g, rng.standard_normal(weight_shape), dtypes.FLOAT32)]
+    if rng.random() < 0.7:
+        inputs.append(const(g, rng.standard_normal(weight_shape[1]), dtypes.FLOAT32))
+    return add_node(g, "ConvTranspose", inputs, attrs)
+
+
+def conv_transpose_case(g, rng, feeds, tag):
+    """A float ConvTranspose: random channels (few, and more than the kernel's 64-channel
+    blocks), kernel, strides, dilations, pads, output padding, with and without bias."""
+
 
     n, c, m = int(rng.integers(1, 3)), int(rng.integers(1, 20)), \
         int(rng.choice([1, 2, 5, 24, 70]))
@@ -46,13 +59,7 @@ def conv_transpose_case(g, rng, feeds, tag):
     attrs = {"strides": [sh, sw], "dilations": [dh, dw], "pads": pads,
              "output_padding": [int(rng.integers(0, sh)), int(rng.integers(0, sw))]}
     ih, iw = int(rng.integers(1, 9)), int(rng.integers(1, 9))
-    shape = (n, c, ih, iw)
-    x = g.add_input(f"x_{tag}", TensorType(dtypes.FLOAT32, shape))
-    feeds[x.name] = rng.standard_normal(shape).astype(np.float32)
-    inputs = [x, const(g, rng.standard_normal((c, m, kh, kw)), dtypes.FLOAT32)]
-    if rng.random() < 0.7:
-        inputs.append(const(g, rng.standard_normal(m), dtypes.FLOAT32))
-    return add_node(g, "ConvTranspose", inputs, attrs)
+    return _float_conv_transpose(g, rng, feeds, tag, (n, c, ih, iw), (c, m, kh, kw), attrs)
 
 
 @pytest.mark.parametrize("seed", range(3))
@@ -69,10 +76,7 @@ def upsampling_transpose_case(g, rng, feeds, tag):
     """A float ConvTranspose whose taps never overlap (kernel <= stride, no dilation: the
     upsampling form of PP-OCR's detection head), wide rows and more input channels than one
     transposed block of the kernel (64), few and many output channels."""
-    from cpu_graphs import add_node, const
 
-    from lowbit.ir import dtypes
-    from lowbit.ir.types import TensorType
 
     n, c, m = int(rng.integers(1, 3)), int(rng.choice([1, 7, 24, 70])), \
         int(rng.choice([1, 2, 5, 8, 24, 70]))
@@ -83,13 +87,7 @@ def upsampling_transpose_case(g, rng, feeds, tag):
                                            int(rng.integers(0, kw - bw))],
              "output_padding": [int(rng.integers(0, sh)), int(rng.integers(0, sw))]}
     ih, iw = int(rng.integers(1, 6)), int(rng.integers(1, 40))
-    shape = (n, c, ih, iw)
-    x = g.add_input(f"x_{tag}", TensorType(dtypes.FLOAT32, shape))
-    feeds[x.name] = rng.standard_normal(shape).astype(np.float32)
-    inputs = [x, const(g, rng.standard_normal((c, m, kh, kw)), dtypes.FLOAT32)]
-    if rng.random() < 0.7:
-        inputs.append(const(g, rng.standard_normal(m), dtypes.FLOAT32))
-    return add_node(g, "ConvTranspose", inputs, attrs)
+    return _float_conv_transpose(g, rng, feeds, tag, (n, c, ih, iw), (c, m, kh, kw), attrs)
 
 
 @pytest.mark.parametrize("seed", range(2))

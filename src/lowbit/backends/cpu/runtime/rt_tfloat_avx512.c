@@ -60,13 +60,10 @@ LB_V512 __m512 lb_exp_v(__m512 x) {
     return _mm512_mask_blend_ps(nan, y, x);
 }
 
-LB_V512 __m512 lb_erfc_scaled_v(__m512 a) {
+/* erfc_scaled's far branch on the lanes of `far` (elsewhere hi + lo are zeroed, since they may
+ * leave exp's range), zero outside `inside` (z at or past ERFC_ZERO). */
+LB_V512 __m512 lb_erfc_far_part_v(__m512 a, __m512 z, __mmask16 far, __mmask16 inside) {
     const __m512 one = _mm512_set1_ps(1.0f), half = _mm512_set1_ps(0.5f);
-    __m512 z = _mm512_mul_ps(a, _mm512_set1_ps(LB_INV_SQRT2));
-    __mmask16 nearm = _mm512_cmp_ps_mask(z, _mm512_set1_ps(LB_ERF_SWITCH), _CMP_LT_OQ);
-    __mmask16 inside = _mm512_cmp_ps_mask(z, _mm512_set1_ps(LB_ERFC_ZERO), _CMP_LT_OQ);
-    __m512 near = _mm512_sub_ps(one, _mm512_mul_ps(z, lb_horner_v(_mm512_mul_ps(z, z),
-                                                                  lb_erf_c, 6)));
     __m512 t = _mm512_div_ps(one, _mm512_add_ps(one, _mm512_mul_ps(half, z)));
     __m512 ah = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(a),
                                                      _mm512_set1_epi32((int)LB_SPLIT_MASK)));
@@ -74,12 +71,20 @@ LB_V512 __m512 lb_erfc_scaled_v(__m512 a) {
     __m512 lo = _mm512_sub_ps(lb_horner_v(t, lb_erfc_c, 10),
                               _mm512_mul_ps(_mm512_mul_ps(_mm512_sub_ps(a, ah),
                                                           _mm512_add_ps(a, ah)), half));
-    /* the far branch only where it is used: elsewhere hi + lo may leave exp's range */
-    __mmask16 far = inside & ~nearm;
     hi = _mm512_maskz_mov_ps(far, hi);
     lo = _mm512_maskz_mov_ps(far, lo);
     __m512 farv = _mm512_mul_ps(t, lb_exp_parts_v(hi, lo));
-    __m512 y = _mm512_mask_blend_ps(inside, _mm512_setzero_ps(), farv);
+    return _mm512_mask_blend_ps(inside, _mm512_setzero_ps(), farv);
+}
+
+LB_V512 __m512 lb_erfc_scaled_v(__m512 a) {
+    const __m512 one = _mm512_set1_ps(1.0f);
+    __m512 z = _mm512_mul_ps(a, _mm512_set1_ps(LB_INV_SQRT2));
+    __mmask16 nearm = _mm512_cmp_ps_mask(z, _mm512_set1_ps(LB_ERF_SWITCH), _CMP_LT_OQ);
+    __mmask16 inside = _mm512_cmp_ps_mask(z, _mm512_set1_ps(LB_ERFC_ZERO), _CMP_LT_OQ);
+    __m512 near = _mm512_sub_ps(one, _mm512_mul_ps(z, lb_horner_v(_mm512_mul_ps(z, z),
+                                                                  lb_erf_c, 6)));
+    __m512 y = lb_erfc_far_part_v(a, z, inside & ~nearm, inside);
     y = _mm512_mask_blend_ps(nearm, y, near);
     return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, a, _CMP_UNORD_Q), y, a);
 }
@@ -102,20 +107,9 @@ LB_V512 __m512 lb_gelu_v(__m512 x, int32_t tanh_form) {
 /* erfc_scaled's far branch (z >= ERF_SWITCH, and NaN) alone: lb_erfc_scaled_v's operations
  * for lanes outside the near range, where its `far` mask is `inside`. */
 LB_V512 __m512 lb_erfc_far_v(__m512 a) {
-    const __m512 one = _mm512_set1_ps(1.0f), half = _mm512_set1_ps(0.5f);
     __m512 z = _mm512_mul_ps(a, _mm512_set1_ps(LB_INV_SQRT2));
     __mmask16 inside = _mm512_cmp_ps_mask(z, _mm512_set1_ps(LB_ERFC_ZERO), _CMP_LT_OQ);
-    __m512 t = _mm512_div_ps(one, _mm512_add_ps(one, _mm512_mul_ps(half, z)));
-    __m512 ah = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(a),
-                                                     _mm512_set1_epi32((int)LB_SPLIT_MASK)));
-    __m512 hi = _mm512_mul_ps(_mm512_sub_ps(_mm512_setzero_ps(), _mm512_mul_ps(ah, ah)), half);
-    __m512 lo = _mm512_sub_ps(lb_horner_v(t, lb_erfc_c, 10),
-                              _mm512_mul_ps(_mm512_mul_ps(_mm512_sub_ps(a, ah),
-                                                          _mm512_add_ps(a, ah)), half));
-    hi = _mm512_maskz_mov_ps(inside, hi);
-    lo = _mm512_maskz_mov_ps(inside, lo);
-    __m512 farv = _mm512_mul_ps(t, lb_exp_parts_v(hi, lo));
-    __m512 y = _mm512_mask_blend_ps(inside, _mm512_setzero_ps(), farv);
+    __m512 y = lb_erfc_far_part_v(a, z, inside, inside);
     return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, a, _CMP_UNORD_Q), y, a);
 }
 
