@@ -203,8 +203,11 @@ class _KL:
     def __init__(self, counts: np.ndarray, levels: int, zero: int,
                  substeps: int = SUBSTEPS) -> None:
         total = float(counts.sum())
-        self.c = counts.astype(np.float64) / total
+        self.total = total
+        self.c = counts.astype(np.float64)
         self.cum = np.concatenate(([0.0], np.cumsum(self.c)))
+        """In counts, not fractions: sums of integers are exact, so a cell over empty bins has
+        mass exactly 0 (not a rounding residue that Q would take for real mass)."""
         self.log_eps = math.log(0.01 / total)
         self.levels, self.zero, self.m = levels, zero, substeps
         t0 = np.arange(substeps) / substeps
@@ -220,7 +223,7 @@ class _KL:
         return out
 
     def _cdf(self, x: np.ndarray) -> np.ndarray:
-        """Mass below x (bin units, clamped to the histogram), linear inside each bin."""
+        """Count below x (bin units, clamped to the histogram), linear inside each bin."""
         x = np.clip(x, 0.0, float(self.c.size))
         k = np.minimum(x.astype(np.int64), self.c.size - 1)
         return self.cum[k] + (x - k) * self.c[k]
@@ -239,11 +242,11 @@ class _KL:
         step = (b - a) / (levels - 1)
         origin = self.zero - np.clip(np.round((self.zero - a) / step), 0, levels - 1) * step
         edges = origin[:, None] + step[:, None] * (np.arange(levels + 1) - 0.5)
-        mass = self._cdf(edges)
+        below = self._cdf(edges)
         width = np.diff(np.clip(edges, 0.0, float(self.c.size)), axis=1)
-        s = np.maximum(np.diff(mass, axis=1), 0.0)  # cell masses
-        left, right = mass[:, 0], self.cum[-1] - mass[:, -1]
-        inside = mass[:, -1] - mass[:, 0]
+        s = np.maximum(np.diff(below, axis=1), 0.0) / self.total  # cell masses
+        left, right = below[:, 0] / self.total, (self.total - below[:, -1]) / self.total
+        inside = (below[:, -1] - below[:, 0]) / self.total
         with np.errstate(divide="ignore", invalid="ignore"):
             density = np.where(width > 0, s / width, 0.0)
             edge = np.empty((s.shape[0], levels + 1))
