@@ -168,18 +168,16 @@ class GridSum:
         largest = max(float(x.max()), -float(x.min())) if x.size else 0.0
         if not math.isfinite(largest):
             raise ValueError("an exact sum takes finite values only")
-        self._count(1)
-        if largest == 0.0:
+        factors = self.begin_add(largest)
+        if factors is None:
             return
-        self._raise_top((math.frexp(largest)[1] - 1) // WINDOW)
+        first, second = factors
         # y: x in units of the top window (|y| < 2**W; a power-of-two scaling, exact). Each
         # limb is y's integer part (truncated toward zero), and the fraction left, scaled by
         # 2**W (exact), gives the next: the windows of |x|, signed like x, the bits below the
         # lowest window dropped. Scalings by 2**k stay exact: float64 keeps subnormals and no
         # window below 2**-1074 is ever kept for a value that has one. Done `GRID_BLOCK`
         # elements at a time, so that the temporaries stay in the cache.
-        scale = -self.top * WINDOW  # in two steps: 2**scale alone may overflow
-        first, second = math.ldexp(1.0, scale // 2), math.ldexp(1.0, scale - scale // 2)
         flat = x.reshape(-1)
         self.limbs = np.ascontiguousarray(self.limbs)
         limbs = self.limbs.reshape(LIMBS, -1)  # a view
@@ -197,6 +195,18 @@ class GridSum:
                 if j:
                     y -= whole
                     y *= float(1 << WINDOW)
+
+    def begin_add(self, largest: float) -> tuple[float, float] | None:
+        """Count one addition of values whose largest magnitude is `largest` (finite) and
+        raise `top` to fit it; returns the two powers of two whose product scales a value to
+        units of the top window (`add`; a C kernel that adds the values itself calls this
+        first), or None when every value is 0 (nothing more to add)."""
+        self._count(1)
+        if largest == 0.0:
+            return None
+        self._raise_top((math.frexp(largest)[1] - 1) // WINDOW)
+        scale = -self.top * WINDOW  # in two steps: 2**scale alone may overflow
+        return math.ldexp(1.0, scale // 2), math.ldexp(1.0, scale - scale // 2)
 
     def merge(self, other: GridSum) -> None:
         """Add another sum of the same shape (exact: as if its values were added here)."""

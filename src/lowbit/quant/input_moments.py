@@ -79,16 +79,37 @@ class InputMoments:
         return self._second
 
     def _add(self, second: np.ndarray) -> None:
-        upper = None
+        """Add S of some vectors, given whole ([G, K, K], symmetric)."""
         if self._exact is not None:
-            upper = second.reshape(self.groups, -1)[:, upper_flat(self.size)]
-        if upper is not None and np.all(np.isfinite(upper)):
-            assert self._exact is not None
-            self._exact.add(upper)
+            if _native():
+                from lowbit.backends.cpu import stats
+
+                if stats.gridsum_add_upper(self._exact, second):
+                    self._second = None
+                    return
+            else:
+                upper = second.reshape(self.groups, -1)[:, upper_flat(self.size)]
+                if np.all(np.isfinite(upper)):
+                    self._exact.add(upper)
+                    self._second = None
+                    return
+        self._second = self.second + second
+        self._exact = None
+
+    def add_upper(self, upper: np.ndarray, count: int) -> None:
+        """Add S of `count` vectors given as its upper triangle [G, K (K + 1) / 2]."""
+        self.count += count
+        if self._exact is not None and np.all(np.isfinite(upper)):
+            if _native():
+                from lowbit.backends.cpu import stats
+
+                stats.gridsum_add(self._exact, upper)
+            else:
+                self._exact.add(upper)
             self._second = None
-        else:
-            self._second = self.second + second
-            self._exact = None
+            return
+        self._second = self.second + unpack_upper(upper, self.size)
+        self._exact = None
 
     def __getstate__(self) -> dict:
         """Pickled without the float64 S derived from the exact sum (it is recomputed where
@@ -202,9 +223,84 @@ def vector_layout(node: Node) -> tuple:
 
 
 def observe_input(moments: InputMoments, node: Node, x: np.ndarray) -> None:
-    """Add the input vectors of `node` for its data input `x` to `moments`."""
+    """Add the input vectors of `node` for its data input `x` to `moments`: a depthwise Conv's
+    (one input channel per group, float32, at most 25 taps, 2-D) by `depthwise_moments`, in C
+    when the kernel library loads; other products' by `input_vectors`, S of each piece by a
+    float32 or float64 matrix product."""
+    depthwise = _depthwise_window(node, x)
+    if depthwise is not None:
+        if _native():
+            from lowbit.backends.cpu import stats
+
+            upper = stats.depthwise_moments(x, *depthwise)
+        else:
+            upper = depthwise_moments(x, *depthwise)
+        moments.add_upper(upper, x.shape[0] * depthwise[-1][0] * depthwise[-1][1])
+        return
     for vectors in input_vectors(node, x):
         moments.observe(vectors)
+
+
+@functools.cache
+def _native() -> bool:
+    """Whether the C forms of the exact sums and depthwise moments are used."""
+    from lowbit.backends.cpu import stats
+
+    return stats.available()
+
+
+DEPTHWISE_TAPS = 25
+"""Largest depthwise kernel `depthwise_moments` takes (more taps: `input_vectors`)."""
+
+
+def _depthwise_window(node: Node, x: np.ndarray) -> tuple | None:
+    """(kernel, strides, dilations, (pad top, pad left), (out rows, out columns)) of a 2-D
+    depthwise Conv (one input channel per group) on float32 `x`, else None."""
+    geometry = integer_product(node)
+    if not geometry.windowed or x.dtype != np.float32 or x.ndim != 4:
+        return None
+    w = node.inputs[geometry.weight_input].const_value
+    if w.shape[1] != 1 or int(node.attrs.get("group", 1)) != x.shape[1]:
+        return None
+    window = window_from_attrs(node, w.shape[2:], 2)
+    kernel = tuple(int(k) for k in window.kernel)
+    if kernel[0] * kernel[1] > DEPTHWISE_TAPS:
+        return None
+    pads = window.resolved_pads(x.shape[2:])
+    outs = tuple((x.shape[2 + i] + pads[i] + pads[i + 2] - ((kernel[i] - 1)
+                  * window.dilations[i] + 1)) // window.strides[i] + 1 for i in range(2))
+    if min(outs) < 1:
+        return None
+    return (kernel, tuple(window.strides), tuple(window.dilations), (pads[0], pads[1]), outs)
+
+
+def depthwise_moments(x: np.ndarray, kernel: tuple[int, int], strides: tuple[int, int],
+                      dilations: tuple[int, int], pads: tuple[int, int],
+                      out_size: tuple[int, int]) -> np.ndarray:
+    """The upper triangles [C, T] (T = taps (taps + 1) / 2, `np.triu_indices` order) of S for
+    each channel of a depthwise convolution of x [N, C, H, W]: v is the channel's receptive
+    field at one output position (taps row-major, zero outside the input, `pads` = (top,
+    left)), and S = sum of v v^T over the output positions in order (batch item, output row,
+    output column), each product v_a v_b (exact in float64 for float32 data) added to the
+    float64 total in turn. This is the definition the C kernel (`lowbit.backends.cpu.stats`)
+    reproduces bit for bit; it loops over positions in Python (slow)."""
+    n, c, h, w = x.shape
+    taps = kernel[0] * kernel[1]
+    rows, cols = np.triu_indices(taps)
+    total = np.zeros((c, len(rows)))
+    v = np.zeros((c, taps))
+    for b in range(n):
+        for oy in range(out_size[0]):
+            for ox in range(out_size[1]):
+                v[...] = 0.0
+                for ky in range(kernel[0]):
+                    iy = oy * strides[0] + ky * dilations[0] - pads[0]
+                    for kx in range(kernel[1]):
+                        ix = ox * strides[1] + kx * dilations[1] - pads[1]
+                        if 0 <= iy < h and 0 <= ix < w:
+                            v[:, ky * kernel[1] + kx] = x[b, :, iy, ix]
+                total = total + v[:, rows] * v[:, cols]
+    return total
 
 
 def input_vectors(node: Node, x: np.ndarray) -> Iterator[np.ndarray]:

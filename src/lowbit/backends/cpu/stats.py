@@ -1,0 +1,131 @@
+"""Calibration statistics in C (runtime/rt_stats.c), for `lowbit.profile`: exact sums
+(`GridSum.add`) and depthwise input moments, each equal bit for bit to its Python definition
+(`lowbit.numerics.exact_sum.GridSum.add`, `lowbit.quant.input_moments.depthwise_moments`).
+
+`available()` says whether the kernel library loads (a C compiler is there); callers use the
+Python definitions otherwise: the same bits, more slowly.
+"""
+
+from __future__ import annotations
+
+import ctypes as C
+import functools
+import logging
+
+import numpy as np
+
+from lowbit.errors import LowbitError
+from lowbit.numerics.exact_sum import LIMBS, GridSum
+
+log = logging.getLogger(__name__)
+
+_i64p = C.POINTER(C.c_int64)
+_SIGNATURES = {
+    "lb_stats_maxabs": (C.c_int, [C.c_void_p, C.c_int, C.c_int64, C.POINTER(C.c_double)]),
+    "lb_stats_maxabs_upper": (C.c_int, [C.c_void_p, C.c_int, C.c_int64, C.c_int64,
+                                        C.POINTER(C.c_double)]),
+    "lb_gridsum_add": (None, [C.c_void_p, _i64p, C.c_int64, C.c_void_p, C.c_int, C.c_double,
+                              C.c_double]),
+    "lb_gridsum_add_upper": (None, [C.c_void_p, _i64p, C.c_void_p, C.c_int, C.c_int64,
+                                    C.c_int64, C.c_double, C.c_double]),
+    "lb_dw_moments": (C.c_int, [C.c_void_p, C.c_void_p, _i64p, C.c_void_p]),
+}
+MAX_TAPS = 25
+"""Largest depthwise kernel (taps) `depthwise_moments` takes (rt_stats.c LB_MOMENT_TAPS)."""
+
+
+@functools.cache
+def _lib():
+    from lowbit.backends.cpu import library
+
+    handle = library.lib()
+    for name, (restype, argtypes) in _SIGNATURES.items():
+        fn = getattr(handle, name)
+        fn.restype, fn.argtypes = restype, argtypes
+    return handle
+
+
+def available() -> bool:
+    """Whether the C kernels load (else the Python definitions are used)."""
+    try:
+        _lib()
+    except (LowbitError, OSError) as exc:
+        log.debug("calibration statistics in Python: %s", exc)
+        return False
+    return True
+
+
+def _ctx():
+    from lowbit.backends.cpu import library
+
+    return library.context().handle
+
+
+def _float(x: np.ndarray) -> tuple[np.ndarray, int]:
+    x = np.ascontiguousarray(x)
+    if x.dtype == np.float64:
+        return x, 1
+    return np.ascontiguousarray(x, np.float32), 0
+
+
+def gridsum_add(total: GridSum, values: np.ndarray) -> None:
+    """`total.add(values)` (float32 or float64 of its shape; finite, else ValueError)."""
+    x, f64 = _float(values)
+    if x.shape != total.shape:
+        raise ValueError(f"adding shape {x.shape} to a sum of shape {total.shape}")
+    largest = C.c_double()
+    if not _lib().lb_stats_maxabs(x.ctypes.data, f64, x.size, C.byref(largest)):
+        raise ValueError("an exact sum takes finite values only")
+    factors = total.begin_add(largest.value)
+    if factors is None:
+        return
+    limbs = _limbs(total)
+    _lib().lb_gridsum_add(_ctx(), limbs.ctypes.data_as(_i64p), x.size, x.ctypes.data, f64,
+                          *factors)
+
+
+def gridsum_add_upper(total: GridSum, matrices: np.ndarray) -> bool:
+    """Add the upper triangles (row-major, diagonal included) of `matrices` [G, K, K] to
+    `total` of shape (G, K (K + 1) / 2), as `total.add(triangles)`; False (nothing added) when
+    a triangle holds a NaN or an infinity."""
+    x, f64 = _float(matrices)
+    groups, k = int(x.shape[0]), int(x.shape[1])
+    if x.shape != (groups, k, k) or total.shape != (groups, k * (k + 1) // 2):
+        raise ValueError(f"adding the triangles of {x.shape} to a sum of shape {total.shape}")
+    largest = C.c_double()
+    if not _lib().lb_stats_maxabs_upper(x.ctypes.data, f64, groups, k, C.byref(largest)):
+        return False
+    factors = total.begin_add(largest.value)
+    if factors is not None:
+        limbs = _limbs(total)
+        _lib().lb_gridsum_add_upper(_ctx(), limbs.ctypes.data_as(_i64p), x.ctypes.data, f64,
+                                    groups, k, *factors)
+    return True
+
+
+def _limbs(total: GridSum) -> np.ndarray:
+    if not (total.limbs.flags.c_contiguous and total.limbs.flags.writeable
+            and total.limbs.dtype == np.int64):
+        total.limbs = np.ascontiguousarray(total.limbs, np.int64)
+    assert total.limbs.shape[0] == LIMBS
+    return total.limbs
+
+
+def depthwise_moments(x: np.ndarray, kernel: tuple[int, int], strides: tuple[int, int],
+                      dilations: tuple[int, int], pads: tuple[int, int],
+                      out_size: tuple[int, int]) -> np.ndarray:
+    """The C form of `lowbit.quant.input_moments.depthwise_moments`: x float32 [N, C, H, W],
+    pads (top, left); float64 [C, T] upper triangles of each channel's S."""
+    n, c, h, w = (int(d) for d in x.shape)
+    taps = kernel[0] * kernel[1]
+    if taps > MAX_TAPS:
+        raise ValueError(f"depthwise moments in C take at most {MAX_TAPS} taps, not {taps}")
+    last = np.ascontiguousarray(np.asarray(x, np.float32).transpose(0, 2, 3, 1))
+    out = np.empty((c, taps * (taps + 1) // 2))
+    geometry = np.array([n, c, h, w, *kernel, *strides, *dilations, *pads, *out_size],
+                        np.int64)
+    status = _lib().lb_dw_moments(_ctx(), last.ctypes.data, geometry.ctypes.data_as(_i64p),
+                                  out.ctypes.data)
+    if status != 0:
+        raise ValueError(f"lb_dw_moments refused geometry {geometry.tolist()}")
+    return out

@@ -1,0 +1,132 @@
+"""The calibration statistics kernels (runtime/rt_stats.c) against their Python definitions,
+bit for bit, on every ISA the machine runs (forced by $LOWBIT_CPU_ISA) and on random shapes,
+magnitudes, strides, dilations and paddings: GridSum additions (flat and upper triangles) and
+depthwise input moments."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from cpu_kernels import ISAS
+
+from lowbit.backends.cpu import library as L
+from lowbit.backends.cpu import stats
+from lowbit.numerics.exact_sum import GridSum
+from lowbit.quant import input_moments
+
+
+@pytest.fixture(params=ISAS)
+def isa(request, monkeypatch):
+    monkeypatch.setenv(L.ISA_ENV, request.param)
+    return request.param
+
+
+def _values(rng: np.random.Generator, shape, dtype) -> np.ndarray:
+    """Values of mixed magnitudes and signs, some exactly 0, some tiny (truncated limbs)."""
+    x = rng.standard_normal(shape) * np.exp2(rng.integers(-40, 40, shape))
+    x[rng.random(shape) < 0.1] = 0.0
+    return x.astype(dtype)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_gridsum_add_equals_python(isa, seed):
+    rng = np.random.default_rng(seed)
+    n = int(rng.choice([1, 7, 1000, 70000, 140001]))
+    mine, ref = GridSum((n,)), GridSum((n,))
+    for step in range(4):
+        dtype = np.float32 if (seed + step) % 2 else np.float64
+        x = _values(rng, (n,), dtype) * (2.0 ** (20 * step))  # top rises between additions
+        x = x.astype(dtype)
+        stats.gridsum_add(mine, x)
+        ref.add(x)
+        assert mine.equals(ref), f"{isa}: step {step}, {n} elements"
+    assert mine.adds == ref.adds
+    np.testing.assert_array_equal(mine.value(), ref.value())
+
+
+def test_gridsum_add_zeros_and_non_finite(isa):
+    mine, ref = GridSum((5,)), GridSum((5,))
+    stats.gridsum_add(mine, np.zeros(5))
+    ref.add(np.zeros(5))
+    assert mine.equals(ref) and mine.adds == ref.adds == 1
+    with pytest.raises(ValueError, match="finite"):
+        stats.gridsum_add(mine, np.array([1.0, np.nan, 0, 0, 0]))
+    with pytest.raises(ValueError, match="finite"):
+        stats.gridsum_add(mine, np.array([1.0, 0, 0, 0, -np.inf], np.float32))
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_gridsum_add_upper_equals_python(isa, seed):
+    rng = np.random.default_rng(100 + seed)
+    groups, k = int(rng.integers(1, 40)), int(rng.integers(1, 90))
+    dtype = np.float32 if seed % 2 else np.float64
+    flat = input_moments.upper_flat(k)
+    mine = GridSum((groups, k * (k + 1) // 2))
+    ref = GridSum((groups, k * (k + 1) // 2))
+    for _ in range(3):
+        square = _values(rng, (groups, k, k), dtype)
+        assert stats.gridsum_add_upper(mine, square)
+        ref.add(square.reshape(groups, -1)[:, flat])
+        assert mine.equals(ref), f"{isa}: {groups} x {k} x {k} {dtype.__name__}"
+    square[-1, 0, -1] = np.nan  # in the triangle: refused, nothing added
+    assert not stats.gridsum_add_upper(mine, square)
+    assert mine.equals(ref) and mine.adds == ref.adds
+    if k > 1:
+        square[-1, 0, -1] = 1.0
+        square[-1, -1, 0] = np.inf  # below the diagonal: not read
+        assert stats.gridsum_add_upper(mine, square)
+
+
+def _depthwise_case(rng: np.random.Generator):
+    kernel = (int(rng.integers(1, 6)), int(rng.integers(1, 6)))
+    strides = (int(rng.integers(1, 4)), int(rng.integers(1, 4)))
+    dilations = (int(rng.integers(1, 3)), int(rng.integers(1, 3)))
+    pads = (int(rng.integers(0, 4)), int(rng.integers(0, 4)))
+    ends = (int(rng.integers(0, 4)), int(rng.integers(0, 4)))
+    n, c = int(rng.integers(1, 3)), int(rng.integers(1, 21))
+    h, w = (int(rng.integers((kernel[i] - 1) * dilations[i] + 1, 14)) for i in range(2))
+    outs = tuple((size + pads[i] + ends[i] - (kernel[i] - 1) * dilations[i] - 1)
+                 // strides[i] + 1 for i, size in enumerate((h, w)))
+    x = (rng.standard_normal((n, c, h, w)) * np.exp2(rng.integers(-8, 8, (1, c, 1, 1)))
+         ).astype(np.float32)
+    return x, (kernel, strides, dilations, pads, outs)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_depthwise_moments_equal_python(isa, seed):
+    rng = np.random.default_rng(200 + seed)
+    x, geometry = _depthwise_case(rng)
+    want = input_moments.depthwise_moments(x, *geometry)
+    got = stats.depthwise_moments(x, *geometry)
+    np.testing.assert_array_equal(got, want, err_msg=f"{isa}: {x.shape} {geometry}")
+
+
+def test_depthwise_moments_are_the_moments_of_the_receptive_fields(tmp_path):
+    """The definition itself: S of each channel equals that of the vectors `input_vectors`
+    forms for the Conv node (in float64, to rounding)."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    import lowbit
+
+    rng = np.random.default_rng(7)
+    c = 5
+    w = rng.standard_normal((c, 1, 3, 3)).astype(np.float32)
+    node = helper.make_node("Conv", ["x", "w"], ["y"], name="dw", group=c, strides=[2, 1],
+                            pads=[1, 0, 1, 2], dilations=[1, 2])
+    g = helper.make_graph([node], "dw", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, [2, c, 9, 8])], [helper.make_tensor_value_info(
+            "y", TensorProto.FLOAT, None)], [numpy_helper.from_array(w, "w")])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]),
+              tmp_path / "dw.onnx")
+    conv = next(n for n in lowbit.load(tmp_path / "dw.onnx").nodes if n.op_type == "Conv")
+    data = rng.standard_normal((2, c, 9, 8)).astype(np.float32)
+    window = input_moments._depthwise_window(conv, data)
+    assert window is not None
+    upper = input_moments.depthwise_moments(data, *window)
+    vectors = np.concatenate([v.astype(np.float64) for v in
+                              input_moments.input_vectors(conv, data)], axis=2)
+    s = vectors @ vectors.transpose(0, 2, 1)
+    rows, cols = np.triu_indices(9)
+    np.testing.assert_allclose(upper, s[:, rows, cols], rtol=1e-12, atol=1e-12)
+    assert vectors.shape[2] == 2 * window[-1][0] * window[-1][1]
