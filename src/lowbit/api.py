@@ -97,7 +97,7 @@ def profile(
     client: Any = None,
     shards: int | None = None,
     batch_size: int | None = None,
-    backend: str = "reference",
+    backend: str = "auto",
 ) -> Profile:
     """Run `graph` on calibration batches ({input name: array} each) and return the per-value
     statistics (ranges, histograms, and the input moments of each Conv/Gemm/MatMul that the
@@ -112,8 +112,12 @@ def profile(
     dask.array}) cut into batches of `batch_size` rows. Items with a `load(graph)` method
     (`lowbit.cli.data_files.BatchRef`) are read where they are profiled.
 
-    `backend="cpu"` runs the batches on the compiled cpu backend ("auto": when it compiles the
-    graph), the observers reading the values it produces (on the workers too).
+    `backend`: "auto" (the default) runs the batches on the compiled cpu backend when it
+    compiles the graph and a C compiler is there, else on the reference interpreter; "cpu"
+    insists on the cpu backend, "reference" on the interpreter. The observers read the values
+    it produces (on the workers too). The cpu backend's float results are within float rounding
+    of the interpreter's, not equal to them bit for bit, so the two give slightly different
+    profiles; each is the same on every run and in shards.
     """
     if client is not None:
         from lowbit.cluster import profiling

@@ -1,10 +1,10 @@
 """Profiling: per-value statistics of a float graph over calibration data.
 
-`profile(graph, batches)` runs the reference interpreter on every batch with a `StatsObserver`
-on each float value quantization may touch: the graph inputs, every float node output and every
-float Constant (observed once, with per-channel ranges along each of its axes). Memory does not
-grow with the number of batches: observers have fixed size and the interpreter frees each
-intermediate after its last use.
+`profile(graph, batches)` runs the graph on every batch (compiled once by the cpu backend, with
+every observed value an output, when it compiles the graph; else the reference interpreter)
+with a `StatsObserver` on each float value quantization may touch: the graph inputs, every
+float node output and every float Constant (observed once, with per-channel ranges along each
+of its axes). Memory does not grow with the number of batches: observers have fixed size.
 
 A `Profile` is saved as one YAML file (`Profile.save`, written to a temporary name and renamed):
 
@@ -325,7 +325,7 @@ def _check_batch(graph: Graph, batch: Any, index: int) -> list[np.ndarray]:
 @one_blas_thread
 def profile(graph: Graph, batches: Iterable[Mapping[str, np.ndarray]], *, progress: bool = True,
             channel_axis: int | None = None, bins: int = DEFAULT_BINS,
-            moments: bool = True, backend: str = "reference") -> Profile:
+            moments: bool = True, backend: str = "auto") -> Profile:
     """Run `graph` on every batch ({input name: array}) and collect per-value statistics.
 
     Observed: float graph inputs, float node outputs (per batch) and float constants (once, with
@@ -336,10 +336,10 @@ def profile(graph: Graph, batches: Iterable[Mapping[str, np.ndarray]], *, progre
     arrays, NaN or Inf in a float input, and an empty calibration set.
     `samples` counts the first input's leading dimension over all batches. `moments=False`
     skips the input moments of the products (weights then round to nearest).
-    `backend`: "reference" (the interpreter), "cpu" (the compiled cpu backend: every observed
-    value becomes an output of one compiled program, its float results within float rounding of
-    the interpreter's; a graph it cannot compile raises its error) or "auto" (the cpu backend
-    when it compiles the graph, else the interpreter).
+    `backend`: "auto" (the default: the cpu backend when it compiles the graph, else the
+    interpreter), "reference" (the interpreter) or "cpu" (the compiled cpu backend: every
+    observed value becomes an output of one compiled program, its float results within float
+    rounding of the interpreter's; a graph it cannot compile raises its error).
     """
     recorder = _Recorder(graph, bins, channel_axis, moments)
     interpreter = _runner(graph, recorder, backend)

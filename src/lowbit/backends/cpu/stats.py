@@ -56,9 +56,19 @@ def available() -> bool:
 
 
 def _ctx():
+    """The shared context of the ISA in effect ($LOWBIT_CPU_ISA), default threads."""
+    import os
+
     from lowbit.backends.cpu import library
 
-    return library.context().handle
+    key = os.environ.get(library.ISA_ENV, "")
+    handle = _contexts.get(key)
+    if handle is None:
+        handle = _contexts[key] = library.context().handle
+    return handle
+
+
+_contexts: dict[str, object] = {}
 
 
 def _float(x: np.ndarray) -> tuple[np.ndarray, int]:
@@ -120,11 +130,16 @@ def depthwise_moments(x: np.ndarray, kernel: tuple[int, int], strides: tuple[int
     taps = kernel[0] * kernel[1]
     if taps > MAX_TAPS:
         raise ValueError(f"depthwise moments in C take at most {MAX_TAPS} taps, not {taps}")
-    last = np.ascontiguousarray(np.asarray(x, np.float32).transpose(0, 2, 3, 1))
+    # zero-padded, channel-last float64, channels rounded up to 8 (rt_stats.c)
+    hp, wp = (max(pads[i] + size, (out_size[i] - 1) * strides[i]
+                  + (kernel[i] - 1) * dilations[i] + 1) for i, size in enumerate((h, w)))
+    cp = -(-c // 8) * 8
+    padded = np.zeros((n, hp, wp, cp))
+    padded[:, pads[0]:pads[0] + h, pads[1]:pads[1] + w, :c] = x.transpose(0, 2, 3, 1)
     out = np.empty((c, taps * (taps + 1) // 2))
-    geometry = np.array([n, c, h, w, *kernel, *strides, *dilations, *pads, *out_size],
+    geometry = np.array([n, c, hp, wp, cp, *kernel, *strides, *dilations, *out_size],
                         np.int64)
-    status = _lib().lb_dw_moments(_ctx(), last.ctypes.data, geometry.ctypes.data_as(_i64p),
+    status = _lib().lb_dw_moments(_ctx(), padded.ctypes.data, geometry.ctypes.data_as(_i64p),
                                   out.ctypes.data)
     if status != 0:
         raise ValueError(f"lb_dw_moments refused geometry {geometry.tolist()}")

@@ -20,7 +20,6 @@
 
 #define LB_MOMENT_TAPS 25
 #define LB_MOMENT_LANES 8
-#define LB_MOMENT_PAIRS (LB_MOMENT_TAPS * (LB_MOMENT_TAPS + 1) / 2)
 
 LB_API int lb_stats_maxabs(const void *x, int f64, int64_t n, double *out);
 LB_API int lb_stats_maxabs_upper(const void *x, int f64, int64_t groups, int64_t k,
@@ -29,7 +28,7 @@ LB_API void lb_gridsum_add(const lb_ctx *ctx, int64_t *limbs, int64_t n, const v
                            int f64, double first, double second);
 LB_API void lb_gridsum_add_upper(const lb_ctx *ctx, int64_t *limbs, const void *x, int f64,
                                  int64_t groups, int64_t k, double first, double second);
-LB_API int lb_dw_moments(const lb_ctx *ctx, const float *x, const int64_t *geometry,
+LB_API int lb_dw_moments(const lb_ctx *ctx, const double *xp, const int64_t *geometry,
                          double *out);
 
 LB_INLINE double lb_stats_load(const void *x, int f64, int64_t i) {
@@ -181,63 +180,172 @@ LB_API void lb_gridsum_add_upper(const lb_ctx *ctx, int64_t *limbs, const void *
 
 /* ---- depthwise input moments --------------------------------------------------------------- */
 
+/* The input is given zero-padded and channel-last in float64: xp [N][Hp][Wp][Cp] (Cp a
+ * multiple of 8), so that tap t of output position (oy, ox) of channels [c, c + 8) is the 8
+ * values at ((oy sh) Wp + ox sw) Cp + off[t] + c, off[t] = (ky dh Wp + kx dw) Cp. The
+ * triangle is cut into R x R tiles of (row tap a, column tap b); a task (8 channels) keeps one
+ * tile's accumulators in registers along one output row, then stores them, so every pair's
+ * sum still runs over the positions in order. Taps past the last (the tiles' padding) read tap
+ * 0 and their sums are dropped. */
 typedef struct lb_dwm_job {
-    const float *x; /* [N, H, W, C] channel-last */
-    int64_t n, c, h, w, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow;
+    const double *x;
+    int64_t n, c, hp, wp, cp, kh, kw, sh, sw, dh, dw, oh, ow;
     double *out; /* [C, T] */
+    int isa;
 } lb_dwm_job;
 
-/* Task: channels [8 t, 8 t + 8) of every position, summed in position order per channel. */
-static void lb_dwm_task(void *arg, int64_t task, int worker) {
-    (void)worker;
-    const lb_dwm_job *j = (const lb_dwm_job *)arg;
-    const int64_t taps = j->kh * j->kw, pairs = taps * (taps + 1) / 2;
+#define LB_DWM_TILES 28 /* 7 x 8 / 2 tiles of 4 x 4 for 25 taps; 6 of 3 x 3 for up to 9 */
+
+LB_INLINE void lb_dwm_store(const lb_dwm_job *j, int64_t c0, const int R, int64_t taps,
+                            int64_t nt, double acc[][16][LB_MOMENT_LANES]) {
+    const int64_t lanes = LB_MIN(LB_MOMENT_LANES, j->c - c0), pairs = taps * (taps + 1) / 2;
+    int64_t tile = 0;
+    for (int64_t ra = 0; ra < nt; ra++) {
+        for (int64_t rb = ra; rb < nt; rb++, tile++) {
+            for (int i = 0; i < R; i++) {
+                for (int k = 0; k < R; k++) {
+                    int64_t a = ra * R + i, b = rb * R + k;
+                    if (a > b || b >= taps) continue;
+                    int64_t q = a * taps - a * (a - 1) / 2 + (b - a);
+                    for (int64_t l = 0; l < lanes; l++)
+                        j->out[(c0 + l) * pairs + q] = acc[tile][i * R + k][l];
+                }
+            }
+        }
+    }
+}
+
+LB_INLINE void lb_dwm_portable(const lb_dwm_job *j, int64_t task, const int R) {
+    const int64_t taps = j->kh * j->kw, nt = (taps + R - 1) / R;
     const int64_t c0 = task * LB_MOMENT_LANES;
-    const int64_t lanes = LB_MIN(LB_MOMENT_LANES, j->c - c0);
-    double acc[LB_MOMENT_PAIRS][LB_MOMENT_LANES];
-    double v[LB_MOMENT_TAPS][LB_MOMENT_LANES];
+    int64_t off[LB_MOMENT_TAPS + 4];
+    for (int64_t t = 0; t < nt * R; t++) {
+        int64_t u = t < taps ? t : 0;
+        off[t] = ((u / j->kw) * j->dh * j->wp + (u % j->kw) * j->dw) * j->cp + c0;
+    }
+    double acc[LB_DWM_TILES][16][LB_MOMENT_LANES];
     memset(acc, 0, sizeof acc);
     for (int64_t b = 0; b < j->n; b++) {
-        const float *item = j->x + b * j->h * j->w * j->c;
+        const double *item = j->x + b * j->hp * j->wp * j->cp;
         for (int64_t oy = 0; oy < j->oh; oy++) {
-            for (int64_t ox = 0; ox < j->ow; ox++) {
-                for (int64_t ky = 0; ky < j->kh; ky++) {
-                    int64_t iy = oy * j->sh + ky * j->dh - j->pt;
-                    for (int64_t kx = 0; kx < j->kw; kx++) {
-                        int64_t ix = ox * j->sw + kx * j->dw - j->pl;
-                        double *t = v[ky * j->kw + kx];
-                        if (iy < 0 || iy >= j->h || ix < 0 || ix >= j->w) {
-                            for (int l = 0; l < LB_MOMENT_LANES; l++) t[l] = 0.0;
-                        } else {
-                            const float *src = item + (iy * j->w + ix) * j->c + c0;
-                            for (int l = 0; l < LB_MOMENT_LANES; l++)
-                                t[l] = l < lanes ? (double)src[l] : 0.0;
+            const double *row = item + oy * j->sh * j->wp * j->cp;
+            int64_t tile = 0;
+            for (int64_t ra = 0; ra < nt; ra++) {
+                for (int64_t rb = ra; rb < nt; rb++, tile++) {
+                    double s[16][LB_MOMENT_LANES];
+                    memcpy(s, acc[tile], sizeof(double) * R * R * LB_MOMENT_LANES);
+                    for (int64_t ox = 0; ox < j->ow; ox++) {
+                        const double *p = row + ox * j->sw * j->cp;
+                        for (int i = 0; i < R; i++) {
+                            const double *va = p + off[ra * R + i];
+                            for (int k = 0; k < R; k++) {
+                                const double *vb = p + off[rb * R + k];
+                                for (int l = 0; l < LB_MOMENT_LANES; l++)
+                                    s[i * R + k][l] = s[i * R + k][l] + va[l] * vb[l];
+                            }
                         }
                     }
+                    memcpy(acc[tile], s, sizeof(double) * R * R * LB_MOMENT_LANES);
                 }
-                int64_t p = 0;
-                for (int64_t a = 0; a < taps; a++) {
-                    for (int64_t bb = a; bb < taps; bb++, p++) {
-                        for (int l = 0; l < LB_MOMENT_LANES; l++)
-                            acc[p][l] = acc[p][l] + v[a][l] * v[bb][l];
+            }
+        }
+    }
+    lb_dwm_store(j, c0, R, taps, nt, acc);
+}
+
+#if LB_HAVE_AVX512
+#include <immintrin.h>
+
+LB_TARGET_AVX512 static void lb_dwm_avx512(const lb_dwm_job *j, int64_t task, const int R) {
+    const int64_t taps = j->kh * j->kw, nt = (taps + R - 1) / R;
+    const int64_t c0 = task * LB_MOMENT_LANES;
+    int64_t off[LB_MOMENT_TAPS + 4];
+    for (int64_t t = 0; t < nt * R; t++) {
+        int64_t u = t < taps ? t : 0;
+        off[t] = ((u / j->kw) * j->dh * j->wp + (u % j->kw) * j->dw) * j->cp + c0;
+    }
+    double acc[LB_DWM_TILES][16][LB_MOMENT_LANES];
+    memset(acc, 0, sizeof acc);
+    const int64_t step = j->sw * j->cp;
+    for (int64_t b = 0; b < j->n; b++) {
+        const double *item = j->x + b * j->hp * j->wp * j->cp;
+        for (int64_t oy = 0; oy < j->oh; oy++) {
+            const double *row = item + oy * j->sh * j->wp * j->cp;
+            int64_t tile = 0;
+            for (int64_t ra = 0; ra < nt; ra++) {
+                for (int64_t rb = ra; rb < nt; rb++, tile++) {
+                    const int64_t *oa = off + ra * R, *ob = off + rb * R;
+                    if (R == 4) {
+                        __m512d s[16];
+                        for (int q = 0; q < 16; q++) s[q] = _mm512_loadu_pd(acc[tile][q]);
+                        const double *p = row;
+                        for (int64_t ox = 0; ox < j->ow; ox++, p += step) {
+                            __m512d b0 = _mm512_loadu_pd(p + ob[0]);
+                            __m512d b1 = _mm512_loadu_pd(p + ob[1]);
+                            __m512d b2 = _mm512_loadu_pd(p + ob[2]);
+                            __m512d b3 = _mm512_loadu_pd(p + ob[3]);
+                            for (int i = 0; i < 4; i++) {
+                                __m512d a = _mm512_loadu_pd(p + oa[i]);
+                                s[i * 4 + 0] = _mm512_fmadd_pd(a, b0, s[i * 4 + 0]);
+                                s[i * 4 + 1] = _mm512_fmadd_pd(a, b1, s[i * 4 + 1]);
+                                s[i * 4 + 2] = _mm512_fmadd_pd(a, b2, s[i * 4 + 2]);
+                                s[i * 4 + 3] = _mm512_fmadd_pd(a, b3, s[i * 4 + 3]);
+                            }
+                        }
+                        for (int q = 0; q < 16; q++) _mm512_storeu_pd(acc[tile][q], s[q]);
+                    } else {
+                        __m512d s[9];
+                        for (int q = 0; q < 9; q++) s[q] = _mm512_loadu_pd(acc[tile][q]);
+                        const double *p = row;
+                        for (int64_t ox = 0; ox < j->ow; ox++, p += step) {
+                            __m512d b0 = _mm512_loadu_pd(p + ob[0]);
+                            __m512d b1 = _mm512_loadu_pd(p + ob[1]);
+                            __m512d b2 = _mm512_loadu_pd(p + ob[2]);
+                            for (int i = 0; i < 3; i++) {
+                                __m512d a = _mm512_loadu_pd(p + oa[i]);
+                                s[i * 3 + 0] = _mm512_fmadd_pd(a, b0, s[i * 3 + 0]);
+                                s[i * 3 + 1] = _mm512_fmadd_pd(a, b1, s[i * 3 + 1]);
+                                s[i * 3 + 2] = _mm512_fmadd_pd(a, b2, s[i * 3 + 2]);
+                            }
+                        }
+                        for (int q = 0; q < 9; q++) _mm512_storeu_pd(acc[tile][q], s[q]);
                     }
                 }
             }
         }
     }
-    for (int64_t l = 0; l < lanes; l++)
-        for (int64_t q = 0; q < pairs; q++) j->out[(c0 + l) * pairs + q] = acc[q][l];
+    lb_dwm_store(j, c0, R, taps, nt, acc);
+}
+#endif
+
+static void lb_dwm_task(void *arg, int64_t task, int worker) {
+    (void)worker;
+    const lb_dwm_job *j = (const lb_dwm_job *)arg;
+    const int R = j->kh * j->kw <= 9 ? 3 : 4;
+#if LB_HAVE_AVX512
+    if (j->isa == LB_ISA_AVX512VNNI) {
+        lb_dwm_avx512(j, task, R);
+        return;
+    }
+#endif
+    if (R == 3)
+        lb_dwm_portable(j, task, 3);
+    else
+        lb_dwm_portable(j, task, 4);
 }
 
-/* Depthwise moments (file comment) of x [N, H, W, C] float32 into out [C, T] float64 (T =
- * taps (taps + 1) / 2, overwritten). geometry: N C H W kh kw sh sw dh dw pad_top pad_left
- * out_h out_w. Returns 0, or -1 when the kernel has more than LB_MOMENT_TAPS taps. */
-LB_API int lb_dw_moments(const lb_ctx *ctx, const float *x, const int64_t *geometry,
+/* Depthwise moments (file comment) of xp [N][Hp][Wp][Cp] float64 (zero-padded, channel-last,
+ * Cp >= C a multiple of 8) into out [C, T] float64 (T = taps (taps + 1) / 2, overwritten).
+ * geometry: N C Hp Wp Cp kh kw sh sw dh dw out_h out_w. Returns 0, or -1 when the kernel has
+ * more than LB_MOMENT_TAPS taps or Cp is not a multiple of 8. */
+LB_API int lb_dw_moments(const lb_ctx *ctx, const double *xp, const int64_t *geometry,
                          double *out) {
     const int64_t *g = geometry;
-    if (g[4] * g[5] > LB_MOMENT_TAPS || g[4] < 1 || g[5] < 1) return -1;
-    lb_dwm_job j = {x, g[0], g[1], g[2], g[3], g[4], g[5], g[6], g[7], g[8], g[9], g[10],
-                    g[11], g[12], g[13], out};
+    if (g[5] * g[6] > LB_MOMENT_TAPS || g[5] < 1 || g[6] < 1 || g[4] % LB_MOMENT_LANES ||
+        g[4] < g[1])
+        return -1;
+    lb_dwm_job j = {xp, g[0], g[1], g[2], g[3], g[4], g[5], g[6], g[7], g[8], g[9], g[10],
+                    g[11], g[12], out, ctx != NULL ? ctx->isa : LB_ISA_SCALAR};
     int64_t tasks = (j.c + LB_MOMENT_LANES - 1) / LB_MOMENT_LANES;
     if (ctx != NULL && tasks > 1)
         lb_parallel_for(ctx, tasks, lb_dwm_task, &j);
