@@ -24,6 +24,7 @@ every value then stays below 2**41 in magnitude and is computed exactly in float
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 
@@ -269,6 +270,8 @@ class StatsObserver:
             x = x.astype(np.float64 if x.dtype.itemsize > 4 else np.float32)
         if x.size == 0:
             return
+        if x.dtype == np.float32 and self._observe_native(x):
+            return
         extremes = self._observe_channels(x)
         flat = x.reshape(-1)
         lo, hi = extremes if extremes is not None else (float(flat.min()), float(flat.max()))
@@ -289,6 +292,55 @@ class StatsObserver:
         self._add(flat)
         self.count += flat.size
         self.zeros += int(flat.size - np.count_nonzero(flat))
+
+    def _observe_native(self, x: np.ndarray) -> bool:
+        """`observe` of float32 `x` with the C kernels (`lowbit.backends.cpu.stats`: the same
+        results as `channel_stats` and `_add`) when they load, `x` is finite and at most one
+        channel axis is asked for; False (nothing changed) otherwise."""
+        requested = [a for a in self.channel_axes if -x.ndim <= a < x.ndim]
+        axes = {a % x.ndim for a in requested}
+        if len(requested) > 1 or not _native():
+            return False
+        from lowbit.backends.cpu import stats
+
+        axis = next(iter(axes)) if axes else None
+        found = stats.channel_stats(x, axis)
+        if found is None:
+            return False
+        lo, hi, total, zeros = found
+        if axis is not None:
+            self._update_channel(requested[0], lo, hi, total,
+                                 np.full(lo.shape, x.size // max(lo.size, 1), np.float64))
+        low, high = float(lo.min()), float(hi.max())
+        self.min = low if self.min is None else min(self.min, low)
+        self.max = high if self.max is None else max(self.max, high)
+        self._ensure_window()
+        assert self._exponent is not None and self._counts is not None
+        offset = np.float32(self._offset)
+        if float(offset) != self._offset:
+            self._add(x.reshape(-1))
+        else:
+            stats.histogram_add(self._counts, x, float(np.float32(
+                math.ldexp(1.0, -self._exponent))), float(offset))
+        self.count += x.size
+        self.zeros += zeros
+        return True
+
+    def _update_channel(self, axis: int, lo: np.ndarray, hi: np.ndarray, total: np.ndarray,
+                        count: np.ndarray) -> None:
+        current = self.channels.get(axis)
+        if current is None:
+            current = self.channels[axis] = ChannelRange(
+                axis, lo, hi, np.zeros(lo.shape), np.zeros(lo.shape), ExactSum(lo.shape))
+            current.add_sums(total, count)
+        elif current.min.shape != lo.shape:
+            raise ValueError(
+                f"'{self.name}': axis {axis} has {lo.size} channels in this array but "
+                f"{current.min.size} before")
+        else:
+            current.min = np.fmin(current.min, lo)
+            current.max = np.fmax(current.max, hi)
+            current.add_sums(total, count)
 
     def _ensure_window(self) -> None:
         """Move and widen the window so that [min, max] fits, merging bins exactly."""
@@ -351,7 +403,7 @@ class StatsObserver:
             # channel extremes are finite exactly when every value is
             finite = bool(np.isfinite(lo).all() and np.isfinite(hi).all())
             if finite:
-                total = np.sum(x, axis=others, dtype=np.float64)
+                total = channel_sums(x, ax)
                 count = np.full(lo.shape, x.size // max(lo.size, 1), np.float64)
                 extremes = (float(lo.min()), float(hi.max()))
             else:
@@ -360,20 +412,8 @@ class StatsObserver:
                     lo, hi = np.nanmin(src, axis=others), np.nanmax(src, axis=others)
                 total = np.nansum(src, axis=others, dtype=np.float64)
                 count = np.isfinite(x).sum(axis=others).astype(np.float64)
-            lo, hi = lo.astype(np.float64), hi.astype(np.float64)
-            current = self.channels.get(axis)
-            if current is None:
-                current = self.channels[axis] = ChannelRange(
-                    axis, lo, hi, np.zeros(lo.shape), np.zeros(lo.shape), ExactSum(lo.shape))
-                current.add_sums(total, count)
-            elif current.min.shape != lo.shape:
-                raise ValueError(
-                    f"'{self.name}': axis {axis} has {lo.size} channels in this array but "
-                    f"{current.min.size} before")
-            else:
-                current.min = np.fmin(current.min, lo)
-                current.max = np.fmax(current.max, hi)
-                current.add_sums(total, count)
+            self._update_channel(axis, lo.astype(np.float64), hi.astype(np.float64), total,
+                                 count)
         return extremes
 
     def merge(self, other: StatsObserver) -> None:
@@ -436,6 +476,23 @@ class StatsObserver:
         counts = np.zeros(self.bins, np.int64)
         counts[:hist.bins] = hist.counts
         self._counts, self._offset, self._exponent = counts, hist.offset, hist.exponent
+
+
+def channel_sums(x: np.ndarray, axis: int) -> np.ndarray:
+    """Per channel along `axis`, the sum of its values in float64, added one at a time in
+    row-major order of the other axes (the definition the C kernel reproduces)."""
+    moved = np.moveaxis(np.asarray(x, np.float64), axis, 0).reshape(x.shape[axis], -1)
+    if moved.shape[1] == 0:
+        return np.zeros(moved.shape[0])
+    return np.cumsum(moved, axis=1)[:, -1]
+
+
+@functools.cache
+def _native() -> bool:
+    """Whether the C forms of the observers are used (`lowbit.backends.cpu.stats`)."""
+    from lowbit.backends.cpu import stats
+
+    return stats.available()
 
 
 def divided_stats(stats: StatsObserver, axis: int, t: np.ndarray, name: str) -> StatsObserver:

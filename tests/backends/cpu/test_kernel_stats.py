@@ -130,3 +130,58 @@ def test_depthwise_moments_are_the_moments_of_the_receptive_fields(tmp_path):
     rows, cols = np.triu_indices(9)
     np.testing.assert_allclose(upper, s[:, rows, cols], rtol=1e-12, atol=1e-12)
     assert vectors.shape[2] == 2 * window[-1][0] * window[-1][1]
+
+
+def _observe_both(monkeypatch, arrays, axes, bins=8192):
+    from lowbit.quant import observers
+
+    native = observers.StatsObserver("x", bins, axes)
+    for a in arrays:
+        native.observe(a)
+    with monkeypatch.context() as m:
+        m.setattr(observers, "_native", lambda: False)
+        python = observers.StatsObserver("x", bins, axes)
+        for a in arrays:
+            python.observe(a)
+    return native, python
+
+
+def _same_stats(a, b) -> None:
+    for field in ("count", "zeros", "nan", "posinf", "neginf", "min", "max"):
+        assert getattr(a, field) == getattr(b, field), field
+    ha, hb = a.histogram, b.histogram
+    assert (ha is None) == (hb is None)
+    if ha is not None:
+        assert (ha.offset, ha.exponent) == (hb.offset, hb.exponent)
+        np.testing.assert_array_equal(ha.counts, hb.counts)
+    assert a.channels.keys() == b.channels.keys()
+    for axis, ch in a.channels.items():
+        other = b.channels[axis]
+        for field in ("min", "max", "sum", "count"):
+            np.testing.assert_array_equal(getattr(ch, field), getattr(other, field), field)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_observers_equal_python(isa, monkeypatch, seed):
+    """StatsObserver.observe through the C kernels equals the Python path: ranges, zeros,
+    histogram bins (the window moving and widening between arrays) and channel sums."""
+    rng = np.random.default_rng(300 + seed)
+    ndim = int(rng.integers(1, 5))
+    shape = tuple(int(d) for d in rng.integers(1, 9, ndim))
+    axes = () if seed % 4 == 0 else (int(rng.integers(-ndim, ndim)),)
+    arrays = []
+    for step in range(4):
+        x = rng.standard_normal(shape) * 10.0 ** rng.integers(-3, 4) + step
+        x[rng.random(shape) < 0.2] = 0.0
+        arrays.append(x.astype(np.float32))
+    native, python = _observe_both(monkeypatch, arrays, axes, bins=int(rng.choice([16, 8192])))
+    _same_stats(native, python)
+
+
+def test_observers_with_non_finite_values_equal_python(isa, monkeypatch):
+    x = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    y = x.copy()
+    y[1, 2, 3], y[0, 0, 0] = np.nan, -np.inf
+    native, python = _observe_both(monkeypatch, [x, y, x * 3], (1,))
+    _same_stats(native, python)
+    assert native.nan == 1 and native.neginf == 1

@@ -29,6 +29,10 @@ _SIGNATURES = {
     "lb_gridsum_add_upper": (None, [C.c_void_p, _i64p, C.c_void_p, C.c_int, C.c_int64,
                                     C.c_int64, C.c_double, C.c_double]),
     "lb_dw_moments": (C.c_int, [C.c_void_p, C.c_void_p, _i64p, C.c_void_p]),
+    "lb_observe_f32": (C.c_int, [C.c_void_p, C.c_int64, C.c_int64, C.c_int64, C.c_void_p,
+                                 C.c_void_p, C.c_void_p, _i64p]),
+    "lb_histogram_f32": (None, [C.c_void_p, C.c_int64, C.c_float, C.c_float, _i64p,
+                                C.c_int64]),
 }
 MAX_TAPS = 25
 """Largest depthwise kernel (taps) `depthwise_moments` takes (rt_stats.c LB_MOMENT_TAPS)."""
@@ -144,3 +148,33 @@ def depthwise_moments(x: np.ndarray, kernel: tuple[int, int], strides: tuple[int
     if status != 0:
         raise ValueError(f"lb_dw_moments refused geometry {geometry.tolist()}")
     return out
+
+
+def channel_stats(x: np.ndarray, axis: int | None
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int] | None:
+    """Per channel along `axis` (None: the whole tensor as one channel) of float32 `x`: minimum,
+    maximum and sum (float64, the values added in order along the other axes, row-major), and
+    the number of zeros; None when a value is NaN or infinite. The C form of
+    `lowbit.quant.observers.channel_stats`."""
+    x = np.ascontiguousarray(x, np.float32)
+    if axis is None:
+        outer, channels, inner = 1, 1, x.size
+    else:
+        outer = int(np.prod(x.shape[:axis]))
+        channels = int(x.shape[axis])
+        inner = int(np.prod(x.shape[axis + 1:]))
+    lo, hi, total = np.empty(channels), np.empty(channels), np.empty(channels)
+    zeros = C.c_int64()
+    if not _lib().lb_observe_f32(x.ctypes.data, outer, channels, inner, lo.ctypes.data,
+                                 hi.ctypes.data, total.ctypes.data, C.byref(zeros)):
+        return None
+    return lo, hi, total, zeros.value
+
+
+def histogram_add(counts: np.ndarray, x: np.ndarray, scale: float, offset: float) -> None:
+    """counts[floor(v * scale) - offset] += 1 for every v of float32 `x`, in float32 (the C
+    form of `StatsObserver._add`; values outside the window are not counted)."""
+    assert counts.dtype == np.int64 and counts.flags.c_contiguous
+    x = np.ascontiguousarray(x, np.float32)
+    _lib().lb_histogram_f32(x.ctypes.data, x.size, scale, offset,
+                            counts.ctypes.data_as(_i64p), counts.size)

@@ -353,3 +353,57 @@ LB_API int lb_dw_moments(const lb_ctx *ctx, const double *xp, const int64_t *geo
         for (int64_t t = 0; t < tasks; t++) lb_dwm_task(&j, t, 0);
     return 0;
 }
+
+/* ---- observers ----------------------------------------------------------------------------- */
+
+LB_API int lb_observe_f32(const float *x, int64_t outer, int64_t channels, int64_t inner,
+                          double *chmin, double *chmax, double *chsum, int64_t *zeros);
+LB_API void lb_histogram_f32(const float *x, int64_t n, float scale, float offset,
+                             int64_t *counts, int64_t bins);
+
+/* One pass over x [outer][channels][inner] float32: per channel its minimum, maximum and sum
+ * (float64, the values added in order: outer index, then inner), and the number of zeros in
+ * *zeros. Returns 0 (outputs unspecified) when a value is NaN or infinite. */
+LB_API int lb_observe_f32(const float *x, int64_t outer, int64_t channels, int64_t inner,
+                          double *chmin, double *chmax, double *chsum, int64_t *zeros) {
+    int64_t z = 0;
+    int finite = 1;
+    for (int64_t c = 0; c < channels; c++) {
+        chmin[c] = INFINITY;
+        chmax[c] = -INFINITY;
+        chsum[c] = 0.0;
+    }
+    for (int64_t o = 0; o < outer; o++) {
+        for (int64_t c = 0; c < channels; c++) {
+            const float *p = x + (o * channels + c) * inner;
+            float lo = INFINITY, hi = -INFINITY;
+            double s = chsum[c];
+            int64_t zc = 0;
+            for (int64_t i = 0; i < inner; i++) {
+                float v = p[i];
+                lo = v < lo ? v : lo;
+                hi = v > hi ? v : hi;
+                zc += v == 0.0f;
+                s = s + (double)v;
+            }
+            finite &= s - s == 0.0; /* NaN or an infinity makes the sum NaN or infinite */
+            chsum[c] = s;
+            z += zc;
+            chmin[c] = (double)lo < chmin[c] ? (double)lo : chmin[c];
+            chmax[c] = (double)hi > chmax[c] ? (double)hi : chmax[c];
+        }
+    }
+    *zeros = z;
+    return finite;
+}
+
+/* Histogram counts: value v (finite, in the window) goes to bin floor(v * scale) - offset,
+ * computed in float32 (exact: module docstring of lowbit.quant.observers). */
+LB_API void lb_histogram_f32(const float *x, int64_t n, float scale, float offset,
+                             int64_t *counts, int64_t bins) {
+    for (int64_t i = 0; i < n; i++) {
+        float y = floorf(x[i] * scale) - offset;
+        int64_t k = (int64_t)y;
+        if (k >= 0 && k < bins) counts[k]++;
+    }
+}
