@@ -40,6 +40,7 @@ SQNR of int8 weights alone (int16 activations) 25.6 -> 31.1 dB, of W8A8 21.9 -> 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import weakref
 from itertools import product
@@ -173,9 +174,16 @@ def _gptq(rows, scale, zero, qmin, qmax, ratios) -> np.ndarray:
     s, z = scale[..., 0], zero[..., 0]
     codes = np.empty(original.shape)
     errors = np.empty(original.shape)
+    native = _native()
+    if native:
+        from lowbit.backends.cpu import stats
+
+        s, z, ratios = (np.ascontiguousarray(a) for a in (s, z, ratios))
     for first in range(0, k, BLOCK):
         last = min(first + BLOCK, k)
-        for j in range(first, last):
+        if native:  # the loop below in C, bit for bit
+            stats.gptq_block(w, original, codes, errors, s, z, ratios, first, last, qmin, qmax)
+        for j in range(first, last) if not native else ():
             q = codes[:, j]
             np.divide(w[:, j], s, out=q)
             q += z
@@ -189,6 +197,14 @@ def _gptq(rows, scale, zero, qmin, qmax, ratios) -> np.ndarray:
         # the same updates for the later columns, at once
         w[:, last:] += ratios[:, first:last, last:].transpose(0, 2, 1) @ errors[:, first:last]
     return codes.transpose(0, 2, 1).astype(np.int64)
+
+
+@functools.cache
+def _native() -> bool:
+    """Whether GPTQ's column loop runs in C (`lowbit.backends.cpu.stats.gptq_block`)."""
+    from lowbit.backends.cpu import stats
+
+    return stats.available()
 
 
 def weight_rows(node: Node, weight: np.ndarray) -> np.ndarray:

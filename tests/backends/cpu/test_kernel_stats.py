@@ -185,3 +185,23 @@ def test_observers_with_non_finite_values_equal_python(isa, monkeypatch):
     native, python = _observe_both(monkeypatch, [x, y, x * 3], (1,))
     _same_stats(native, python)
     assert native.nan == 1 and native.neginf == 1
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_gptq_columns_equal_python(isa, monkeypatch, seed):
+    """GPTQ's codes with the column loop in C equal numpy's, rows longer than a block too."""
+    from lowbit.quant import weight_rounding as wr
+
+    rng = np.random.default_rng(400 + seed)
+    groups, n, k = int(rng.integers(1, 4)), int(rng.integers(1, 20)), int(rng.integers(2, 300))
+    rows = rng.standard_normal((groups, n, k))
+    x = rng.standard_normal((groups, k, 3 * k))
+    solver = wr._Solver(x @ x.transpose(0, 2, 1), 3 * k)
+    scale = np.abs(rng.standard_normal((groups, n, 1))) * 0.02 + 1e-3
+    zero = rng.integers(-3, 3, (groups, n, 1)).astype(np.float64)
+    ordered = np.take_along_axis(rows, solver.order[:, None, :], 2)
+    native = wr._gptq(ordered, scale, zero, -128, 127, solver.ratios)
+    with monkeypatch.context() as m:
+        m.setattr(wr, "_native", lambda: False)
+        python = wr._gptq(ordered, scale, zero, -128, 127, solver.ratios)
+    np.testing.assert_array_equal(native, python)

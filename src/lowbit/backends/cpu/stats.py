@@ -33,6 +33,7 @@ _SIGNATURES = {
                                  C.c_void_p, C.c_void_p, _i64p]),
     "lb_histogram_f32": (None, [C.c_void_p, C.c_int64, C.c_float, C.c_float, _i64p,
                                 C.c_int64]),
+    "lb_gptq_block": (None, [C.c_void_p] * 7 + [C.c_int64] * 5 + [C.c_double] * 2),
 }
 MAX_TAPS = 25
 """Largest depthwise kernel (taps) `depthwise_moments` takes (rt_stats.c LB_MOMENT_TAPS)."""
@@ -178,3 +179,17 @@ def histogram_add(counts: np.ndarray, x: np.ndarray, scale: float, offset: float
     x = np.ascontiguousarray(x, np.float32)
     _lib().lb_histogram_f32(x.ctypes.data, x.size, scale, offset,
                             counts.ctypes.data_as(_i64p), counts.size)
+
+
+def gptq_block(w: np.ndarray, original: np.ndarray, codes: np.ndarray, errors: np.ndarray,
+               scale: np.ndarray, zero: np.ndarray, ratios: np.ndarray, first: int, last: int,
+               qmin: float, qmax: float) -> None:
+    """The in-block column loop of `lowbit.quant.weight_rounding._gptq` (w, original, codes,
+    errors [G, K, N] float64 C-contiguous, updated in place; scale, zero [G, N]; ratios
+    [G, K, K]), bit for bit."""
+    arrays = [w, original, codes, errors]
+    assert all(a.dtype == np.float64 and a.flags.c_contiguous for a in arrays)
+    s, z, r = (np.ascontiguousarray(a, np.float64) for a in (scale, zero, ratios))
+    groups, k, n = w.shape
+    _lib().lb_gptq_block(*(a.ctypes.data for a in (*arrays, s, z, r)), groups, k, n, first,
+                         last, float(qmin), float(qmax))

@@ -407,3 +407,47 @@ LB_API void lb_histogram_f32(const float *x, int64_t n, float scale, float offse
         if (k >= 0 && k < bins) counts[k]++;
     }
 }
+
+/* ---- GPTQ ---------------------------------------------------------------------------------- */
+
+LB_API void lb_gptq_block(double *w, const double *original, double *codes, double *errors,
+                          const double *scale, const double *zero, const double *ratios,
+                          int64_t groups, int64_t k, int64_t n, int64_t first, int64_t last,
+                          double qmin, double qmax);
+
+/* The in-block columns of lowbit.quant.weight_rounding._gptq: for columns j in [first, last)
+ * of each group, w, original, codes, errors [G][K][N] and scale, zero [G][N], ratios [G][K][K]:
+ *   q = clip(rint(w[j] / s + z), qmin, qmax)        (rint: ties to even)
+ *   e = original[j] - (q - z) s
+ *   w[c] = w[c] + ratios[j][c] e                      for c in (j, last)
+ * each an IEEE double operation in the order numpy does them. */
+LB_API void lb_gptq_block(double *w, const double *original, double *codes, double *errors,
+                          const double *scale, const double *zero, const double *ratios,
+                          int64_t groups, int64_t k, int64_t n, int64_t first, int64_t last,
+                          double qmin, double qmax) {
+    for (int64_t g = 0; g < groups; g++) {
+        double *wg = w + g * k * n, *cg = codes + g * k * n, *eg = errors + g * k * n;
+        const double *og = original + g * k * n, *rg = ratios + g * k * k;
+        const double *s = scale + g * n, *z = zero + g * n;
+        for (int64_t j = first; j < last; j++) {
+            double *q = cg + j * n, *e = eg + j * n;
+            const double *wj = wg + j * n, *oj = og + j * n;
+            for (int64_t i = 0; i < n; i++) {
+                double v = wj[i] / s[i];
+                v = v + z[i];
+                v = rint(v);
+                v = v < qmin ? qmin : v;
+                v = v > qmax ? qmax : v;
+                q[i] = v;
+                double d = v - z[i];
+                d = d * s[i];
+                e[i] = oj[i] - d;
+            }
+            for (int64_t c = j + 1; c < last; c++) {
+                const double r = rg[j * k + c];
+                double *wc = wg + c * n;
+                for (int64_t i = 0; i < n; i++) wc[i] = wc[i] + r * e[i];
+            }
+        }
+    }
+}
