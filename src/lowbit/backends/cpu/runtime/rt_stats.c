@@ -183,7 +183,7 @@ LB_API void lb_gridsum_add_upper(const lb_ctx *ctx, int64_t *limbs, const void *
 /* The input is given zero-padded and channel-last in float64: xp [N][Hp][Wp][Cp] (Cp a
  * multiple of 8), so that tap t of output position (oy, ox) of channels [c, c + 8) is the 8
  * values at ((oy sh) Wp + ox sw) Cp + off[t] + c, off[t] = (ky dh Wp + kx dw) Cp. The
- * triangle is cut into R x R tiles of (row tap a, column tap b); a task (8 channels) keeps one
+ * triangle is cut into R x R tiles (R = 3 up to 9 taps, else 5) of (row tap a, column tap b); a task (8 channels) keeps one
  * tile's accumulators in registers along one output row, then stores them, so every pair's
  * sum still runs over the positions in order. Taps past the last (the tiles' padding) read tap
  * 0 and their sums are dropped. */
@@ -194,10 +194,10 @@ typedef struct lb_dwm_job {
     int isa;
 } lb_dwm_job;
 
-#define LB_DWM_TILES 28 /* 7 x 8 / 2 tiles of 4 x 4 for 25 taps; 6 of 3 x 3 for up to 9 */
+#define LB_DWM_TILES 15 /* 5 x 6 / 2 tiles of 5 x 5 for 25 taps; 6 of 3 x 3 for up to 9 */
 
 LB_INLINE void lb_dwm_store(const lb_dwm_job *j, int64_t c0, const int R, int64_t taps,
-                            int64_t nt, double acc[][16][LB_MOMENT_LANES]) {
+                            int64_t nt, double acc[][25][LB_MOMENT_LANES]) {
     const int64_t lanes = LB_MIN(LB_MOMENT_LANES, j->c - c0), pairs = taps * (taps + 1) / 2;
     int64_t tile = 0;
     for (int64_t ra = 0; ra < nt; ra++) {
@@ -218,12 +218,12 @@ LB_INLINE void lb_dwm_store(const lb_dwm_job *j, int64_t c0, const int R, int64_
 LB_INLINE void lb_dwm_portable(const lb_dwm_job *j, int64_t task, const int R) {
     const int64_t taps = j->kh * j->kw, nt = (taps + R - 1) / R;
     const int64_t c0 = task * LB_MOMENT_LANES;
-    int64_t off[LB_MOMENT_TAPS + 4];
+    int64_t off[LB_MOMENT_TAPS + 5];
     for (int64_t t = 0; t < nt * R; t++) {
         int64_t u = t < taps ? t : 0;
         off[t] = ((u / j->kw) * j->dh * j->wp + (u % j->kw) * j->dw) * j->cp + c0;
     }
-    double acc[LB_DWM_TILES][16][LB_MOMENT_LANES];
+    double acc[LB_DWM_TILES][25][LB_MOMENT_LANES];
     memset(acc, 0, sizeof acc);
     for (int64_t b = 0; b < j->n; b++) {
         const double *item = j->x + b * j->hp * j->wp * j->cp;
@@ -232,7 +232,7 @@ LB_INLINE void lb_dwm_portable(const lb_dwm_job *j, int64_t task, const int R) {
             int64_t tile = 0;
             for (int64_t ra = 0; ra < nt; ra++) {
                 for (int64_t rb = ra; rb < nt; rb++, tile++) {
-                    double s[16][LB_MOMENT_LANES];
+                    double s[25][LB_MOMENT_LANES];
                     memcpy(s, acc[tile], sizeof(double) * R * R * LB_MOMENT_LANES);
                     for (int64_t ox = 0; ox < j->ow; ox++) {
                         const double *p = row + ox * j->sw * j->cp;
@@ -259,12 +259,12 @@ LB_INLINE void lb_dwm_portable(const lb_dwm_job *j, int64_t task, const int R) {
 LB_TARGET_AVX512 static void lb_dwm_avx512(const lb_dwm_job *j, int64_t task, const int R) {
     const int64_t taps = j->kh * j->kw, nt = (taps + R - 1) / R;
     const int64_t c0 = task * LB_MOMENT_LANES;
-    int64_t off[LB_MOMENT_TAPS + 4];
+    int64_t off[LB_MOMENT_TAPS + 5];
     for (int64_t t = 0; t < nt * R; t++) {
         int64_t u = t < taps ? t : 0;
         off[t] = ((u / j->kw) * j->dh * j->wp + (u % j->kw) * j->dw) * j->cp + c0;
     }
-    double acc[LB_DWM_TILES][16][LB_MOMENT_LANES];
+    double acc[LB_DWM_TILES][25][LB_MOMENT_LANES];
     memset(acc, 0, sizeof acc);
     const int64_t step = j->sw * j->cp;
     for (int64_t b = 0; b < j->n; b++) {
@@ -275,24 +275,26 @@ LB_TARGET_AVX512 static void lb_dwm_avx512(const lb_dwm_job *j, int64_t task, co
             for (int64_t ra = 0; ra < nt; ra++) {
                 for (int64_t rb = ra; rb < nt; rb++, tile++) {
                     const int64_t *oa = off + ra * R, *ob = off + rb * R;
-                    if (R == 4) {
-                        __m512d s[16];
-                        for (int q = 0; q < 16; q++) s[q] = _mm512_loadu_pd(acc[tile][q]);
+                    if (R == 5) {
+                        __m512d s[25];
+                        for (int q = 0; q < 25; q++) s[q] = _mm512_loadu_pd(acc[tile][q]);
                         const double *p = row;
                         for (int64_t ox = 0; ox < j->ow; ox++, p += step) {
                             __m512d b0 = _mm512_loadu_pd(p + ob[0]);
                             __m512d b1 = _mm512_loadu_pd(p + ob[1]);
                             __m512d b2 = _mm512_loadu_pd(p + ob[2]);
                             __m512d b3 = _mm512_loadu_pd(p + ob[3]);
-                            for (int i = 0; i < 4; i++) {
+                            __m512d b4 = _mm512_loadu_pd(p + ob[4]);
+                            for (int i = 0; i < 5; i++) {
                                 __m512d a = _mm512_loadu_pd(p + oa[i]);
-                                s[i * 4 + 0] = _mm512_fmadd_pd(a, b0, s[i * 4 + 0]);
-                                s[i * 4 + 1] = _mm512_fmadd_pd(a, b1, s[i * 4 + 1]);
-                                s[i * 4 + 2] = _mm512_fmadd_pd(a, b2, s[i * 4 + 2]);
-                                s[i * 4 + 3] = _mm512_fmadd_pd(a, b3, s[i * 4 + 3]);
+                                s[i * 5 + 0] = _mm512_fmadd_pd(a, b0, s[i * 5 + 0]);
+                                s[i * 5 + 1] = _mm512_fmadd_pd(a, b1, s[i * 5 + 1]);
+                                s[i * 5 + 2] = _mm512_fmadd_pd(a, b2, s[i * 5 + 2]);
+                                s[i * 5 + 3] = _mm512_fmadd_pd(a, b3, s[i * 5 + 3]);
+                                s[i * 5 + 4] = _mm512_fmadd_pd(a, b4, s[i * 5 + 4]);
                             }
                         }
-                        for (int q = 0; q < 16; q++) _mm512_storeu_pd(acc[tile][q], s[q]);
+                        for (int q = 0; q < 25; q++) _mm512_storeu_pd(acc[tile][q], s[q]);
                     } else {
                         __m512d s[9];
                         for (int q = 0; q < 9; q++) s[q] = _mm512_loadu_pd(acc[tile][q]);
@@ -321,7 +323,7 @@ LB_TARGET_AVX512 static void lb_dwm_avx512(const lb_dwm_job *j, int64_t task, co
 static void lb_dwm_task(void *arg, int64_t task, int worker) {
     (void)worker;
     const lb_dwm_job *j = (const lb_dwm_job *)arg;
-    const int R = j->kh * j->kw <= 9 ? 3 : 4;
+    const int R = j->kh * j->kw <= 9 ? 3 : 5;
 #if LB_HAVE_AVX512
     if (j->isa == LB_ISA_AVX512VNNI) {
         lb_dwm_avx512(j, task, R);
@@ -331,7 +333,7 @@ static void lb_dwm_task(void *arg, int64_t task, int worker) {
     if (R == 3)
         lb_dwm_portable(j, task, 3);
     else
-        lb_dwm_portable(j, task, 4);
+        lb_dwm_portable(j, task, 5);
 }
 
 /* Depthwise moments (file comment) of xp [N][Hp][Wp][Cp] float64 (zero-padded, channel-last,
