@@ -112,6 +112,25 @@ def test_profile_then_quantize_with_the_profile(tmp_path, moments):
     assert ("rounded to nearest: the profile has no input moments" in r.stdout) != moments
 
 
+def test_profile_backend_option_picks_what_runs_the_batches(tmp_path):
+    """--backend reference writes the interpreter's profile, the default (auto) the cpu
+    backend's: each equal, byte for byte, to the Python API's with that backend."""
+    import lowbit as api
+
+    images = np.load(bundled("digits.npz"))["images"][:32]
+    np.save(tmp_path / "calib.npy", images)
+    graph = api.load(MODEL)
+    for option, backend in ((("--backend", "reference"), "reference"), ((), "cpu")):
+        out = tmp_path / f"{backend}.yaml"
+        r = lowbit("profile", MODEL, "--calib", str(tmp_path / "calib.npy"), "-o", str(out),
+                   *option)
+        assert r.returncode == 0, r.stderr
+        mine = tmp_path / f"{backend}-api.yaml"
+        batches = [{"input": images[i:i + 8]} for i in range(0, 32, 8)]  # the CLI's 8
+        api.profile(graph, batches, progress=False, backend=backend).save(mine)
+        assert out.read_bytes() == mine.read_bytes(), backend
+
+
 @pytest.mark.parametrize("make, expected", [
     (lambda d: d / "missing.onnx", "missing.onnx"),
     (lambda d: (d / "r.onnx").write_bytes(os.urandom(300)) and d / "r.onnx", "r.onnx"),

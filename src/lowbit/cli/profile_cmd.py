@@ -32,6 +32,10 @@ def add_parser(sub) -> None:
                         "local:N for N worker processes on this machine")
     p.add_argument("--shards", type=int, metavar="N",
                    help="--dask: cut the batches into N shards (default: 4 per worker)")
+    p.add_argument("--backend", choices=("auto", "cpu", "reference"), default="auto",
+                   help="what runs the batches: auto (default: the compiled cpu backend when "
+                        "it compiles the model, else the reference interpreter), cpu or "
+                        "reference")
     add_fix_input_arg(p)
     p.set_defaults(handler=run)
 
@@ -44,14 +48,14 @@ def run(args) -> int:
     graph = lowbit.load(args.model, fixed_inputs=fixed_inputs(args.fix_input))
     if args.dask is None:
         profile = lowbit.profile(graph, batches_from_args(args, graph),
-                                 moments=not args.no_moments)
+                                 moments=not args.no_moments, backend=args.backend)
     else:
         from lowbit.cluster.connect import Cluster
 
         refs = batch_refs_from_args(args, graph)
         with Cluster(args.dask) as client:
             profile = lowbit.profile(graph, refs, client=client, shards=args.shards,
-                                     moments=not args.no_moments)
+                                     moments=not args.no_moments, backend=args.backend)
     profile.save(args.output)
     print(f"profiled {len(profile)} values on {profile.batches} batches ({profile.samples} "
           f"samples); wrote {args.output}")
