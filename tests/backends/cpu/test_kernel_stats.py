@@ -205,3 +205,14 @@ def test_gptq_columns_equal_python(isa, monkeypatch, seed):
         m.setattr(wr, "_native", lambda: False)
         python = wr._gptq(ordered, scale, zero, -128, 127, solver.ratios)
     np.testing.assert_array_equal(native, python)
+
+
+@pytest.mark.parametrize("groups, k", [(1, 700), (2, 400), (3, 1)])
+def test_gridsum_add_upper_in_row_blocks_equals_python(isa, groups, k):
+    """Large triangles are added by several tasks, each a block of rows."""
+    rng = np.random.default_rng(k)
+    square = _values(rng, (groups, k, k), np.float32)
+    mine, ref = (GridSum((groups, k * (k + 1) // 2)) for _ in range(2))
+    assert stats.gridsum_add_upper(mine, square)
+    ref.add(square.reshape(groups, -1)[:, input_moments.upper_flat(k)])
+    assert mine.equals(ref)

@@ -148,16 +148,20 @@ typedef struct lb_upper_job {
     int64_t *limbs;
     const void *x;
     int f64;
-    int64_t groups, k, per_group;
+    int64_t groups, k, per_group, rows, blocks; /* a task: `rows` rows of one group */
     double first, second;
 } lb_upper_job;
 
-/* Task: one group's upper triangle, row by row (element index = row-major triangle order). */
-static void lb_upper_task(void *arg, int64_t g, int worker) {
+/* Task: rows [b rows, (b + 1) rows) of group g's upper triangle (element index: row-major
+ * triangle order, row r starting at r k - r (r - 1) / 2). */
+static void lb_upper_task(void *arg, int64_t task, int worker) {
     (void)worker;
     const lb_upper_job *j = (const lb_upper_job *)arg;
-    int64_t stride = j->groups * j->per_group, at = g * j->per_group;
-    for (int64_t r = 0; r < j->k; r++) {
+    int64_t g = task / j->blocks, r0 = (task % j->blocks) * j->rows;
+    int64_t r1 = LB_MIN(j->k, r0 + j->rows);
+    int64_t stride = j->groups * j->per_group;
+    int64_t at = g * j->per_group + r0 * j->k - r0 * (r0 - 1) / 2;
+    for (int64_t r = r0; r < r1; r++) {
         int64_t from = (g * j->k + r) * j->k + r;
         const void *x = j->f64 ? (const void *)((const double *)j->x + from)
                                : (const void *)((const float *)j->x + from);
@@ -170,11 +174,14 @@ static void lb_upper_task(void *arg, int64_t g, int worker) {
  * included: numpy's triu_indices order), limbs [3][groups * k (k + 1) / 2]. */
 LB_API void lb_gridsum_add_upper(const lb_ctx *ctx, int64_t *limbs, const void *x, int f64,
                                  int64_t groups, int64_t k, double first, double second) {
-    lb_upper_job j = {limbs, x, f64, groups, k, k * (k + 1) / 2, first, second};
-    if (ctx != NULL && groups > 1 && groups * j.per_group > LB_GRID_TASK) {
-        lb_parallel_for(ctx, groups, lb_upper_task, &j);
+    int64_t rows = LB_MAX(1, LB_GRID_TASK / LB_MAX(k, 1));
+    lb_upper_job j = {limbs, x, f64, groups, k, k * (k + 1) / 2, rows, (k + rows - 1) / rows,
+                      first, second};
+    int64_t tasks = groups * j.blocks;
+    if (ctx != NULL && tasks > 1 && groups * j.per_group > LB_GRID_TASK) {
+        lb_parallel_for(ctx, tasks, lb_upper_task, &j);
     } else {
-        for (int64_t g = 0; g < groups; g++) lb_upper_task(&j, g, 0);
+        for (int64_t t = 0; t < tasks; t++) lb_upper_task(&j, t, 0);
     }
 }
 
