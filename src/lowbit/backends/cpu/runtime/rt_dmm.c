@@ -176,9 +176,18 @@ void lb_dmm_run(const lb_ctx *ctx, const lb_dmm *p) {
     /* vector tiles need whole groups of 4 steps and 16-bit corrections */
     if (p->group % 4 != 0 || p->group > 128 || p->K > 65536) j.isa = LB_ISA_SCALAR;
     int64_t rows = LB_MIN(p->M, LB_DMM_ROWS);
-    int64_t want = ctx->threads > 1 ? 4 * (int64_t)ctx->threads : 1;
-    if (p->rows) /* whole rows per task: more, smaller row blocks (multiples of 6) */
-        while (rows > 12 && p->batch * ((p->M + rows - 1) / rows) < want) rows = (rows / 2 + 5) / 6 * 6;
+    const int64_t threads = ctx->threads;
+    const int64_t want = threads > 1 ? 4 * threads : 1;
+    if (threads > 1 && p->batch * ((p->M + rows - 1) / rows) < want) {
+        /* few blocks of rows (batch 1): M cut into a multiple of `threads` blocks of equal
+         * height, so that the threads get equal work (11 blocks of 12 rows left one thread
+         * with 6 of them). Whole rows per task (a row chain): `want` blocks of >= 6 rows;
+         * otherwise blocks of up to 48 rows, and the columns split below. */
+        int64_t mt = p->rows ? LB_MAX(1, LB_MIN(want / p->batch, p->M / 6))
+                             : (p->M + LB_DMM_ROWS - 1) / LB_DMM_ROWS;
+        mt = (mt + threads - 1) / threads * threads;
+        rows = LB_MAX(1, (p->M + mt - 1) / mt);
+    }
     while (rows * G > LB_DMM_ASIDE && rows > 1) rows /= 2;
     if (rows * G > LB_DMM_ASIDE) j.isa = LB_ISA_SCALAR;
     j.rows = rows;
