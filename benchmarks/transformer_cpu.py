@@ -151,13 +151,19 @@ def breakdown(name: str, exe: cpu.CpuExecutable, feed: dict, top: int) -> None:
 
 
 def interleaved(runs: dict[str, Runner], feed: dict, repeats: int) -> dict[str, float]:
-    """Median seconds of each runner on `feed`, the runners taking turns, after warm-ups."""
+    """Median seconds of each runner on `feed`, the runners taking turns, after warm-ups.
+    Before each run the process settles (cpu_backend.settle: until no thread of an earlier
+    runner still spins; PyTorch's OpenMP workers and ONNX Runtime's spin after returning), so
+    that no runner shares its cores with another's spinning workers."""
+    from cpu_backend import settle
+
     for run in runs.values():
         run(feed)
         run(feed)
     seconds: dict[str, list[float]] = {k: [] for k in runs}
     for _ in range(repeats):
         for name, run in runs.items():
+            settle(0.01)
             start = time.perf_counter()
             run(feed)
             seconds[name].append(time.perf_counter() - start)
