@@ -50,6 +50,16 @@ void lb_sums32_avx512(const uint8_t *a, int64_t groups, int32_t *out);
 void lb_dmm_tile_avx2(const lb_dmm_tile *t);
 #endif
 
+/* DynamicQuantizeLinear of a whole tensor (one row of lb_dq_rows) on all threads
+ * (rt_dqtensor.c): whether p is such a row and worth it, and the run. */
+int lb_dq_tensor_fits(const lb_ctx *ctx, const lb_dq_rows *p);
+void lb_dq_tensor_run(const lb_ctx *ctx, const lb_dq_rows *p);
+#if LB_HAVE_AVX512
+void lb_dqt_range_avx512(const float *x, int64_t n, float *lo, float *hi);
+void lb_dqt_codes_avx512(const float *x, int64_t n, float scale, float zero, float top,
+                         uint8_t *q);
+#endif
+
 /* The row chain on rows [m0, m1) held in buf (row m at buf + (m - m0) * ldb). */
 void lb_rowops_apply(int isa, int64_t m0, int64_t m1, int64_t n, float *buf, int64_t ldb,
                      const lb_rowops *ops);
