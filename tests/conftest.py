@@ -5,7 +5,8 @@ does not depend on which tests ran before it (a `-k` selection, another order).
 Under pytest-xdist (`-n`), each worker is one of several processes sharing the cores: compiled
 models that name no thread count get the worker's share (LOWBIT_THREADS, at least 1), and
 numpy's BLAS runs on that many threads, so workers do not oversubscribe the cores with
-spinning thread pools. Tests of threading pass their thread counts explicitly."""
+spinning thread pools; the same variables reach the subprocesses tests start (CLI runs,
+Dask workers). Tests of threading pass their thread counts explicitly."""
 
 from __future__ import annotations
 
@@ -32,7 +33,11 @@ def pytest_configure(config) -> None:
     share = _worker_share()
     if share is None:
         return
-    os.environ.setdefault("LOWBIT_THREADS", str(share))
+    # the variables reach subprocesses too (CLI tests, Dask workers); BLAS is already loaded
+    # here, so it is limited directly as well
+    for name in ("LOWBIT_THREADS", "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS",
+                 "MKL_NUM_THREADS"):
+        os.environ.setdefault(name, str(share))
     from threadpoolctl import threadpool_limits
 
     threadpool_limits(limits=share, user_api="blas")
