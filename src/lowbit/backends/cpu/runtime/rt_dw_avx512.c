@@ -246,6 +246,7 @@ LB_V512 void lb_dwq_row(const lb_dw512_job *j, int64_t t, const int METHOD) {
     int64_t iy0 = oy * w->sh - w->pt, iy1 = iy0 + (w->kh - 1) * w->dh;
     int rows_inside = iy0 >= 0 && iy1 < w->ih;
     const __m512i qmin = _mm512_set1_epi32(ep->rq.qmin), qmax = _mm512_set1_epi32(ep->rq.qmax);
+    const __m512i order = _mm512_setr_epi32(0, 8, 1, 9, 4, 12, 5, 13, 2, 3, 6, 7, 10, 11, 14, 15);
     for (int64_t ox0 = 0; ox0 < w->ow; ox0 += 32) {
         int64_t count = LB_MIN(32, w->ow - ox0);
         for (int64_t i = 0; i < count; i++) {
@@ -312,12 +313,13 @@ LB_V512 void lb_dwq_row(const lb_dw512_job *j, int64_t t, const int METHOD) {
                     y01 = lb_dwrq_apply(&r01, x01, qmin, qmax, METHOD);
                     y23 = lb_dwrq_apply(&r23, x23, qmin, qmax, METHOD);
                 }
-                /* dwords of 4 channels: P = [A0 A1 B0 B1], Q = [C0 C1 D0 D1] (A = acc 0, 0/1 =
-                 * channels 0-15 / 16-31); wanted [A0 B0 C0 D0] [A1 B1 C1 D1] */
-                __m128i P = _mm512_cvtepi32_epi8(y01), Q = _mm512_cvtepi32_epi8(y23);
-                __m128i s0 = _mm_unpacklo_epi32(P, Q), s1 = _mm_unpackhi_epi32(P, Q);
-                __m256i y = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_unpacklo_epi32(s0, s1)),
-                                                    _mm_unpackhi_epi32(s0, s1), 1);
+                /* codes 0..255: two saturating packs (exact) leave in 128-bit lane L the
+                 * dwords (4 channels each) of y01's and y23's lane L, i.e. dword 4L holds
+                 * channels (0, 16, 4, 20) + L's four and dword 4L+1 (8, 24, 12, 28); one
+                 * permutation puts the 32 bytes in channel order. */
+                __m512i w16 = _mm512_packus_epi32(y01, y23);
+                __m256i y = _mm512_castsi512_si256(
+                    _mm512_permutexvar_epi32(order, _mm512_packus_epi16(w16, w16)));
                 int64_t m = (n * w->oh + oy) * w->ow + ox0 + i;
                 _mm256_mask_storeu_epi8(out + m * c + c0, k, y);
             }
