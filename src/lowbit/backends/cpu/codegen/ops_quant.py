@@ -491,7 +491,7 @@ def activation_matmul(lw: Lowering, node) -> None:
     code = [f"const lb_qmatmul mm = {{{batch.c()}, {m}, {n}, {k}, {sa}, {sb}, {sc}, "
             f"{tname(lw, a)}, {tname(lw, b)}, 1, {za}, {zb}, {wide}, {p.narrow_shift}, {zb_raw}, "
             f"{{NULL, {zb_c}, {cexpr.requant(lw.prog, arrays)}, {tname(lw, out)}, NULL, 0, "
-            f"NULL}}}};",
+            f"NULL, NULL}}}};",
             f"lb_qmatmul_run(ctx, &mm, {a.ptr}, {b.ptr}, {out.ptr}, (int8_t *){packed.ptr}, "
             f"(int32_t *){offsets.ptr}, (int32_t *){sums.ptr});"]
     lw.prog.step(f"{node.name}: MatMul of activations, {batch.c()} x [{m}x{k}] [{k}x{n}]"
