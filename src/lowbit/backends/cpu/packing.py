@@ -204,7 +204,7 @@ def bounded_arrays(r: RequantArrays, offset: np.ndarray, channels: int,
         x_lo = max(t_lo << e, INT32_MIN)
         x_hi = min((t_hi << e) + (1 << e) - 1, INT32_MAX)
         lo, hi, add = x_lo - off, x_hi - off, 0
-        if e == 0 and INT32_MIN <= lo and hi <= INT32_MAX:
+        if e == 0 and lo >= INT32_MIN and hi <= INT32_MAX:
             cst += off * s
         else:
             lo, hi, add = x_lo, x_hi, off
