@@ -191,7 +191,7 @@ def epilogue(lw: Lowering, p: params.Product, out_t: TensorType, channels: int,
     if raw_bound is not None and residual is None and zb is None and "vnni" in lw.isas and \
             p.requant is not None and tname(lw, out) == "LB_U8":
         bounded = packing.bounded_arrays(arrays, offset, channels, raw_bound)
-    bounded_c = lw.prog.data(bounded) if bounded is not None else "NULL"
+    bounded_c = lw.prog.data(bounded, "bounded") if bounded is not None else "NULL"
     zb_c = cexpr.int_array(lw.prog, zb) if zb is not None else "NULL"
     lines = []
     fused = "NULL, 0, NULL"

@@ -89,8 +89,7 @@ static const lb_epi_fn lb_epis[2][2][2][2] = {{LB_EPI_NAMES(0, 0), LB_EPI_NAMES(
 
 /* Four rows' 16 codes (int32 lanes holding 0..255) as bytes: lane i of the result holds row
  * i's 16 bytes in order. Two saturating packs (exact here) leave, in each 128-bit lane L, the
- * four bytes of channels 4L..4L+3 of rows 0..3; one dword permutation regroups them by row.
- * (vpmovdb into memory, the obvious store, is slow on Zen 4.) */
+ * four bytes of channels 4L..4L+3 of rows 0..3; one dword permutation regroups them by row. */
 LB_V512 __m512i lb_rows4_u8(__m512i y0, __m512i y1, __m512i y2, __m512i y3) {
     const __m512i idx = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
     __m512i b = _mm512_packus_epi16(_mm512_packus_epi32(y0, y1), _mm512_packus_epi32(y2, y3));
@@ -118,53 +117,8 @@ LB_V512 __m512i lb_bounded_v512(__m512i x, __m512i lo, __m512i hi, __m512i add, 
     return _mm512_srav_epi32(_mm512_add_epi32(_mm512_mullo_epi32(x, scale), cst), post);
 }
 
-LB_V512 void lb_epi_bounded_block(const lb_gemm_tile *t, int64_t m, int64_t n0, int mr, int v,
-                                  const __m512i *acc, const int PLAIN) {
-    const lb_epilogue *ep = t->ep;
-    uint8_t *const C = (uint8_t *)t->C + m * t->ldc + n0;
-    const int64_t ldc = t->ldc;
-    const __mmask16 k = lb_tail_mask(t->N - n0);
-    const int32_t *b = ep->bounded + n0 / 16 * 64;
-    const __m512i lo = _mm512_loadu_si512(b), hi = _mm512_loadu_si512(b + 16);
-    const __m512i add = _mm512_loadu_si512(b + 32), cst = _mm512_loadu_si512(b + 48);
-    const __m512i pre = _mm512_loadu_si512(ep->rq.p0 + n0);
-    const __m512i scale = _mm512_loadu_si512(ep->rq.p1 + n0);
-    const __m512i post = _mm512_loadu_si512(ep->rq.p2 + n0);
-#define LB_BY(r)                                                                      \
-    lb_bounded_v512(_mm512_load_si512(acc + ((r) < mr ? (r) : mr - 1) * LB_NV + v), lo, hi, \
-                    add, pre, scale, cst, post, PLAIN)
-    /* rows past mr repeat the last one: computed, never stored */
-    __m512i q = lb_rows4_u8(LB_BY(0), LB_BY(1), LB_BY(2), LB_BY(3));
-    lb_store16_u8(C, _mm512_castsi512_si128(q), k);
-    if (mr > 1) lb_store16_u8(C + ldc, _mm512_extracti32x4_epi32(q, 1), k);
-    if (mr > 2) lb_store16_u8(C + 2 * ldc, _mm512_extracti32x4_epi32(q, 2), k);
-    if (mr > 3) lb_store16_u8(C + 3 * ldc, _mm512_extracti32x4_epi32(q, 3), k);
-    if (mr > 4) {
-        q = lb_rows4_u8(LB_BY(4), LB_BY(5), LB_BY(5), LB_BY(5)); /* rows 6, 7: none */
-        lb_store16_u8(C + 4 * ldc, _mm512_castsi512_si128(q), k);
-        if (mr > 5) lb_store16_u8(C + 5 * ldc, _mm512_extracti32x4_epi32(q, 1), k);
-    }
-#undef LB_BY
-}
-
-LB_TARGET_AVX512 __attribute__((noinline)) static void lb_epi_bounded(
-    const lb_gemm_tile *t, int64_t m, int64_t nb, int mr, int nv, const __m512i *acc) {
-    const lb_epilogue *ep = t->ep;
-    for (int v = 0; v < nv; v++) {
-        int64_t n0 = (nb + v) * 16;
-        if (n0 >= t->N) break;
-        const int32_t *b = ep->bounded + n0 / 16 * 64;
-        __m512i either = _mm512_or_si512(_mm512_loadu_si512(b + 32),
-                                         _mm512_loadu_si512(ep->rq.p0 + n0));
-        if (!_mm512_test_epi32_mask(either, either))
-            lb_epi_bounded_block(t, m, n0, mr, v, acc, 1);
-        else
-            lb_epi_bounded_block(t, m, n0, mr, v, acc, 0);
-    }
-}
-
-/* The bounded epilogue of column block v of a tile whose MR rows' accumulators y0.. are in
- * registers (lb_tile_v512 with FUSED). */
+/* The bounded epilogue of column block v of a tile's MR rows (y0..y5; those past MR
+ * unused), straight from the K loop's registers in lb_tile_v512 with FUSED. */
 LB_V512 void lb_fused_block(const lb_gemm_tile *t, int64_t m, int64_t nb, int v, const int MR,
                             __m512i y0, __m512i y1, __m512i y2, __m512i y3, __m512i y4,
                             __m512i y5) {
@@ -197,6 +151,18 @@ LB_V512 void lb_fused_block(const lb_gemm_tile *t, int64_t m, int64_t nb, int v,
         q = lb_rows4_u8(y4, MR > 5 ? y5 : y4, y4, y4);
         lb_store16_u8(C + 4 * ldc, _mm512_castsi512_si128(q), k);
         if (MR > 5) lb_store16_u8(C + 5 * ldc, _mm512_extracti32x4_epi32(q, 1), k);
+    }
+}
+
+/* The bounded epilogue from stored accumulators (K % 4 != 0: lb_tile_tail added the last
+ * steps in memory). Rows past mr repeat the last one: computed, never stored. */
+LB_TARGET_AVX512 __attribute__((noinline)) static void lb_epi_bounded(
+    const lb_gemm_tile *t, int64_t m, int64_t nb, int mr, int nv, const __m512i *acc) {
+    for (int v = 0; v < nv && (nb + v) * 16 < t->N; v++) {
+#define LB_ACC(r) _mm512_load_si512(acc + ((r) < mr ? (r) : mr - 1) * LB_NV + v)
+        lb_fused_block(t, m, nb, v, mr, LB_ACC(0), LB_ACC(1), LB_ACC(2), LB_ACC(3), LB_ACC(4),
+                       LB_ACC(5));
+#undef LB_ACC
     }
 }
 
@@ -290,10 +256,6 @@ LB_V512 int32_t lb_load_a4(const uint8_t *p) {
     memcpy(&v, p, 4);
     return v;
 }
-
-LB_V512 void lb_fused_block(const lb_gemm_tile *t, int64_t m, int64_t nb, int v, const int MR,
-                            __m512i y0, __m512i y1, __m512i y2, __m512i y3, __m512i y4,
-                            __m512i y5);
 
 LB_V512 void lb_tile_v512(const lb_gemm_tile *t, int64_t m, int64_t nb, const int MR,
                           const int NV, __m512i *out, const int FUSED) {
