@@ -17,6 +17,7 @@ from lowbit.backends.cpu import packing, params
 from lowbit.backends.cpu.codegen import cexpr
 from lowbit.backends.cpu.codegen.lower import Lowering, emitter, stored_dtype
 from lowbit.backends.cpu.codegen.ops_shape import concat_into, logical_strides, pool_setup
+from lowbit.backends.cpu.codegen.unary_chain import emit_unary_chain
 from lowbit.backends.cpu.codegen.program import Size, Tensor, dim_c, dim_size, is_batch, numel
 from lowbit.backends.reference.kernels import is_quantized
 from lowbit.errors import KernelError, UnsupportedError
@@ -543,6 +544,8 @@ def binary_layout(lw: Lowering, node) -> str:
 @emitter("Sub", quantized=True)
 @emitter("Mul", quantized=True)
 def qbinary(lw: Lowering, node) -> None:
+    if emit_unary_chain(lw, node):
+        return
     t1, t2, out_t = node.inputs[0].type, node.inputs[1].type, node.outputs[0].type
     layout = binary_layout(lw, node)
     a = lw.operand(node.inputs[0], layout if len(t1.shape) == 4 else "plain")
@@ -641,6 +644,8 @@ def average_pool(lw: Lowering, node) -> None:
 @emitter("Relu", quantized=True)
 @emitter("Clip", quantized=True)
 def clamp(lw: Lowering, node) -> None:
+    if emit_unary_chain(lw, node):
+        return
     pc = params.of(node)
     qlo, qhi = pc.qmin, pc.qmax
     src, out_t = node.inputs[0].type, node.outputs[0].type
@@ -658,6 +663,8 @@ def clamp(lw: Lowering, node) -> None:
 
 
 def table(lw: Lowering, node) -> None:
+    if emit_unary_chain(lw, node):
+        return
     src, out_t = node.inputs[0].type, node.outputs[0].type
     if src.quant is None or out_t.quant is None:
         raise UnsupportedError("a lookup table between non-quantized types")
