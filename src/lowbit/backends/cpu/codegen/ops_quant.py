@@ -17,8 +17,8 @@ from lowbit.backends.cpu import packing, params
 from lowbit.backends.cpu.codegen import cexpr
 from lowbit.backends.cpu.codegen.lower import Lowering, emitter, stored_dtype
 from lowbit.backends.cpu.codegen.ops_shape import concat_into, logical_strides, pool_setup
-from lowbit.backends.cpu.codegen.unary_chain import emit_unary_chain
 from lowbit.backends.cpu.codegen.program import Size, Tensor, dim_c, dim_size, is_batch, numel
+from lowbit.backends.cpu.codegen.unary_chain import emit_unary_chain
 from lowbit.backends.reference.kernels import is_quantized
 from lowbit.errors import KernelError, UnsupportedError
 from lowbit.ir.graph import Node
@@ -114,6 +114,17 @@ def requantize_into(lw: Lowering, node, x: Tensor, src: TensorType, rq: Requant,
     channels = int(np.size(rq.encoding.real)) if np.ndim(rq.encoding.real) else 1
     zsrc = np.asarray(zin, np.int64) + shift_of(src)
     channels = max(channels, int(np.size(zsrc)))
+    if channels == 1 and np.size(rq.zero_point) == 1 and out.dtype.itemsize <= 2 and \
+            np.dtype(src.dtype.np_dtype).itemsize == 1:
+        # a function of one byte: the reference's Requant.apply on each of the 256 codes
+        codes = np.arange(src.dtype.qmin, src.dtype.qmax + 1, dtype=np.int64)
+        tab = rq.apply(codes - int(np.asarray(zin).reshape(-1)[0])).astype(np.int64)
+        data = lw.prog.data((tab + shift_of(out_t)).astype(out.dtype))
+        lw.prog.step(f"{comment} (a 256-entry table)", [
+            f"lb_lookup(ctx, {numel(x.shape).c()}, {x.ptr}, {tname(lw, x)}, "
+            f"{src.dtype.qmin + shift_of(src)}, {data}, {tname(lw, out)}, {out.ptr});"],
+            [x], [out])
+        return
     arrays = cexpr.requant_arrays(rq, channels, shift_of(out_t))
     lw.prog.step(comment, [
         f"const lb_requant rq = {cexpr.requant(lw.prog, arrays)};",
