@@ -512,5 +512,5 @@ void lb_qbinary_run(const lb_ctx *ctx, const lb_bcast *bc, const lb_qbinary *op,
     lb_qb_job j = {bc, op, a, b, out, rows, last, ctx->isa};
     int64_t total = rows * ((last + LB_QB_PIECE - 1) / LB_QB_PIECE);
     int64_t per = (total + LB_QB_TASKS - 1) / LB_QB_TASKS;
-    lb_parallel_for(ctx, (total + per - 1) / per, lb_qbinary_task, &j);
+    lb_parallel_for_sized(ctx, (total + per - 1) / per, rows * last * 3, lb_qbinary_task, &j);
 }
