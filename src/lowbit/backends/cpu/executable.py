@@ -250,9 +250,11 @@ class CpuExecutable:
         fast = self._fast
         if fast is not None and type(inputs) is dict and len(inputs) == len(fast.names):
             arrays = [inputs.get(name) for name in fast.names]
-            if all(type(a) is np.ndarray and a.dtype == dt and a.shape == shape and
-                   a.flags.c_contiguous
-                   for a, (dt, shape) in zip(arrays, fast.inputs, strict=True)):
+            for a, (dt, shape) in zip(arrays, fast.inputs, strict=True):
+                if type(a) is not np.ndarray or a.shape != shape or a.dtype != dt or \
+                        not a.flags.c_contiguous:
+                    break
+            else:
                 return self._run_fast(fast, arrays)
         return self._run(inputs, None)
 

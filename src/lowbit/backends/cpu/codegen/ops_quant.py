@@ -402,7 +402,12 @@ def _gemm_like(lw: Lowering, node, a_value, w_rows: np.ndarray, tw: TensorType,
     ta, out_t = a_value.type, node.outputs[0].type
     ncols, k = w_rows.shape
     p = params.product(node, ncols)
-    a = lw.operand(a_value, "plain")
+    order = lw.k_orders.get(a_value)
+    if order is not None:  # rows in NHWC order (ops_shape._flatten_nhwc)
+        w_rows = np.ascontiguousarray(w_rows[:, order])
+        a = lw.tensors[a_value]
+    else:
+        a = lw.operand(a_value, "plain")
     out = lw.result(node.outputs[0], "plain")
     za = p.x_zero + shift_of(ta)
     rows = numel(a.shape[:-1])
