@@ -21,6 +21,7 @@ Accuracy: cosine of each sentence embedding (mean pooling, L2 norm) to the float
 the batch-32 inputs at sequence 128.
 
     python benchmarks/transformer_cpu.py [--threads 2] [--runs 20] [--shapes 128x1,128x32,...]
+        [--no-openvino] [--breakdown K]
 """
 
 from __future__ import annotations
@@ -117,10 +118,10 @@ def torch_runner(model) -> Runner:
     return run
 
 
-def torch_imported(model, threads: int) -> Runner:
+def torch_imported(model, threads: int) -> tuple[Runner, cpu.CpuExecutable]:
     """PyTorch's quantized model imported by `lowbit.from_torch` and compiled by the cpu backend
     (fbgemm's activation parameters as TorchDynamicQuantize, bit-exact with lowbit's reference
-    of the imported graph)."""
+    of the imported graph), and its executable."""
     import torch
 
     example = tokens(["Ok", "A longer sentence."], 8)
@@ -131,17 +132,38 @@ def torch_imported(model, threads: int) -> Runner:
                                   dynamic_axes={k: {0: "B", 1: "S"} for k in INPUTS})
     exe = cpu.compile(graph, threads=threads)
     out = graph.outputs[0].name
-    return lambda enc: exe(enc)[out]
+    return (lambda enc: exe(enc)[out]), exe
+
+
+def breakdown(name: str, exe: cpu.CpuExecutable, feed: dict, top: int) -> None:
+    """The `top` kinds of step taking most of `exe`'s time on `feed` (CpuExecutable.profile:
+    the generated code's own per-step clock, mean of 5 runs), summed over the layers."""
+    import re
+    from collections import Counter
+
+    kinds: Counter = Counter()
+    steps = exe.profile(feed, runs=5)
+    for step, seconds in steps:
+        kinds[re.sub(r"\d+", "#", step.split(": ", 1)[-1])[:60]] += seconds
+    total = sum(t for _, t in steps)
+    print(f"{'':<12}{name}: {total * 1e3:.1f} ms in steps; " + ", ".join(
+        f"{k} {100 * t / total:.0f}%" for k, t in kinds.most_common(top)))
 
 
 def interleaved(runs: dict[str, Runner], feed: dict, repeats: int) -> dict[str, float]:
-    """Median seconds of each runner on `feed`, the runners taking turns, after warm-ups."""
+    """Median seconds of each runner on `feed`, the runners taking turns, after warm-ups.
+    Before each run the process settles (cpu_backend.settle: until no thread of an earlier
+    runner still spins; PyTorch's OpenMP workers and ONNX Runtime's spin after returning), so
+    that no runner shares its cores with another's spinning workers."""
+    from cpu_backend import settle
+
     for run in runs.values():
         run(feed)
         run(feed)
     seconds: dict[str, list[float]] = {k: [] for k in runs}
     for _ in range(repeats):
         for name, run in runs.items():
+            settle(0.01)
             start = time.perf_counter()
             run(feed)
             seconds[name].append(time.perf_counter() - start)
@@ -166,6 +188,8 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=15)
     parser.add_argument("--shapes", default=SHAPES, help="SEQxBATCH,...")
     parser.add_argument("--no-openvino", action="store_true")
+    parser.add_argument("--breakdown", type=int, default=0, metavar="K",
+                        help="also print the K costliest kinds of step of the imported files")
     args = parser.parse_args()
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
@@ -196,7 +220,7 @@ def main() -> None:
             print(f"(OpenVINO/NNCF failed: {type(exc).__name__}: {exc})")
     model = torch_model(args.threads)
     runs["PyTorch dynamic"] = torch_runner(model)
-    runs["lowbit cpu, PyTorch model"] = torch_imported(model, args.threads)
+    runs["lowbit cpu, PyTorch model"], torch_exe = torch_imported(model, args.threads)
 
     print(f"all-MiniLM-L6-v2, {args.threads} threads, medians of {args.runs} interleaved runs; "
           f"load average {os.getloadavg()[0]:.1f}")
@@ -221,6 +245,9 @@ def main() -> None:
         print(f"{'':<12}imported files: lowbit / ONNX Runtime on ORT's file "
               f"{t['lowbit cpu, ORT file'] / base:.2f}, lowbit / PyTorch on PyTorch's model "
               f"{t['lowbit cpu, PyTorch model'] / t['PyTorch dynamic']:.2f}", flush=True)
+        if args.breakdown:
+            breakdown("ORT file", imported, feed, args.breakdown)
+            breakdown("PyTorch model", torch_exe, feed, args.breakdown)
     print(f"load average after: {os.getloadavg()[0]:.1f}")
 
 

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from params_check import check_dump_matches_kernels
 from quant_checks import assert_within_5_percent, entropy_widths
+from shared_profiles import shared_profile
 
 import lowbit
 from lowbit.quant.static import quantize
@@ -22,7 +23,7 @@ def efficientnet_profile():
     photos = load_photos()
     graph = lowbit.load(efficientnet(True))
     calib = [{"input": photos[i:i + 1]} for i in range(0, len(photos), 3)]
-    return photos, graph, lowbit.profile(graph, calib, progress=False)
+    return photos, graph, shared_profile(graph, calib)
 
 
 @pytest.fixture(scope="module")

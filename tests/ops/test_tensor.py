@@ -402,6 +402,35 @@ def test_flatten_split_slice_tile_keep_symbols():
     assert [v.type.shape for v in parts.outputs] == [("n", 6), ("n", 6)]
 
 
+def test_a_table_sliced_to_a_symbolic_length_broadcasts_with_it():
+    """A position table [1, 512, 384] sliced along axis 1 to the sequence length (the end is
+    Shape(ids)[1], as PyTorch's TorchScript export of BERT writes it) has min(512, seq) rows,
+    and adding it to [batch, seq, 384] gives [batch, seq, 384]."""
+    g = Graph("positions")
+    ids = g.add_input("ids", TensorType(I64, ("batch", "seq")))
+    x = g.add_input("x", TensorType(F32, ("batch", "seq", 384)))
+    table = g.add_constant(np.zeros((1, 512, 384), np.float32), "table")
+
+    def node(op, inputs, **attrs):
+        n = g.make_node(op, inputs, attrs)
+        n.output.type = infer_node(n)[0]
+        return n.output
+
+    shape = node("Shape", [ids], start=0)
+    length = node("Gather", [shape, g.add_constant(np.array(1), "one")], axis=0)
+    end = node("Unsqueeze", [length, g.add_constant(np.array([0]), "zero_axis")])
+    rows = node("Slice", [table, g.add_constant(np.array([0]), "start"), end,
+                          g.add_constant(np.array([1]), "axis")])
+    assert rows.type.shape == (1, "Min(512, seq)", 384)
+    assert node("Add", [x, rows]).type.shape == ("batch", "seq", 384)
+    assert node("Add", [rows, x]).type.shape == ("batch", "seq", 384)
+    assert node("Add", [rows, rows]).type.shape == (1, "Min(512, seq)", 384)
+    # any other start keeps the length unknown
+    shifted = node("Slice", [table, g.add_constant(np.array([1]), "start1"), end,
+                             g.add_constant(np.array([1]), "axis1")])
+    assert shifted.type.shape == (1, None, 384)
+
+
 def test_data_dependent_shapes_are_unknown():
     x = TensorType(F32, (3, 4))
     assert infer("NonZero", [x]).shape == (2, None)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from shared_profiles import shared_profile
 
 import lowbit
 from lowbit.cli.demo import bundled
@@ -17,6 +18,5 @@ def mnist_profiled():
     """(float graph, profile on digits 0-199, all 500 digits)."""
     x = np.load(bundled("digits.npz"))["images"]
     graph = lowbit.load(MODEL)
-    prof = lowbit.profile(graph, [{"input": x[i:i + 50]} for i in range(0, 200, 50)],
-                          progress=False)
+    prof = shared_profile(graph, [{"input": x[i:i + 50]} for i in range(0, 200, 50)])
     return graph, prof, x

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from shared_profiles import shared_profile
 
 import lowbit
 from lowbit.cli.demo import bundled
@@ -29,8 +30,7 @@ ARTIFACTS = Path(__file__).resolve().parents[2] / ".cache" / "test-artifacts"
 def report(tmp_path_factory):
     x = np.load(bundled("digits.npz"))["images"]
     graph = lowbit.load(MODEL)
-    prof = lowbit.profile(graph, [{"input": x[i:i + 50]} for i in range(0, 200, 50)],
-                          progress=False)
+    prof = shared_profile(graph, [{"input": x[i:i + 50]} for i in range(0, 200, 50)])
     quant = lowbit.quantize(graph, prof)
     comparison = lowbit.compare(graph, quant, [{"input": x[i:i + 50]}
                                                for i in range(200, 300, 50)], samples=5000)

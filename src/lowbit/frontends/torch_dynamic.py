@@ -136,6 +136,9 @@ def expand_markers(model: onnx.ModelProto, layers: list[DynamicLinear]) -> None:
     del model.graph.node[:]
     model.graph.node.extend(nodes)
     model.graph.initializer.extend(inits)
+    del model.graph.value_info[:]
+    for out in model.graph.output:
+        out.type.tensor_type.ClearField("shape")
     kept = [o for o in model.opset_import if o.domain != MARKER_DOMAIN]
     del model.opset_import[:]
     model.opset_import.extend(kept)

@@ -30,7 +30,15 @@ from lowbit.ops.registry import (
 )
 from lowbit.ops.shape import shape_from_input
 from lowbit.ops.shape_values import static_value, symbolic_value
-from lowbit.ops.symbolic import clamped_slice, dim_add, dim_div, dim_mul, dims_equal, merge_dim
+from lowbit.ops.symbolic import (
+    clamped_slice,
+    dim_add,
+    dim_div,
+    dim_min,
+    dim_mul,
+    dims_equal,
+    merge_dim,
+)
 from lowbit.ops.tensor_rules import INDEX_DTYPES, check_index_dtype, moved_quant, refuse_axis
 
 INT64 = frozenset({dt.INT64})
@@ -194,7 +202,11 @@ def sliced_dim(dim: Dim, start: Dim, end: Dim, step: int) -> Dim:
         (isinstance(end, int) and end >= BIG) or dims_equal(end, dim))
     whole_backward = step == -1 and (start == -1 or (isinstance(start, int) and start >= BIG)
                                      ) and isinstance(end, int) and end <= -BIG
-    return dim if whole_forward or whole_backward else None
+    if whole_forward or whole_backward:
+        return dim
+    if isinstance(dim, int) and start == 0 and step == 1:
+        return dim_min(dim, end)  # a table cut to a symbolic length
+    return None
 
 
 @register

@@ -5,6 +5,7 @@ from __future__ import annotations
 from lowbit.errors import ModelError
 from lowbit.ir.graph import Node
 from lowbit.ir.types import Dim
+from lowbit.ops.symbolic import min_bound
 
 
 def normalize_axis(node: Node, axis: int, rank: int) -> int:
@@ -30,7 +31,15 @@ def broadcast_dim(a: Dim, b: Dim) -> Dim:
         return a
     if isinstance(b, int):
         return b
-    return a if a == b else None
+    if a == b:
+        return a
+    # a table cut to a sequence length, min(n, S), against S: equal whenever they broadcast
+    # (and S when min(n, S) is 1 because S is)
+    for x, y in ((a, b), (b, a)):
+        bound = min_bound(x)
+        if bound is not None and bound[1] == y:
+            return y
+    return None
 
 
 def broadcast_shapes(*shapes: tuple[Dim, ...] | None) -> tuple[Dim, ...] | None:

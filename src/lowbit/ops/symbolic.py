@@ -108,6 +108,23 @@ def merge_dim(a: Dim, b: Dim) -> Dim:
     return a if a is not None else b
 
 
+def dim_min(most: int, d: Dim) -> Dim:
+    """min(most, d) for a plain symbol d: the symbol "Min(most, d)" (a table of `most` rows
+    sliced to a sequence length d), which `broadcast_dim` matches with d; None otherwise."""
+    if isinstance(d, str) and "*" not in d and "(" not in d:
+        return f"Min({most}, {d})"
+    return None
+
+
+def min_bound(d: Dim) -> tuple[int, str] | None:
+    """(most, symbol) of a dim written by `dim_min`, else None."""
+    if isinstance(d, str) and d.startswith("Min(") and d.endswith(")"):
+        most, _, name = d[4:-1].partition(", ")
+        if most.isdigit() and name:
+            return int(most), name
+    return None
+
+
 def clamped_slice(start: int, end: int, step: int, dim: int) -> slice:
     """ONNX's slice of a dimension of size `dim` as a Python slice: negative start/end count
     from the end, then start is clamped to [0, dim] (step > 0) or [0, dim - 1] (step < 0) and

@@ -163,16 +163,21 @@ class QuantResult:
 def quantize(graph: Graph, profile: Profile, config: QuantConfig | None = None, *,
              assert_all_quantized: bool = False,
              plan_config: QuantConfig | None = None,
-             cache: QuantCache | None = None) -> QuantResult:
+             cache: QuantCache | None = None,
+             profile_checked: bool = False) -> QuantResult:
     """Quantize a copy of `graph` (see the module docstring); `profile` must have been taken on
     `graph`. With `assert_all_quantized`, any node left computing in float is an error.
     `plan_config` (default: `config`) is the config whose integer nodes decide which results
     are worth integers: `lowbit.sensitivity` quantizes one layer alone with the whole model's
     plan, so that the layer's result is rounded as it is in the whole model. `cache` (made for
     this `profile`) keeps weight roundings and activation parameters for later calls
-    (`lowbit.quant.cache`): the same result, without redoing what did not change."""
+    (`lowbit.quant.cache`): the same result, without redoing what did not change.
+    `profile_checked`: the caller has already checked `profile` against this unchanged `graph`
+    (`Profile.check` hashes the whole graph, weights included; `lowbit.sensitivity` checks
+    once per ranking, not once per layer)."""
     config = config or QuantConfig()
-    profile.check(graph)
+    if not profile_checked:
+        profile.check(graph)
     if cache is not None:
         cache.check(profile)
     warnings = config.check(graph)

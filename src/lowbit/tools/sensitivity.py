@@ -176,11 +176,14 @@ class SensitivityContext:
         return self.record
 
     def quantize(self, config: QuantConfig, whole: QuantConfig | None = None):
+        """Quantize the graph with `config` (`whole`: the whole model's config, for one
+        layer's). The first static call checks the profile against the graph; the layers'
+        calls skip that hash of the whole graph (the graph does not change meanwhile)."""
         if self.dynamic:
             return _dynamic.quantize_dynamic(self.graph, config)
         assert self.profile is not None
         return _static.quantize(self.graph, self.profile, config, plan_config=whole,
-                                cache=self.cache)
+                                cache=self.cache, profile_checked=whole is not None)
 
 
 def layer_error(context: SensitivityContext, name: str) -> tuple[float, float]:

@@ -9,6 +9,8 @@ import pytest
 def efficientnet_int8():
     """EfficientNet-Lite0 quantized with lowbit's defaults, calibrated on a third of the
     photos (tests/realmodels.py), and the photos."""
+    from shared_profiles import shared_profile
+
     import lowbit
     from lowbit.quant.static import quantize
     from realmodels import efficientnet, load_photos
@@ -16,4 +18,4 @@ def efficientnet_int8():
     photos = load_photos()
     graph = lowbit.load(efficientnet(True))
     calib = [{"input": photos[i:i + 1]} for i in range(0, len(photos), 3)]
-    return quantize(graph, lowbit.profile(graph, calib, progress=False)).graph, photos
+    return quantize(graph, shared_profile(graph, calib)).graph, photos

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from bundle_tools import build, compiler, run, runner
+from shared_profiles import shared_profile
 
 import lowbit
 from lowbit.backends import cpu
@@ -33,8 +34,7 @@ def mnist():
     graph = lowbit.load(bundled("mnistnet.onnx"))
     with np.load(bundled("digits.npz")) as data:
         images = data["images"]
-    prof = lowbit.profile(graph, [{"input": images[i:i + 50]} for i in range(0, 200, 50)],
-                          progress=False)
+    prof = shared_profile(graph, [{"input": images[i:i + 50]} for i in range(0, 200, 50)])
     return graph, quantize(graph, prof).graph, images[200:]
 
 

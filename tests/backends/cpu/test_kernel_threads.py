@@ -86,3 +86,18 @@ def test_workers_are_kept_off_the_callers_cpu():
         assert mask == allowed or (len(mask) == len(allowed) - 1 and mask < allowed)
     assert any(len(m) == len(allowed) - 1 for m in seen) == kept_off
     ctx.close()
+
+
+def test_default_thread_count_comes_from_the_environment(monkeypatch):
+    """LOWBIT_THREADS sets the thread count of executables that name none (the test suite's
+    workers set it to their share of the cores); unset, the physical cores; a bad value is
+    refused, naming the variable."""
+    monkeypatch.setenv("LOWBIT_THREADS", "3")
+    assert L.default_threads() == 3
+    assert L.context().threads == 3
+    monkeypatch.delenv("LOWBIT_THREADS")
+    assert L.default_threads() == L.physical_cores()
+    for bad in ("0", "two"):
+        monkeypatch.setenv("LOWBIT_THREADS", bad)
+        with pytest.raises(LowbitError, match="LOWBIT_THREADS"):
+            L.default_threads()

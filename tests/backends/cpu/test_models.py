@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from cpu_kernels import ISAS
+from shared_profiles import shared_profile
 
 import lowbit
 from lowbit.backends import cpu
@@ -24,8 +25,7 @@ def mnist():
     graph = lowbit.load(bundled("mnistnet.onnx"))
     with np.load(bundled("digits.npz")) as data:
         images = data["images"]
-    prof = lowbit.profile(graph, [{"input": images[i:i + 50]} for i in range(0, 200, 50)],
-                          progress=False)
+    prof = shared_profile(graph, [{"input": images[i:i + 50]} for i in range(0, 200, 50)])
     return graph, quantize(graph, prof).graph, images[200:]
 
 

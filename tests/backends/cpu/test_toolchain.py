@@ -92,3 +92,30 @@ def test_a_cached_program_loads_without_generating_code_and_survives_corruption(
     third = cpu.compile(graph, name=name)
     assert third.compiled()[0].source
     np.testing.assert_array_equal(third({"input": x})["logits"], want)
+
+
+def test_processes_wanting_one_library_build_it_once(tmp_path, monkeypatch):
+    """Two builds of the same entry at the same time (test workers, cluster workers): the
+    second waits for the first's lock and takes its library; the build command runs once."""
+    import threading
+
+    monkeypatch.setenv("LOWBIT_CACHE_DIR", str(tmp_path / "cache"))
+    runs = tmp_path / "runs.txt"
+    script = ("import sys, time; open(sys.argv[1], 'a').write('x'); time.sleep(0.5); "
+              "open(sys.argv[2], 'w').write('library')")
+
+    def command(out: Path) -> list[str]:
+        return [sys.executable, "-c", script, str(runs), str(out)]
+
+    got: list[Path] = []
+
+    def build() -> None:
+        got.append(toolchain._cached_build("k" * 64, "lib.so", command, what="a test"))
+
+    threads = [threading.Thread(target=build) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert runs.read_text() == "x"
+    assert got[0] == got[1] and got[0].read_text() == "library"

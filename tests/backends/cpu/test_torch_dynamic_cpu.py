@@ -128,7 +128,8 @@ def minilm_torch():
 @pytest.mark.parametrize("isa", ISAS)
 def test_minilm_from_pytorch_runs_bit_exact(minilm_torch, isa):
     """One text, a 130-token text (where fbgemm's 7-bit codes are most fragile) and a padded
-    batch of three: the reference's bits; every Linear a dynamic product."""
+    batch of three: the reference's bits; every Linear a dynamic product; one compiled program
+    for all three shapes (the import's shapes name the sequence length everywhere)."""
     import torch
 
     q, graph = minilm_torch
@@ -138,6 +139,7 @@ def test_minilm_from_pytorch_runs_bit_exact(minilm_torch, isa):
         want = next(iter(lowbit.run(graph, enc).values()))
         got = next(iter(exe(enc).values()))
         assert _same(got, want), enc["input_ids"].shape
+    assert len(exe.compiled()) == 1  # one program for every batch and sequence length
     steps = exe.compiled()[0].steps
     assert sum("DynamicMatMul" in s for s in steps) == 36
     assert sum("TorchDynamicQuantize" in s for s in steps) == 24  # Q, K and V share one

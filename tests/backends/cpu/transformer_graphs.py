@@ -188,6 +188,46 @@ def float_matmul_case(g: Graph, rng, feeds: dict, tag: str) -> Value:
     return node_outputs(g, "MatMul", [a, b])[0]
 
 
+def float_attention_case(g: Graph, rng, feeds: dict, tag: str) -> Value:
+    """Multi-head attention in float32 as exporters write it (imported quantized models keep
+    it so): Reshape + Transpose of Q, K and V rows, MatMul, a scalar Mul or Div (either operand
+    order for Mul) or none, a mask Add of a broadcast shape (zeros, large negatives, -inf) or
+    none, Softmax, MatMul with V, Transpose and Reshape back. Odd head sizes and lengths; K is
+    Q's rows now and then."""
+    b, s, h = int(rng.integers(1, 4)), int(rng.integers(1, 50)), int(rng.integers(1, 5))
+    if rng.random() < 0.2:
+        s += int(rng.integers(60, 140))
+    d = int(rng.choice([1, 3, 8, 16, 17, 32, 40]))
+    srcs = [float_input(g, rng, feeds, f"{tag}{c}", (b, s, h * d)) for c in "qkv"]
+    if rng.random() < 0.2:
+        srcs[1] = srcs[0]
+
+    def heads(x: Value, perm: list[int]) -> Value:
+        split = node_outputs(g, "Reshape", [x, const(g, np.array([b, s, h, d], np.int64))])[0]
+        return node_outputs(g, "Transpose", [split], {"perm": perm})[0]
+
+    q, k, v = heads(srcs[0], [0, 2, 1, 3]), heads(srcs[1], [0, 2, 3, 1]), \
+        heads(srcs[2], [0, 2, 1, 3])
+    y = node_outputs(g, "MatMul", [q, k])[0]
+    choice = rng.random()
+    scale = const(g, np.float32(rng.choice([1 / np.sqrt(d), 0.125, 3.0])))
+    if choice < 0.4:
+        y = node_outputs(g, "Mul", [y, scale] if rng.random() < 0.7 else [scale, y])[0]
+    elif choice < 0.7:
+        y = node_outputs(g, "Div", [y, scale])[0]
+    if rng.random() < 0.7:
+        shape = [(b, 1, s, s), (b, 1, 1, s), (1, 1, s, s), (b, h, s, s), (s, s)][
+            int(rng.integers(0, 5))]
+        mask = g.add_input(f"m_{tag}", TensorType(F32, shape))
+        fill = np.float32(rng.choice([-np.inf, np.finfo(np.float32).min, -1e4]))
+        feeds[mask.name] = np.where(rng.random(shape) < 0.3, fill, 0).astype(np.float32)
+        y = node_outputs(g, "Add", [y, mask] if rng.random() < 0.7 else [mask, y])[0]
+    p = node_outputs(g, "Softmax", [y], {"axis": -1})[0]
+    o = node_outputs(g, "MatMul", [p, v])[0]
+    o = node_outputs(g, "Transpose", [o], {"perm": [0, 2, 1, 3]})[0]
+    return node_outputs(g, "Reshape", [o, const(g, np.array([b, s, h * d], np.int64))])[0]
+
+
 def graph_of_cases(seed: int, count: int, case) -> tuple[Graph, dict]:
     """A graph of `count` independent cases drawn by `case(g, rng, feeds, tag)`."""
     rng = np.random.default_rng(seed)

@@ -182,7 +182,8 @@ class CpuExecutable:
                 "bindings": [[b.value, b.axis, b.coef, list(b.names)] for b in compiled.bindings],
                 "roots": [[r.nbytes.coef, list(r.nbytes.syms)] for r in liveness.roots],
                 "first": liveness.first, "last": liveness.last,
-                "limits": [[lim.dim, lim.most, lim.what] for lim in compiled.limits],
+                "limits": [[lim.dim, lim.most, lim.what, lim.checked]
+                           for lim in compiled.limits],
                 "outputs": [(n, list(s), d.str) for n, s, d in outputs], "steps": steps}, data)
         self._compiled[key] = compiled
         return compiled
@@ -199,7 +200,7 @@ class CpuExecutable:
         return Compiled(fn, meta["library"], _blob(data), liveness, list(meta["dim_vars"]),
                         bindings, self.graph, outputs, "", time.perf_counter() - start,
                         list(meta["steps"]), {}, {},
-                        [Limit(d, m, w) for d, m, w in meta.get("limits", [])])
+                        [Limit(*lim) for lim in meta.get("limits", [])])
 
     def arena_bytes(self, inputs: Mapping[str, np.ndarray]) -> int:
         """Size of the arena for one inference on `inputs` (their shapes are what counts)."""
@@ -244,6 +245,7 @@ class CpuExecutable:
             raise LowbitError(f"the cpu backend could not find the size of dimension(s) "
                               f"{', '.join(missing)} for inputs of shapes "
                               f"{[tuple(a.shape) for a in arrays]}")
+        _check_limits(compiled, values, checked=True)
         return values
 
     def __call__(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -382,11 +384,14 @@ def _blob(data: bytes) -> np.ndarray:
     return blob
 
 
-def _check_limits(compiled: Compiled, values: dict[str, int]) -> None:
+def _check_limits(compiled: Compiled, values: dict[str, int], checked: bool = False) -> None:
     """InputError, naming the input that sets it, for a dimension above its limit (a
     sequence longer than the position table). Called when shape inference refuses inputs:
-    a graph may cut a table on purpose, and run."""
+    a graph may cut a table on purpose, and run; with `checked`, for every new set of sizes,
+    on the limits the generated code needs (`Limit.checked`)."""
     for lim in compiled.limits:
+        if checked and not lim.checked:
+            continue
         size = dim_size(lim.dim)
         if any(s not in values for s in size.syms):
             continue

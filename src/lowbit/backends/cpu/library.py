@@ -139,12 +139,28 @@ def physical_cores() -> int:
     return max(1, len(cores))
 
 
+def default_threads() -> int:
+    """The thread count of an executable that names none: `$LOWBIT_THREADS`, else the
+    physical cores this process may run on (`physical_cores`). Processes that share the cores
+    (test workers, one model per process) set it so that their pools do not oversubscribe."""
+    text = os.environ.get("LOWBIT_THREADS", "").strip()
+    if not text:
+        return physical_cores()
+    try:
+        count = int(text)
+    except ValueError:
+        count = 0
+    if count < 1:
+        raise LowbitError(f"LOWBIT_THREADS={text!r}: write a thread count of at least 1")
+    return count
+
+
 class Context:
     """An lb_ctx: the kernels' ISA and a thread pool of `threads` threads (the caller counts)."""
 
     def __init__(self, threads: int | None = None, isa: str | None = None) -> None:
         self.isa = chosen_isa(isa)
-        self.threads = int(threads) if threads else physical_cores()
+        self.threads = int(threads) if threads else default_threads()
         if self.threads < 1:
             raise LowbitError(f"threads must be at least 1, got {threads}")
         handle = lib().lb_ctx_create(self.threads, ISAS.index(self.isa))
@@ -163,7 +179,7 @@ _contexts: dict[tuple[int, str], Context] = {}
 def context(threads: int | None = None, isa: str | None = None) -> Context:
     """A shared Context per (threads, ISA): executables with the same settings share one pool."""
     isa = chosen_isa(isa)
-    threads = int(threads) if threads else physical_cores()
+    threads = int(threads) if threads else default_threads()
     key = (threads, isa)
     if key not in _contexts:
         _contexts[key] = Context(threads, isa)

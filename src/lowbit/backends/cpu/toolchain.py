@@ -9,12 +9,15 @@ Built shared libraries live under the user's cache directory (`$LOWBIT_CACHE_DIR
 `$XDG_CACHE_HOME/lowbit`, else `~/.cache/lowbit`), in `cpu/<key>/`, where the key hashes the
 sources, the flags, the compiler's identity and the CPU's features. An entry is built in a
 temporary folder and renamed into place; its `ok` file records the library's SHA-256, so a
-corrupted entry (truncated, edited, half-deleted) is detected and rebuilt. A failed build
-raises `CompileError` naming the log file that holds the compiler's output.
+corrupted entry (truncated, edited, half-deleted) is detected and rebuilt. Processes that want
+the same entry at the same time (pytest-xdist workers, a Dask cluster's) take turns on a lock
+file beside it, so it is built once. A failed build raises `CompileError` naming the log file
+that holds the compiler's output.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import os
@@ -211,6 +214,25 @@ def build_model(source: str, name: str = "model") -> Path:
     return _cached_build(key, f"{name}.so", command, what=f"the generated C of {name}")
 
 
+@contextlib.contextmanager
+def _build_lock(root: Path, key: str):
+    """Held while one process builds entry `key`: processes that want the same library at the
+    same time (test workers, a Dask cluster's) wait for the first build instead of repeating
+    it. An advisory lock on a file beside the entry (POSIX; elsewhere, no lock: each builds
+    and the rename keeps one)."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not POSIX
+        yield
+        return
+    with open(root / f".{key[:32]}.lock", "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
 def _cached_build(key: str, filename: str, command, what: str) -> Path:
     root = cache_root() / "cpu"
     entry = root / key[:32]
@@ -218,6 +240,14 @@ def _cached_build(key: str, filename: str, command, what: str) -> Path:
     if _valid(entry, lib):
         return lib
     root.mkdir(parents=True, exist_ok=True)
+    with _build_lock(root, key):
+        if _valid(entry, lib):  # another process built it while this one waited
+            return lib
+        return _build(root, entry, lib, key, filename, command, what)
+
+
+def _build(root: Path, entry: Path, lib: Path, key: str, filename: str, command,
+           what: str) -> Path:
     tmp = Path(tempfile.mkdtemp(prefix=f".{key[:12]}.", dir=root))
     try:
         out = tmp / filename

@@ -32,8 +32,9 @@ from lowbit.ops.symbolic import as_monomial
 
 Emitter = Callable[["Lowering", Node], None]
 _EMITTERS: dict[tuple[str, str, bool], Emitter] = {}
-_DYNAMIC: set[Emitter] = set()
-"""Emitters that handle dimensions known only at run time (C variables)."""
+_DYNAMIC: dict[Emitter, Callable[[Node], bool]] = {}
+"""Emitters that handle dimensions known only at run time (C variables), with the test of
+the nodes they handle so (every node, or those a predicate accepts)."""
 
 TYPE_CODES = {np.dtype(np.uint8): L.U8, np.dtype(np.int16): L.I16,
               np.dtype(np.uint16): L.U16, np.dtype(np.float32): L.F32,
@@ -42,17 +43,22 @@ TYPE_CODES = {np.dtype(np.uint8): L.U8, np.dtype(np.int16): L.I16,
 
 
 def emitter(op_type: str, *, quantized: bool = False, domain: str = "",
-            dynamic: bool = False) -> Callable:
+            dynamic: bool | Callable[[Node], bool] = False) -> Callable:
     """Register the emitter of `op_type` for float (plain) or quantized nodes; `dynamic`: it
-    handles dimensions that are C variables (see the module docstring)."""
+    handles dimensions that are C variables (see the module docstring), for every node
+    (True) or for the nodes a predicate accepts."""
 
     def deco(fn: Emitter) -> Emitter:
         _EMITTERS[(domain, op_type, quantized)] = fn
         if dynamic:
-            _DYNAMIC.add(fn)
+            _DYNAMIC[fn] = dynamic if callable(dynamic) else _every_node
         return fn
 
     return deco
+
+
+def _every_node(node: Node) -> bool:
+    return True
 
 
 def find_emitter(node: Node) -> Emitter | None:
@@ -100,7 +106,7 @@ def runtime_capable(graph: Graph) -> bool:
         if n.op_type == CONSTANT:
             continue
         fn = find_emitter(n)
-        if fn is None or fn in _DYNAMIC:
+        if fn is None or (fn in _DYNAMIC and _DYNAMIC[fn](n)):
             continue
         for v in (*n.inputs, *n.outputs):
             if v is None or v.type is None or v.type.shape is None:
@@ -125,11 +131,14 @@ class Limit:
     """A run-time dimension (a C product of dimension variables) that the graph cuts to at
     most `most` somewhere ("Min(512, S)": a position table sliced to the sequence length).
     When inputs of some sizes fail shape inference, a dimension above its limit is named as
-    the cause."""
+    the cause. `checked`: the generated code is exact only up to `most` (a product's integer
+    parameters fixed for a run-time reduction size), so inputs above it are refused before
+    any run."""
 
     dim: str
     most: int
     what: str
+    checked: bool = False
 
 
 def stored_dtype(t: TensorType) -> tuple[np.dtype, bool]:
@@ -211,6 +220,11 @@ class Lowering:
         by = f"{v.producer.describe()} makes " if v.producer is not None else ""
         self.limits.append(Limit(self._variable(("symbol", m.group(2))), int(m.group(1)),
                                  f"{by}'{v.name}', whose size is {d}"))
+
+    def bound(self, dim: str, most: int, what: str) -> None:
+        """Refuse inputs that make the run-time dimension `dim` (a lowered dimension) more
+        than `most` (a `checked` Limit): `what` says why."""
+        self.limits.append(Limit(dim, most, what, checked=True))
 
     def _dim(self, v: Value, axis: int, d) -> int | str:
         if isinstance(d, int):

@@ -114,10 +114,16 @@ def _batched(lw: Lowering, node) -> tuple:
 
 @emitter("MatMul", dynamic=True)
 def matmul(lw: Lowering, node) -> None:
+    from lowbit.backends.cpu.codegen import float_attention
+
     _float_only(node, 2)
     av, bv = node.inputs
     if bv.is_constant and lw.const_array(bv).ndim == 2:
         return _fgemm(lw, node, av, lw.const_array(bv).T, None)
+    fused = float_attention.match(lw, node)
+    if fused is not None:
+        float_attention.emit(lw, fused)
+        return None
     batch, m, n, k, sa, sb, sc = _batched(lw, node)
     a, b = lw.operand(av, "plain"), lw.operand(bv, "plain")
     out = lw.result(node.outputs[0], "plain")

@@ -15,6 +15,7 @@ import numpy as np
 
 from lowbit.backends.cpu import packing, params
 from lowbit.backends.cpu.codegen import cexpr
+from lowbit.backends.cpu.codegen.column_arrays import ceil_bound, column_arrays
 from lowbit.backends.cpu.codegen.lower import Lowering, emitter, stored_dtype
 from lowbit.backends.cpu.codegen.ops_shape import concat_into, logical_strides, pool_setup
 from lowbit.backends.cpu.codegen.program import Size, Tensor, dim_c, dim_size, is_batch, numel
@@ -65,7 +66,7 @@ def wants_nhwc(lw: Lowering, v) -> bool:
         all(n.op_type in NHWC_READERS and i == 0 for n, i in uses)
 
 
-@emitter("Quantize", domain=QUANT_DOMAIN)
+@emitter("Quantize", domain=QUANT_DOMAIN, dynamic=True)
 def quantize(lw: Lowering, node) -> None:
     x = lw.operand(node.inputs[0], None)
     out_t = node.outputs[0].type
@@ -133,7 +134,7 @@ def requantize_into(lw: Lowering, node, x: Tensor, src: TensorType, rq: Requant,
         f"&rq, {tname(lw, out)}, {out.ptr});"], [x], [out])
 
 
-@emitter("Requantize", domain=QUANT_DOMAIN)
+@emitter("Requantize", domain=QUANT_DOMAIN, dynamic=True)
 def requantize(lw: Lowering, node) -> None:
     x = lw.operand(node.inputs[0], None)
     src, out_t = node.inputs[0].type, node.outputs[0].type
@@ -428,7 +429,7 @@ def _gemm_like(lw: Lowering, node, a_value, w_rows: np.ndarray, tw: TensorType,
                  [sums] if sums else [])
 
 
-@emitter("Gemm", quantized=True)
+@emitter("Gemm", quantized=True, dynamic=True)
 def gemm(lw: Lowering, node) -> None:
     av, bv, cv = node.inputs[0], node.inputs[1], node.input_or_none(2)
     if node.attrs["transA"] or not bv.is_constant or (cv is not None and not cv.is_constant):
@@ -459,42 +460,97 @@ def batched(lw: Lowering, node) -> tuple[Size, int, int, int, int, int, int]:
 
 
 def activation_matmul(lw: Lowering, node) -> None:
-    """A quantized MatMul of two activations (lb_qmatmul_run: B packed at run time)."""
+    """A quantized MatMul of two activations (lb_qmatmul_run: B packed at run time). With
+    run-time dimensions, M, N and K may be dimension variables (attention over a run-time
+    sequence length): the per-column arrays are then filled at run time (column_arrays),
+    scratch sizes are bounds, and the int64 path is chosen in C from K."""
     av, bv = node.inputs
     ta, tb, out_t = av.type, bv.type, node.outputs[0].type
     for t in (ta, tb):
         if t.quant is None or not t.quant.per_tensor:
             raise KernelError("both operands of a quantized MatMul of activations must be "
                               "quantized per tensor")
-    batch, m, n, k, sa, sb, sc = batched(lw, node)
-    p = params.product(node, n)
+    if lw.runtime_dims:
+        batch, m, n, k, sa, sb, sc = runtime_batched(lw, node)
+    else:
+        batch, m, n, k, sa, sb, sc = batched(lw, node)
+    static_n = isinstance(n, int)
+    if not isinstance(k, int):
+        lw.bound(k, _most_terms(ta, tb), f"{node.describe()} sums over it with integer "
+                                         f"parameters made for at most that many terms")
+    p = params.product(node, n if static_n else 1)
     a, b = lw.operand(av, "plain"), lw.operand(bv, "plain")
     out = lw.result(node.outputs[0], "plain")
     za = p.x_zero + shift_of(ta)
     zb_raw = int(p.w_zero[0]) + shift_of(tb)
     zb = zb_raw - 128  # packed: stored code ^ 0x80
-    wide = int(ta.dtype.bits > 8 or tb.dtype.bits > 8 or p.narrow_shift > 0 or
-               k * 255 * 255 >= INT32_LIMIT)
+    narrow_only = ta.dtype.bits > 8 or tb.dtype.bits > 8 or p.narrow_shift > 0
+    if isinstance(k, int):
+        wide: int | str = int(narrow_only or k * 255 * 255 >= INT32_LIMIT)
+    else:  # the int32 bound of K sums of 255 x 255, checked when K is known
+        wide = "1" if narrow_only else f"(int32_t)(({dim_c(k)}) * 65025 >= {INT32_LIMIT}LL)"
     if p.requant is None:
-        arrays = packing.dequant_arrays(p.scale, n, *p.clip)
+        arrays = packing.dequant_arrays(p.scale, n if static_n else 1, *p.clip)
     else:
-        arrays = cexpr.requant_arrays(p.requant, n, shift_of(out_t))
-    zb_c = cexpr.int_array(lw.prog, np.full(n, zb)) if zb and not wide else "NULL"
-    packed = lw.prog.scratch(Size(-(-n // 16) * -(-k // 4) * 64), "packed_b")
-    offsets = lw.prog.scratch(Size((-(-n // 16) * 16 + 16) * 4), "offsets")
-    sums = lw.prog.scratch(Size(m * 4), "row_sums")
-    code = [f"const lb_qmatmul mm = {{{batch.c()}, {m}, {n}, {k}, {sa}, {sb}, {sc}, "
-            f"{tname(lw, a)}, {tname(lw, b)}, 1, {za}, {zb}, {wide}, {p.narrow_shift}, {zb_raw}, "
-            f"{{NULL, {zb_c}, {cexpr.requant(lw.prog, arrays)}, {tname(lw, out)}, NULL, 0, "
+        arrays = cexpr.requant_arrays(p.requant, n if static_n else 1, shift_of(out_t))
+    fill: list[str] = []
+    scratch = []
+    if static_n:
+        zb_c = cexpr.int_array(lw.prog, np.full(n, zb)) if zb and wide not in (1, "1") else "NULL"
+        rq = cexpr.requant(lw.prog, arrays)
+    else:
+        fill, rq, zb_c, columns = column_arrays(lw.prog, arrays, zb if zb else None, n,
+                                                "columns")
+        scratch.append(columns)
+    n16 = ceil_bound(n, 16)
+    packed = lw.prog.scratch(n16 * ceil_bound(k, 4) * 64, "packed_b")
+    offsets = lw.prog.scratch(n16 * 64 + Size(64) if static_n else n16 * 128, "offsets")
+    sums = lw.prog.scratch(dim_size(m) * 4, "row_sums")
+    code = [*fill,
+            f"const lb_qmatmul mm = {{{batch.c()}, {dim_c(m)}, {dim_c(n)}, {dim_c(k)}, {sa}, "
+            f"{sb}, {sc}, {tname(lw, a)}, {tname(lw, b)}, 1, {za}, {zb}, {wide}, "
+            f"{p.narrow_shift}, {zb_raw}, {{NULL, {zb_c}, {rq}, {tname(lw, out)}, NULL, 0, "
             f"NULL}}}};",
             f"lb_qmatmul_run(ctx, &mm, {a.ptr}, {b.ptr}, {out.ptr}, (int8_t *){packed.ptr}, "
             f"(int32_t *){offsets.ptr}, (int32_t *){sums.ptr});"]
     lw.prog.step(f"{node.name}: MatMul of activations, {batch.c()} x [{m}x{k}] [{k}x{n}]"
-                 f"{' (int64 sums)' if wide else ''}", code, [a, b], [out],
-                 [packed, offsets, sums])
+                 f"{' (int64 sums)' if wide in (1, '1') else ''}", code, [a, b], [out],
+                 [packed, offsets, sums, *scratch])
 
 
-@emitter("MatMul", quantized=True)
+def runtime_batched(lw: Lowering, node) -> tuple[Size, object, object, object, str, str, str]:
+    """`batched` for run-time dimensions: M, N and K as lowered dimensions (ints or C
+    products of dimension variables), the batch strides as C expressions."""
+    a_shape, b_shape = lw.shape(node.inputs[0]), lw.shape(node.inputs[1])
+    if len(a_shape) < 2 or len(b_shape) < 2:
+        raise UnsupportedError("MatMul of 1-D operands")
+    (m, k), (_, n) = a_shape[-2:], b_shape[-2:]
+    lead_a, lead_b = numel(a_shape[:-2]), numel(b_shape[:-2])
+    if lead_a != lead_b and Size(1) not in (lead_a, lead_b):
+        raise UnsupportedError("MatMul with partly broadcast leading dimensions")
+    batch = lead_a if lead_a != Size(1) else lead_b
+    mk, kn, mn = (dim_size(x) * dim_size(y) for x, y in ((m, k), (k, n), (m, n)))
+    return (batch, m, n, k, mk.c() if lead_a != Size(1) else "0",
+            kn.c() if lead_b != Size(1) else "0", mn.c())
+
+
+def _most_terms(ta: TensorType, tb: TensorType) -> int:
+    """The largest reduction size K whose accumulator bound needs no narrowing shift
+    (int_linear.narrowing_shift is 0: K * 2**bits_a * 2**(bits_b - 1) < 2**31)."""
+    return ((1 << 31) - 1) // ((1 << ta.dtype.bits) * (1 << (tb.dtype.bits - 1)))
+
+
+def _runtime_matmul(node: Node) -> bool:
+    """Whether a quantized MatMul takes run-time dimensions: constant weights (K is fixed),
+    or 8-bit activations (the integer parameters of any K up to `_most_terms` are the same;
+    wider operands narrow the accumulator by a shift that depends on K)."""
+    a, b = node.inputs[0].type, node.inputs[1].type
+    if node.inputs[1].is_constant or (a.shape and isinstance(a.shape[-1], int)):
+        return True
+    return a.dtype.bits <= 8 and b.dtype.bits <= 8
+
+
+@emitter("MatMul", quantized=True, dynamic=_runtime_matmul)
 def matmul(lw: Lowering, node) -> None:
     av, bv = node.inputs
     if not bv.is_constant:
@@ -556,9 +612,9 @@ def binary_layout(lw: Lowering, node) -> str:
     return "plain"
 
 
-@emitter("Add", quantized=True)
-@emitter("Sub", quantized=True)
-@emitter("Mul", quantized=True)
+@emitter("Add", quantized=True, dynamic=True)
+@emitter("Sub", quantized=True, dynamic=True)
+@emitter("Mul", quantized=True, dynamic=True)
 def qbinary(lw: Lowering, node) -> None:
     if emit_unary_chain(lw, node):
         return
@@ -657,8 +713,8 @@ def average_pool(lw: Lowering, node) -> None:
 # -- clamps, tables, Concat ----------------------------------------------------------------------
 
 
-@emitter("Relu", quantized=True)
-@emitter("Clip", quantized=True)
+@emitter("Relu", quantized=True, dynamic=True)
+@emitter("Clip", quantized=True, dynamic=True)
 def clamp(lw: Lowering, node) -> None:
     if emit_unary_chain(lw, node):
         return
@@ -696,7 +752,7 @@ def table(lw: Lowering, node) -> None:
 
 for (_domain, _op_type), _op in all_ops().items():
     if _op.quant_rule == TABLE:
-        emitter(_op_type, quantized=True, domain=_domain)(table)
+        emitter(_op_type, quantized=True, domain=_domain, dynamic=True)(table)
 
 
 @emitter("Concat", quantized=True)

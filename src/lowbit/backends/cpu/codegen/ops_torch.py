@@ -30,11 +30,8 @@ def torch_dynamic_quantize(lw: Lowering, node) -> None:
         "lb_torch_dq_run(ctx, &tq);"], [x], [q, scale, zero])
 
 
-@emitter("TorchGelu", domain=QUANT_DOMAIN)
+@emitter("TorchGelu", domain=QUANT_DOMAIN, dynamic=True)
 def torch_gelu(lw: Lowering, node) -> None:
-    """Registered without run-time dimensions (as the Erf it replaces): the PyTorch import's
-    graph has sequence dimensions shape inference cannot name (the position table's Slice),
-    which the float MatMul refuses at run time, so such graphs compile per sequence length."""
     x = lw.operand(node.inputs[0])
     out = lw.result(node.outputs[0])
     a = node.attrs

@@ -229,6 +229,32 @@ typedef struct lb_attn {
 LB_API int64_t lb_attention_scratch(const lb_attn *p);
 LB_API void lb_attention_run(const lb_ctx *ctx, const lb_attn *p, uint8_t *scratch);
 
+/* ---- fused float attention ------------------------------------------------------------- *
+ * The float32 attention of imported models (ONNX Runtime's and PyTorch's dynamic files keep
+ * it in float), per batch b and head h of D values, S tokens:
+ *   scores[r][c] = float32(sum over d in order of double(q[r][d]) * double(k[c][d]))
+ *                  (the MatMul reference: float64 sums rounded once);
+ *   scores = scores * scale (scale_op 1) or scores / scale (scale_op 2), then + mask[b, h,
+ *            r, c] (strides mask_s, 0 along broadcast axes; mask NULL: none), in float32;
+ *   P = softmax(scores) per row (lb_softmax's rows);
+ *   out[r][h*D + d] = float32(sum over c in order of double(P[r][c]) * double(v[c][d])).
+ * q, k, v are rows of tokens (row stride ldq, ldk, ldv; batch stride S rows), head h at h*D;
+ * out likewise (ldo). The S x S scores are never stored. Scratch: lb_fattn_scratch bytes. */
+typedef struct lb_fattn {
+    int64_t batch, heads, S, D;
+    const float *q, *k, *v;
+    int64_t ldq, ldk, ldv;
+    int32_t scale_op;
+    float scale;
+    const float *mask;
+    int64_t mask_s[4];
+    float *out;
+    int64_t ldo;
+} lb_fattn;
+
+LB_API int64_t lb_fattn_scratch(const lb_fattn *p);
+LB_API void lb_fattn_run(const lb_ctx *ctx, const lb_fattn *p, uint8_t *scratch);
+
 /* ---- float ops ------------------------------------------------------------------------- */
 
 /* LayerNormalization over rows of n float32 values, in float64 (the reference's definition):

@@ -114,11 +114,13 @@ typedef struct lb_attn_job {
     uint8_t *scratch;
     int isa;
     int64_t blocks;
+    /* temporaries per worker rather than per task (they stay in the worker's cache), when
+     * the scratch holds one set per worker */
+    int temp_per_worker, block_per_worker;
 } lb_attn_job;
 
 /* Phase 1: task = (b, h). */
 static void lb_attn_prepare(void *arg, int64_t bh, int worker) {
-    (void)worker;
     const lb_attn_job *j = (const lb_attn_job *)arg;
     const lb_attn *p = j->p;
     const lb_attn_layout *l = &j->l;
@@ -127,7 +129,8 @@ static void lb_attn_prepare(void *arg, int64_t bh, int worker) {
     uint8_t *data = base + 128;
     lb_attn_head hd = lb_attn_head_at(p, l, j->scratch, bh);
     /* temporary codes and parameters of K and V: this head's part of the scratch */
-    uint8_t *codes = j->scratch + p->batch * p->heads * l->per_head + bh * l->per_temp;
+    uint8_t *codes = j->scratch + p->batch * p->heads * l->per_head +
+                     (j->temp_per_worker ? (int64_t)worker : bh) * l->per_temp;
     float *scale = (float *)(codes + lb_al64(S * D * 2));
     uint8_t *zero = (uint8_t *)scale + lb_al64(l->tparams * 4);
     float *tmp = (float *)(zero + lb_al64(l->tparams));
@@ -232,7 +235,6 @@ static void lb_attn_product(int isa, int64_t rows, int64_t n, int64_t k, int64_t
 
 /* Phase 2: task = (b, block of queries). */
 static void lb_attn_block(void *arg, int64_t task, int worker) {
-    (void)worker;
     const lb_attn_job *j = (const lb_attn_job *)arg;
     const lb_attn *p = j->p;
     const lb_attn_layout *l = &j->l;
@@ -240,7 +242,7 @@ static void lb_attn_block(void *arg, int64_t task, int worker) {
     const int64_t R = LB_MIN(LB_ATTN_ROWS, p->S - r0), S = p->S, D = p->D;
     const int64_t gp = l->gp;
     uint8_t *mine = j->scratch + p->batch * p->heads * (l->per_head + l->per_temp) +
-                    task * l->per_block;
+                    (j->block_per_worker ? (int64_t)worker : task) * l->per_block;
     float *scores = (float *)mine;
     uint8_t *pcodes = mine + l->scores;
     float *pscale = (float *)(pcodes + l->pcodes);
@@ -250,19 +252,24 @@ static void lb_attn_block(void *arg, int64_t task, int worker) {
         lb_attn_head hd = lb_attn_head_at(p, l, j->scratch, b * p->heads + h);
         lb_attn_product(j->isa, R, S, D, p->group, hd.qcodes + r0 * D, D,
                         hd.qscale + r0 * l->gd, hd.qzero + r0 * l->gd, azc, &hd.kb, scores, S);
+        /* the parameters in locals (a float store could alias p->scale as far as the
+         * compiler knows), rows restrict: the loops vectorise */
+        const float sc = p->scale;
+        const int scale_op = p->scale_op;
+        const int64_t ms3 = p->mask_s[3];
         for (int64_t r = 0; r < R; r++) {
-            float *row = scores + r * S;
-            if (p->scale_op == 1)
-                for (int64_t c = 0; c < S; c++) row[c] = row[c] * p->scale;
-            else if (p->scale_op == 2)
-                for (int64_t c = 0; c < S; c++) row[c] = row[c] / p->scale;
+            float *restrict row = scores + r * S;
+            if (scale_op == 1)
+                for (int64_t c = 0; c < S; c++) row[c] = row[c] * sc;
+            else if (scale_op == 2)
+                for (int64_t c = 0; c < S; c++) row[c] = row[c] / sc;
             if (p->mask) {
-                const float *m = p->mask + b * p->mask_s[0] + h * p->mask_s[1] +
-                                 (r0 + r) * p->mask_s[2];
-                if (p->mask_s[3] == 1)
+                const float *restrict m = p->mask + b * p->mask_s[0] + h * p->mask_s[1] +
+                                          (r0 + r) * p->mask_s[2];
+                if (ms3 == 1)
                     for (int64_t c = 0; c < S; c++) row[c] = row[c] + m[c];
                 else
-                    for (int64_t c = 0; c < S; c++) row[c] = row[c] + m[c * p->mask_s[3]];
+                    for (int64_t c = 0; c < S; c++) row[c] = row[c] + m[c * ms3];
             }
         }
 #if LB_HAVE_AVX512
@@ -299,6 +306,8 @@ void lb_attention_run(const lb_ctx *ctx, const lb_attn *p, uint8_t *scratch) {
     j.scratch = (uint8_t *)(((uintptr_t)scratch + 63) / 64 * 64);
     j.isa = ctx->isa;
     j.blocks = lb_ceil(p->S, LB_ATTN_ROWS);
+    j.temp_per_worker = ctx->threads <= p->batch * p->heads;
+    j.block_per_worker = ctx->threads <= p->batch * j.blocks;
     lb_parallel_for(ctx, p->batch * p->heads, lb_attn_prepare, &j);
     lb_parallel_for(ctx, p->batch * j.blocks, lb_attn_block, &j);
 }

@@ -66,10 +66,10 @@ typedef struct lb_dmm_job {
     const lb_dmm *p;
     int isa;
     int64_t rows, mtasks, blocks, ntasks_n;
+    int per_worker; /* row buffers per worker (rows x N floats each), not per row of Y */
 } lb_dmm_job;
 
 static void lb_dmm_task(void *arg, int64_t task, int worker) {
-    (void)worker;
     const lb_dmm_job *j = (const lb_dmm_job *)arg;
     const lb_dmm *p = j->p;
     int64_t per_b = j->mtasks * j->ntasks_n;
@@ -87,8 +87,11 @@ static void lb_dmm_task(void *arg, int64_t task, int worker) {
     t.a = p->a + b * p->a_batch + t.m0 * p->lda;
     t.lda = p->lda;
     float *rowbuf = NULL;
-    if (p->rows) { /* whole rows go through the scratch (no split over N), then the chain */
-        rowbuf = (float *)p->scratch + (b * p->M + t.m0) * p->N;
+    if (p->rows) { /* whole rows go through the scratch (no split over N), then the chain:
+                    * each worker's own buffer, which stays in its cache, when the scratch
+                    * holds one per worker */
+        rowbuf = (float *)p->scratch +
+                 (j->per_worker ? (int64_t)worker * j->rows : b * p->M + t.m0) * p->N;
         t.y = rowbuf;
         t.ldy = p->N;
     } else {
@@ -107,15 +110,24 @@ static void lb_dmm_task(void *arg, int64_t task, int worker) {
         t.a = lb_dmm_flipped(p) + (b * p->M + t.m0) * p->K;
         t.lda = p->K;
     }
+    /* sums of whole groups of 32 codes by the vector kernel */
+    const int fast_sums = LB_HAVE_AVX512 && j->isa == LB_ISA_AVX512VNNI && g == 32 &&
+                          p->K % 32 == 0;
     for (int64_t m = t.m0; m < t.m1; m++) {
         const uint8_t *a = t.a + (m - t.m0) * t.lda;
         int64_t pb = b * p->p_batch + m * p->p_row, r = m - t.m0;
         int32_t total = 0;
+#if LB_HAVE_AVX512
+        if (fast_sums) lb_sums32_avx512(a, G, azc + r * G);
+#endif
         for (int64_t jj = 0; jj < G; jj++) {
             int32_t za = p->a_signed ? ((const int8_t *)p->a_zero)[pb + jj * p->p_group] + 128
                                      : ((const uint8_t *)p->a_zero)[pb + jj * p->p_group];
             int32_t ra = 0;
-            for (int64_t k = jj * g; k < LB_MIN(p->K, (jj + 1) * g); k++) ra += a[k];
+            if (fast_sums)
+                ra = azc[r * G + jj];
+            else
+                for (int64_t k = jj * g; k < LB_MIN(p->K, (jj + 1) * g); k++) ra += a[k];
             total += ra;
             azc[r * G + jj] = (int32_t)((uint32_t)(uint16_t)(int16_t)(-za) |
                                         ((uint32_t)(uint16_t)(int16_t)(-ra) << 16));
@@ -164,13 +176,23 @@ void lb_dmm_run(const lb_ctx *ctx, const lb_dmm *p) {
     /* vector tiles need whole groups of 4 steps and 16-bit corrections */
     if (p->group % 4 != 0 || p->group > 128 || p->K > 65536) j.isa = LB_ISA_SCALAR;
     int64_t rows = LB_MIN(p->M, LB_DMM_ROWS);
-    int64_t want = ctx->threads > 1 ? 4 * (int64_t)ctx->threads : 1;
-    if (p->rows) /* whole rows per task: more, smaller row blocks (multiples of 6) */
-        while (rows > 12 && p->batch * ((p->M + rows - 1) / rows) < want) rows = (rows / 2 + 5) / 6 * 6;
+    const int64_t threads = ctx->threads;
+    const int64_t want = threads > 1 ? 4 * threads : 1;
+    if (threads > 1 && p->batch * ((p->M + rows - 1) / rows) < want) {
+        /* few blocks of rows (batch 1): M cut into a multiple of `threads` blocks of equal
+         * height, so that the threads get equal work (11 blocks of 12 rows left one thread
+         * with 6 of them). Whole rows per task (a row chain): `want` blocks of >= 6 rows;
+         * otherwise blocks of up to 48 rows, and the columns split below. */
+        int64_t mt = p->rows ? LB_MAX(1, LB_MIN(want / p->batch, p->M / 6))
+                             : (p->M + LB_DMM_ROWS - 1) / LB_DMM_ROWS;
+        mt = (mt + threads - 1) / threads * threads;
+        rows = LB_MAX(1, (p->M + mt - 1) / mt);
+    }
     while (rows * G > LB_DMM_ASIDE && rows > 1) rows /= 2;
     if (rows * G > LB_DMM_ASIDE) j.isa = LB_ISA_SCALAR;
     j.rows = rows;
     j.mtasks = (p->M + rows - 1) / rows;
+    j.per_worker = ctx->threads * rows <= p->batch * p->M;
     int64_t nblocks = (p->N + 15) / 16;
     j.blocks = nblocks;
     j.ntasks_n = 1;

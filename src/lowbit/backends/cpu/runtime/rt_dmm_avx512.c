@@ -174,6 +174,24 @@ static const lb_dmm_tile_fn lb_dmm_tiles[LB_DMM_MR][LB_DMM_NV][2] = {
     LB_DMM_NAMES(1), LB_DMM_NAMES(2), LB_DMM_NAMES(3),
     LB_DMM_NAMES(4), LB_DMM_NAMES(5), LB_DMM_NAMES(6)};
 
+LB_TARGET_AVX512 void lb_sums32_avx512(const uint8_t *a, int64_t groups, int32_t *out) {
+    int64_t j = 0;
+    for (; j + 2 <= groups; j += 2) { /* two groups: 8 sums of 8 bytes, then 4 + 4 */
+        const __m512i s = _mm512_sad_epu8(_mm512_loadu_si512(a + j * 32), _mm512_setzero_si512());
+        const __m256i h = _mm512_castsi512_si256(s), k = _mm512_extracti64x4_epi64(s, 1);
+        const __m128i lo = _mm_add_epi64(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+        const __m128i hi = _mm_add_epi64(_mm256_castsi256_si128(k), _mm256_extracti128_si256(k, 1));
+        out[j] = (int32_t)(_mm_cvtsi128_si64(lo) + _mm_extract_epi64(lo, 1));
+        out[j + 1] = (int32_t)(_mm_cvtsi128_si64(hi) + _mm_extract_epi64(hi, 1));
+    }
+    for (; j < groups; j++) {
+        const __m256i s = _mm256_sad_epu8(_mm256_loadu_si256((const __m256i *)(a + j * 32)),
+                                          _mm256_setzero_si256());
+        const __m128i lo = _mm_add_epi64(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+        out[j] = (int32_t)(_mm_cvtsi128_si64(lo) + _mm_extract_epi64(lo, 1));
+    }
+}
+
 LB_TARGET_AVX512 void lb_dmm_tile_avx512(const lb_dmm_tile *t) {
     const int grouped = t->p->group > 0;
     for (int64_t nb = t->nb0; nb < t->nb1; nb += LB_DMM_NV) {

@@ -47,6 +47,10 @@ static void lb_dq_rows_task(void *arg, int64_t t, int worker) {
 
 void lb_dq_rows_run(const lb_ctx *ctx, const lb_dq_rows *p) {
     if (p->rows <= 0 || p->k <= 0) return;
+    if (lb_dq_tensor_fits(ctx, p)) { /* one long row (DynamicQuantizeLinear): split it */
+        lb_dq_tensor_run(ctx, p);
+        return;
+    }
     /* about 16k values per task */
     int64_t per = LB_MAX(1, 16384 / LB_MAX(1, p->k));
     lb_dq_job j = {p, ctx->isa, per, 0};

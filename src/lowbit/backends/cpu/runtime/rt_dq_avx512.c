@@ -116,11 +116,18 @@ LB_V512 __m512 lb_dq_fold16(__m512 *v, const int MAX_) {
  * (the same IEEE operations); then each slice's codes. Lanes beyond a slice's end are 0,
  * which is always inside the range. */
 LB_TARGET_AVX512 static void lb_dq_rows_batched(const lb_dq_rows *p, int64_t r0, int64_t r1) {
-    const int64_t G = (p->k + p->group - 1) / p->group, chunks = (p->group + 15) / 16;
+    /* the parameters in locals: the stores of codes may alias *p as far as the compiler
+     * knows, which would reload them in the inner loops */
+    const int64_t group = p->group, k = p->k, ldx = p->ldx, ldq = p->ldq, ldp = p->ldp;
+    const float *const xbase = p->x, *const csbase = p->channel_scale;
+    const int symmetric = p->symmetric;
+    float *const pscale = p->scale;
+    uint8_t *const pzero = (uint8_t *)p->zero, *const qbase = (uint8_t *)p->q;
+    const int64_t G = (k + group - 1) / group, chunks = (group + 15) / 16;
     const int64_t total = (r1 - r0) * G;
     const __m512 top = _mm512_set1_ps((float)p->qmax), one = _mm512_set1_ps(1.0f);
     const __m512 zero_v = _mm512_setzero_ps();
-    const __m512 qlo = p->symmetric ? _mm512_set1_ps(-(float)p->qmax) : zero_v;
+    const __m512 qlo = symmetric ? _mm512_set1_ps(-(float)p->qmax) : zero_v;
     /* with channel scales, x / cs of pass 1 is kept for pass 2 (one division less) */
     float kept[16 * 128];
     int64_t r = r0, j = 0; /* the next slice */
@@ -133,14 +140,14 @@ LB_TARGET_AVX512 static void lb_dq_rows_batched(const lb_dq_rows *p, int64_t r0,
             if (i < count) {
                 at_r[i] = r;
                 at_j[i] = j;
-                const int64_t k0 = j * p->group, len = LB_MIN(p->group, p->k - k0);
-                const float *x = p->x + r * p->ldx + k0;
-                const float *cs = p->channel_scale ? p->channel_scale + k0 : NULL;
+                const int64_t k0 = j * group, len = LB_MIN(group, k - k0);
+                const float *x = xbase + r * ldx + k0;
+                const float *cs = csbase ? csbase + k0 : NULL;
                 for (int64_t c = 0; c < chunks; c++) {
                     __m512 v = lb_dq_load(x, cs, c * 16, lb_dq_mask(len - c * 16));
                     if (cs) _mm512_storeu_ps(kept + (i * chunks + c) * 16, v);
                     v = lb_dq_nan0(v);
-                    if (p->symmetric) v = _mm512_abs_ps(v);
+                    if (symmetric) v = _mm512_abs_ps(v);
                     l = _mm512_min_ps(l, v);
                     h = _mm512_max_ps(h, v);
                 }
@@ -154,7 +161,7 @@ LB_TARGET_AVX512 static void lb_dq_rows_batched(const lb_dq_rows *p, int64_t r0,
         }
         const __m512 vlo = lb_dq_fold16(lo, 0), vhi = lb_dq_fold16(hi, 1);
         __m512 scale, zero = zero_v;
-        if (p->symmetric) {
+        if (symmetric) {
             scale = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(vhi, zero_v, _CMP_EQ_OQ),
                                          _mm512_div_ps(vhi, top), one);
         } else {
@@ -169,17 +176,17 @@ LB_TARGET_AVX512 static void lb_dq_rows_batched(const lb_dq_rows *p, int64_t r0,
         _mm512_storeu_ps(sc, scale);
         _mm512_storeu_si512(ze, _mm512_cvtps_epi32(zero));
         for (int64_t i = 0; i < count; i++) {
-            const int64_t rr = at_r[i], jj = at_j[i], k0 = jj * p->group;
-            const int64_t len = LB_MIN(p->group, p->k - k0);
-            const float *x = p->x + rr * p->ldx + k0;
-            const float *cs = p->channel_scale ? p->channel_scale + k0 : NULL;
-            p->scale[rr * p->ldp + jj] = sc[i];
-            if (p->symmetric)
-                ((int8_t *)p->zero)[rr * p->ldp + jj] = 0;
+            const int64_t rr = at_r[i], jj = at_j[i], k0 = jj * group;
+            const int64_t len = LB_MIN(group, k - k0);
+            const float *x = xbase + rr * ldx + k0;
+            const float *cs = csbase ? csbase + k0 : NULL;
+            pscale[rr * ldp + jj] = sc[i];
+            if (symmetric)
+                pzero[rr * ldp + jj] = 0;
             else
-                ((uint8_t *)p->zero)[rr * p->ldp + jj] = (uint8_t)ze[i];
+                pzero[rr * ldp + jj] = (uint8_t)ze[i];
             const __m512 vs = _mm512_set1_ps(sc[i]), vz = _mm512_set1_ps((float)ze[i]);
-            uint8_t *q = (uint8_t *)p->q + rr * p->ldq + k0;
+            uint8_t *q = qbase + rr * ldq + k0;
             for (int64_t c = 0; c < chunks; c++) {
                 __mmask16 m = lb_dq_mask(len - c * 16);
                 __m512 v = cs ? _mm512_loadu_ps(kept + (i * chunks + c) * 16)

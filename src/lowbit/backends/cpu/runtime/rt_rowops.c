@@ -134,13 +134,15 @@ typedef struct lb_rowops_job {
     int64_t ldx;
     const lb_rowops *ops;
     float *scratch;
+    int per_worker;
 } lb_rowops_job;
 
 static void lb_rowops_task(void *arg, int64_t t, int worker) {
-    (void)worker;
     const lb_rowops_job *j = (const lb_rowops_job *)arg;
     int64_t m0 = t * j->per_task, m1 = LB_MIN(j->rows, m0 + j->per_task);
-    float *buf = j->scratch + m0 * j->n; /* the task's rows of the caller's scratch */
+    /* the task's rows of the caller's scratch, or the worker's own part of it (which stays
+     * in its cache) when the scratch holds one per worker */
+    float *buf = j->scratch + (j->per_worker ? (int64_t)worker * j->per_task : m0) * j->n;
     for (int64_t r = m0; r < m1; r++)
         memcpy(buf + (r - m0) * j->n, j->x + r * j->ldx, (size_t)j->n * sizeof(float));
     lb_rowops_apply(j->isa, m0, m1, j->n, buf, j->n, j->ops);
@@ -152,6 +154,7 @@ void lb_rowops_run(const lb_ctx *ctx, int64_t rows, int64_t n, const float *x, i
     int64_t per = LB_MAX(1, LB_MIN(16, 8192 / n));
     int64_t want = ctx->threads > 1 ? 4 * (int64_t)ctx->threads : 1;
     while (per > 1 && (rows + per - 1) / per < want) per /= 2;
-    lb_rowops_job j = {ctx->isa, rows, n, per, x, ldx, ops, scratch};
+    lb_rowops_job j = {ctx->isa, rows, n, per, x, ldx, ops, scratch,
+                       ctx->threads * per <= rows};
     lb_parallel_for(ctx, (rows + per - 1) / per, lb_rowops_task, &j);
 }

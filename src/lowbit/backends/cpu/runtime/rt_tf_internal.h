@@ -45,7 +45,19 @@ void lb_dq_cols_avx512(const lb_dq_cols *p, int64_t o, int64_t c0, int64_t c1);
 void lb_dq_rows_avx2(const lb_dq_rows *p, int64_t r0, int64_t r1);
 void lb_dq_cols_avx2(const lb_dq_cols *p, int64_t o, int64_t c0, int64_t c1);
 void lb_dmm_tile_avx512(const lb_dmm_tile *t);
+/* out[j] = sum of a[j * 32 .. j * 32 + 31] for j < groups (uint8 codes, exact) */
+void lb_sums32_avx512(const uint8_t *a, int64_t groups, int32_t *out);
 void lb_dmm_tile_avx2(const lb_dmm_tile *t);
+#endif
+
+/* DynamicQuantizeLinear of a whole tensor (one row of lb_dq_rows) on all threads
+ * (rt_dqtensor.c): whether p is such a row and worth it, and the run. */
+int lb_dq_tensor_fits(const lb_ctx *ctx, const lb_dq_rows *p);
+void lb_dq_tensor_run(const lb_ctx *ctx, const lb_dq_rows *p);
+#if LB_HAVE_AVX512
+void lb_dqt_range_avx512(const float *x, int64_t n, float *lo, float *hi);
+void lb_dqt_codes_avx512(const float *x, int64_t n, float scale, float zero, float top,
+                         uint8_t *q);
 #endif
 
 /* The row chain on rows [m0, m1) held in buf (row m at buf + (m - m0) * ldb). */

@@ -11,16 +11,20 @@
 
 #define LB_TGELU_SUFFIX scalar
 #define LB_TGELU_TARGET
+#define LB_TGELU_MAD(a, b, c) ((a) * (b) + (c))
 #include "rt_torchgelu_impl.h"
 #undef LB_TGELU_SUFFIX
 #undef LB_TGELU_TARGET
+#undef LB_TGELU_MAD
 
 #if LB_HAVE_AVX2
 #define LB_TGELU_SUFFIX avx2
 #define LB_TGELU_TARGET LB_TARGET_AVX2
+#define LB_TGELU_MAD(a, b, c) __builtin_fma((a), (b), (c))
 #include "rt_torchgelu_impl.h"
 #undef LB_TGELU_SUFFIX
 #undef LB_TGELU_TARGET
+#undef LB_TGELU_MAD
 #endif
 
 #if LB_HAVE_AVX512 /* rt_torchgelu_avx512.c */

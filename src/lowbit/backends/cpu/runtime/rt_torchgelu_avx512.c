@@ -11,7 +11,9 @@ void lb_tgelu_span_avx512(int64_t n, const float *x, float divisor, float one, f
 
 #define LB_TGELU_SUFFIX avx512
 #define LB_TGELU_TARGET LB_TARGET_AVX512
+#define LB_TGELU_MAD(a, b, c) __builtin_fma((a), (b), (c))
 #include "rt_torchgelu_impl.h"
 #undef LB_TGELU_SUFFIX
 #undef LB_TGELU_TARGET
+#undef LB_TGELU_MAD
 #endif
