@@ -19,8 +19,9 @@ def ptr(a: np.ndarray | None):
 
 def qgemm(ctx: L.Context, a_stored: np.ndarray, za: int, w: np.ndarray, zw, bias,
           rq: packing.RequantArrays, out_type: int, residual: np.ndarray | None = None,
-          add: L.AddParams | None = None) -> np.ndarray:
-    """lb_qgemm on uint8 activations A[m, k] (stored codes) and int8 weights W[n, k]."""
+          add: L.AddParams | None = None, bounded: bool = False) -> np.ndarray:
+    """lb_qgemm on uint8 activations A[m, k] (stored codes) and int8 weights W[n, k]; with
+    `bounded`, the epilogue carries packing.bounded_arrays (which must exist)."""
     m, k = a_stored.shape
     n = w.shape[0]
     packed = packing.pack_weights(w)
@@ -31,9 +32,15 @@ def qgemm(ctx: L.Context, a_stored: np.ndarray, za: int, w: np.ndarray, zw, bias
              L.I32: np.int32}[out_type]
     out = np.empty((m, n), dtype)
     rsq = packing.requant_struct(rq)
+    bounds = None
+    if bounded:
+        raw = 255 * int(np.abs(w.astype(np.int64)).sum(axis=1).max(initial=0))
+        bounds = packing.bounded_arrays(rq, offset, n, raw)
+        assert bounds is not None
     ep = L.Epilogue(offset.ctypes.data_as(L.i32p),
                     zb.ctypes.data_as(L.i32p) if zb is not None else L.i32p(), rsq, out_type,
-                    ptr(residual), n, C.pointer(add) if add is not None else None)
+                    ptr(residual), n, C.pointer(add) if add is not None else None,
+                    bounds.ctypes.data_as(L.i32p) if bounds is not None else L.i32p())
     pb = L.PackedB(packed.ctypes.data, n, k, -(-k // 4))
     row_sums = np.empty(m, np.int32) if zb is not None else None
     a = np.ascontiguousarray(a_stored)

@@ -41,15 +41,20 @@ def test_efficientnet_lite0_weights_size(efficientnet_int8, tmp_path):
     """The weight matrices in the kernels' layouts (packed, padded, one depthwise layout per
     target) stay within 1.1x the int8 parameter bytes; the rest of the weights file is the
     per-channel constants (bias and zero-point offsets, requantization multipliers and shifts),
-    reported apart."""
+    reported apart, and for VNNI targets the bounded form of the requantizations (16 bytes per
+    output channel, reported apart too)."""
     q, _ = efficientnet_int8
     for target in ("x86-64-avx512vnni", "x86-64", "aarch64-dotprod"):
         bundle = export_bundle(q, tmp_path / target, target=target, name="effnet")
         print(bundle.summary())
         assert bundle.int8_parameter_bytes == 4608992
         assert bundle.weight_data_bytes <= 1.1 * bundle.int8_parameter_bytes
-        constants = bundle.weights_bytes - bundle.weight_data_bytes
+        constants = bundle.weights_bytes - bundle.weight_data_bytes - bundle.bounded_bytes
         assert constants < 0.11 * bundle.int8_parameter_bytes
+        if target.endswith("vnni"):
+            assert 0 < bundle.bounded_bytes < 0.08 * bundle.int8_parameter_bytes
+        else:
+            assert bundle.bounded_bytes == 0
     program = build(bundle)
     assert bundle.code_bytes["kernel library"] > bundle.code_bytes["model function"] > 0
     assert program.is_file()

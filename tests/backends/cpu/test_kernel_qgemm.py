@@ -119,3 +119,79 @@ def test_qgemm_requantization_edges(isa):
                 got.append(int(out[0, 0]))
             want = fixed_point.requantize(acc_values.reshape(-1, 1), params, zp, qmin, qmax)
             assert got == [int(x) for x in want.reshape(-1)], (method, bits, M)
+
+
+def _bounded_emulation(acc_raw: np.ndarray, b: np.ndarray, rq: packing.RequantArrays,
+                       c: int) -> np.ndarray:
+    """lb_epilogue.bounded's formula for channel c in wrapping int32 arithmetic, as the
+    VNNI kernels compute it."""
+    blk = b.reshape(-1, 4, 16)[c // 16, :, c % 16].astype(np.int64)
+    lo, hi, add, cst = blk
+    pre, scale, post = (int(p[c]) for p in rq.p[:3])
+    x = packing.wrap_int32(acc_raw + add).astype(np.int64)
+    t = np.clip(x, lo, hi) >> pre
+    return packing.wrap_int32(t * scale + cst).astype(np.int64) >> post
+
+
+def test_bounded_requantization_equals_prescale_around_every_edge():
+    """packing.bounded_arrays' formula against fixed_point.requantize, per channel, on
+    accumulators around each channel's saturation points, the clip, the folded offset and
+    the int32 limits (pre-shifts, per-channel offsets of any size, narrowed output ranges)."""
+    rng = np.random.default_rng(7)
+    used = {"plain": 0, "shifted": 0}
+    for trial in range(300):
+        n = int(rng.integers(1, 40))
+        real = 2.0 ** rng.uniform(-34, 0.2, n)
+        params = fixed_point.encode(real, "prescale", output_bits=8)
+        zp = int(rng.integers(0, 256))
+        lo, hi = sorted(int(v) for v in rng.integers(0, 256, 2))
+        lo, hi = min(lo, zp), max(hi, zp)
+        rq = packing.requant_arrays(params, zp, lo, hi, n)
+        raw_bound = int(rng.choice([255 * 128 * 3, 255 * 128 * 5000]))
+        offset = rng.integers(-(2**31) + raw_bound, 2**31 - raw_bound, n)
+        offset[rng.random(n) < 0.3] = rng.integers(-100000, 100000)
+        b = packing.bounded_arrays(rq, packing.padded(offset, np.int32), n, raw_bound)
+        if b is None:
+            assert np.any(params.scale > (1 << params.post)), trial
+            continue
+        for c in range(n):
+            pre, scale, post = (int(p[c]) for p in rq.p[:3])
+            edges = [0, 1, -1, int(rq.p[3][c]), -int(rq.p[3][c])]
+            if scale:
+                for q in (lo, hi, zp):  # x where y + zp crosses q
+                    edges.append(((q - zp) << (post + pre)) // scale)
+            near = np.arange(-3 << pre, (3 << pre) + 1, max(1, (1 << pre) // 2))
+            xs = np.array(edges, np.int64)[:, None] + near
+            xs = np.concatenate([xs.reshape(-1), rng.integers(-raw_bound, raw_bound, 200)])
+            acc = np.clip(xs - offset[c], -raw_bound, raw_bound)  # raw sums the kernel sees
+            x = acc + offset[c]
+            ok = (x >= fixed_point.INT32_MIN) & (x <= fixed_point.INT32_MAX)
+            acc, x = acc[ok], x[ok]
+            one = fixed_point.PrescaleParams(params.pre[c], params.scale[c], params.post[c],
+                                             params.clip[c], 8, params.real[c])
+            want = fixed_point.requantize(x, one, zp, lo, hi)
+            got = _bounded_emulation(acc, b, rq, c)
+            np.testing.assert_array_equal(got, want, err_msg=f"trial {trial} channel {c}")
+            blk = b.reshape(-1, 4, 16)[c // 16, :, c % 16]
+            used["plain" if blk[2] == 0 and pre == 0 else "shifted"] += 1
+    assert used["plain"] > 100 and used["shifted"] > 100, used
+
+
+@pytest.mark.parametrize("isa", ISAS)
+def test_qgemm_bounded_epilogue_matches_numpy(isa):
+    """The epilogue's bounded form (read by the VNNI kernel; the others ignore it) gives the
+    reference's codes: random shapes, pre-shifts, narrowed output ranges."""
+    ctx = L.Context(1, isa)
+    rng = np.random.default_rng(3)
+    for trial in range(60):
+        m, n, k = (int(v) for v in rng.integers(1, [30, 90, 200]))
+        a, za, w, zw, bias, _ = _case(rng, m, n, k, unsigned_w=trial % 3 == 0)
+        params = fixed_point.encode(2.0 ** rng.uniform(-24, -1, n), "prescale", output_bits=8)
+        zp = int(rng.integers(0, 256))
+        lo, hi = sorted(int(v) for v in rng.integers(0, 256, 2))
+        lo, hi = min(lo, zp), max(hi, zp)
+        rq = packing.requant_arrays(params, zp, lo, hi, n)
+        got = qgemm(ctx, a, za, w, zw, bias, rq, L.U8, bounded=True)
+        want = reference_requant(reference_product(a, za, w, zw, bias), params, zp, 0, 255,
+                                 (lo, hi))
+        np.testing.assert_array_equal(got, want, err_msg=f"{isa} trial {trial} {m}x{n}x{k}")

@@ -151,3 +151,62 @@ def exact_bound(a_span: int, w: np.ndarray, zw, bias: np.ndarray | None) -> int:
     if bias is not None and np.size(bias):
         worst += int(np.abs(np.asarray(bias, np.int64)).max())
     return worst
+
+
+INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
+
+
+def bounded_arrays(r: RequantArrays, offset: np.ndarray, channels: int,
+                   raw_bound: int) -> np.ndarray | None:
+    """The epilogue's `bounded` form of a prescale requantization into 8-bit codes (see
+    lb_epilogue in lowbit_rt.h), or None when some channel cannot take it.
+
+    For one channel (pre, scale, post, clip, zero point zp, output range [qmin, qmax] inside
+    [0, 255], folded offset `off`), the reference computes from the raw accumulator `acc`:
+
+        x = acc + off;  t = clamp(x >> pre, -clip, clip)
+        q = clamp(((t * scale + 2**(post-1)) >> post) + zp, qmin, qmax)
+
+    With scale <= 2**post, y = (t * scale + 2**(post-1)) >> post grows by at most 1 when t does,
+    so there are t_lo, t_hi inside (-clip, clip) where y + zp first reaches qmin and last is
+    qmax, and q = ((clamp(t, t_lo, t_hi) * scale + cst) >> post) with cst = 2**(post-1) +
+    zp * 2**post: no final clamp, and the product stays far inside int32 (it is
+    < 256 * 2**post <= 2**30). Clamping x to [t_lo << pre, (t_hi << pre) + 2**pre - 1] before
+    the shift gives the same t. When pre = 0 the offset folds into the constants too (exact in
+    wrapping int32 arithmetic since |acc| <= raw_bound < 2**31):
+
+        q = (clamp(acc + add, lo, hi) >> pre) * scale + cst) >> post
+
+    with add = 0, lo/hi = the bounds minus off, cst += off * scale (wrapped), or, when pre > 0
+    (or the moved bounds leave int32), add = off and the bounds on x. Layout: per block of 16
+    channels, 64 int32: lo[16], hi[16], add[16], cst[16] (zeros past `channels`)."""
+    if r.method != L.RQ_PRESCALE or not 0 <= r.qmin <= r.qmax <= 255 or raw_bound >= 1 << 31:
+        return None
+    blocks = -(-channels // LANES)
+    out = np.zeros((blocks, 4, LANES), np.int64)
+    pre, scale, post, clip = (p.astype(np.int64) for p in r.p)
+    for c in range(channels):
+        s, e, pb, cl = int(scale[c]), int(pre[c]), int(post[c]), int(clip[c])
+        zp, off = int(r.zero_point[c]), int(offset[c])
+        rnd = 1 << (pb - 1)
+        cst = rnd + (zp << pb)
+        if s == 0:  # y = 0 for every t: q = clamp(zp, qmin, qmax)
+            t_lo = t_hi = 0
+            cst = rnd + (min(max(zp, r.qmin), r.qmax) << pb)
+        elif s > 1 << pb:
+            return None
+        else:
+            # smallest t with y + zp >= qmin; largest t with y + zp <= qmax
+            t_lo = -((rnd - ((r.qmin - zp) << pb)) // s)
+            t_hi = (((r.qmax - zp + 1) << pb) - rnd - 1) // s
+            if not -cl < t_lo <= t_hi < cl:
+                return None
+        x_lo = max(t_lo << e, INT32_MIN)
+        x_hi = min((t_hi << e) + (1 << e) - 1, INT32_MAX)
+        lo, hi, add = x_lo - off, x_hi - off, 0
+        if e == 0 and lo >= INT32_MIN and hi <= INT32_MAX:
+            cst += off * s
+        else:
+            lo, hi, add = x_lo, x_hi, off
+        out[c // LANES, :, c % LANES] = (lo, hi, add, cst)
+    return wrap_int32(out).reshape(-1)

@@ -76,6 +76,9 @@ class Bundle:
     embedded: bool
     code_bytes: dict[str, int] = field(default_factory=dict)
     """After `build`: machine code bytes of the model function and of the kernel library."""
+    bounded_bytes: int = 0
+    """Bytes of the VNNI kernels' bounded requantization arrays (packing.bounded_arrays), a
+    speed-for-size choice: 16 bytes per output channel of the 8-bit prescale products."""
 
     @property
     def int8_parameter_bytes(self) -> int:
@@ -97,7 +100,7 @@ class Bundle:
                      f"{' embedded in ' + self.name + '_weights.c' if self.embedded else ''}: "
                      f"weight matrices {self.weight_data_bytes}{ratio}, other constants "
                      f"{self.weights_bytes - self.weight_data_bytes} (per-channel parameters, "
-                     f"float tensors)")
+                     f"float tensors; {self.bounded_bytes} of them bounded requantizations)")
         lines.append(f"  model     parameters {params or 'none'}")
         arena = f"{self.arena_fixed} bytes"
         if self.has_batch:
@@ -291,7 +294,8 @@ def export_bundle(graph: Graph, directory: str | os.PathLike, *, target: str | N
                 params[str(a.dtype)] = params.get(str(a.dtype), 0) + a.nbytes
     return Bundle(out, name, t, {k: len(v) for k, v in texts.items()}, len(blob),
                   program.blob.kinds.get("weights", 0), params, plan.fixed_size,
-                  plan.per_batch_size, has_batch, embedded)
+                  plan.per_batch_size, has_batch, embedded,
+                  bounded_bytes=program.blob.kinds.get("bounded", 0))
 
 
 @dataclass

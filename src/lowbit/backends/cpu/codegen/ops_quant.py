@@ -191,13 +191,20 @@ def residual_of(lw: Lowering, node, layout: str) -> Residual | None:
 
 def epilogue(lw: Lowering, p: params.Product, out_t: TensorType, channels: int,
              offset: np.ndarray, zb: np.ndarray | None, out: Tensor,
-             residual: Residual | None = None) -> list[str]:
+             residual: Residual | None = None, raw_bound: int | None = None) -> list[str]:
     """C lines declaring `ep`, the lb_epilogue of a product into `out` (with a residual Add:
-    `out` is the Add's result)."""
+    `out` is the Add's result). `raw_bound`: a bound of |sum a w| over the stored operands
+    the kernel multiplies (before the folded offset), for the VNNI kernels' bounded form of
+    the requantization (packing.bounded_arrays); None when the kernel has no such form."""
     if p.requant is None:
         arrays = packing.dequant_arrays(p.scale, channels, *p.clip)
     else:
         arrays = cexpr.requant_arrays(p.requant, channels, shift_of(out_t))
+    bounded = None
+    if raw_bound is not None and residual is None and zb is None and "vnni" in lw.isas and \
+            p.requant is not None and tname(lw, out) == "LB_U8":
+        bounded = packing.bounded_arrays(arrays, offset, channels, raw_bound)
+    bounded_c = lw.prog.data(bounded, "bounded") if bounded is not None else "NULL"
     zb_c = cexpr.int_array(lw.prog, zb) if zb is not None else "NULL"
     lines = []
     fused = "NULL, 0, NULL"
@@ -207,8 +214,15 @@ def epilogue(lw: Lowering, p: params.Product, out_t: TensorType, channels: int,
                      f"{cexpr.requant(lw.prog, out_arrays)}}};")
         fused = f"{residual.other.ptr}, {channels}, &add"
     lines.append(f"const lb_epilogue ep = {{{cexpr.int_array(lw.prog, offset)}, {zb_c}, "
-                 f"{cexpr.requant(lw.prog, arrays)}, {tname(lw, out)}, {fused}}};")
+                 f"{cexpr.requant(lw.prog, arrays)}, {tname(lw, out)}, {fused}, "
+                 f"{bounded_c}}};")
     return lines
+
+
+def raw_bound(w8: np.ndarray) -> int:
+    """A bound of |sum_k a_k w_k| for uint8 activations a and the rows of w8 [n, k] (the
+    stored weights the kernel multiplies, before any zero-point correction)."""
+    return 255 * int(np.abs(w8.astype(np.int64)).sum(axis=1).max(initial=0))
 
 
 def fast_product(x_t: TensorType, w: np.ndarray, p: params.Product) -> bool:
@@ -231,6 +245,11 @@ def pack_groups(lw: Lowering, w2: np.ndarray, zw: np.ndarray, groups: int) -> st
         ptr = lw.prog.data(packing.pack_weights(wg), "weights")
         entries.append(f"{{(const int8_t *){ptr}, {mg}, {k}, {-(-k // 4)}}}")
     return f"const lb_packed_b packed[{groups}] = {{{', '.join(entries)}}};"
+
+
+def folded_weights(w2: np.ndarray, zw: np.ndarray) -> np.ndarray:
+    """The int8 weights the kernels store (uint8 ones minus 128)."""
+    return packing.weights_int8(w2, zw)[0]
 
 
 def folded(w2: np.ndarray, zw: np.ndarray, za: int, bias) -> tuple[np.ndarray, np.ndarray | None]:
@@ -286,7 +305,8 @@ def conv(lw: Lowering, node) -> None:
         if pointwise and group == 1 else Size(oh * ow)
     sums = lw.prog.scratch(rows * 4, "row_sums") if zb is not None else None
     code = [pack_groups(lw, w2, p.w_zero, group),
-            *epilogue(lw, p, out_t, m, offset, zb, out, residual),
+            *epilogue(lw, p, out_t, m, offset, zb, out, residual,
+                      raw_bound(folded_weights(w2, p.w_zero)) if group == 1 else None),
             f"const lb_qconv conv = {{{wdesc}, {group}, {cg}, {mg}, {za}, packed, ep}};",
             f"lb_qconv_run(ctx, &conv, {x.ptr}, {out.ptr}, "
             f"{scratch.ptr if scratch else 'NULL'}, "
@@ -342,7 +362,8 @@ def depthwise(lw: Lowering, node, x, w, p: params.Product, out, out_t, wdesc, za
     offset = -za * centred.sum(axis=0)
     if p.bias is not None:
         offset = offset + p.bias
-    code = [*epilogue(lw, p, out_t, c, packing.wrap_int32(offset), None, out, residual),
+    code = [*epilogue(lw, p, out_t, c, packing.wrap_int32(offset), None, out, residual,
+                      raw_bound(centred.T)),
             *depthwise_code(lw, centred, c, za, wdesc, x, out)]
     kh, kw = w.shape[2:]
     lw.prog.step(f"{node.name}: depthwise Conv {kh}x{kw}, {c} channels"
@@ -422,7 +443,8 @@ def _gemm_like(lw: Lowering, node, a_value, w_rows: np.ndarray, tw: TensorType,
     offset, zb = folded(w_rows, p.w_zero, za, p.bias)
     sums = lw.prog.scratch(rows * 4, "row_sums") if zb is not None else None
     code = [pack_groups(lw, w_rows, p.w_zero, 1),
-            *epilogue(lw, p, out_t, ncols, offset, zb, out),
+            *epilogue(lw, p, out_t, ncols, offset, zb, out,
+                      raw_bound=raw_bound(folded_weights(w_rows, p.w_zero))),
             f"lb_qgemm(ctx, {rows.c()}, {ncols}, {k}, {a.ptr}, {k}, &packed[0], &ep, "
             f"{out.ptr}, {ncols}, {f'(int32_t *){sums.ptr}' if sums else 'NULL'});"]
     lw.prog.step(f"{node.name}: {node.op_type} {k} -> {ncols}", code, [a], [out],
@@ -510,7 +532,7 @@ def activation_matmul(lw: Lowering, node) -> None:
             f"const lb_qmatmul mm = {{{batch.c()}, {dim_c(m)}, {dim_c(n)}, {dim_c(k)}, {sa}, "
             f"{sb}, {sc}, {tname(lw, a)}, {tname(lw, b)}, 1, {za}, {zb}, {wide}, "
             f"{p.narrow_shift}, {zb_raw}, {{NULL, {zb_c}, {rq}, {tname(lw, out)}, NULL, 0, "
-            f"NULL}}}};",
+            f"NULL, NULL}}}};",
             f"lb_qmatmul_run(ctx, &mm, {a.ptr}, {b.ptr}, {out.ptr}, (int8_t *){packed.ptr}, "
             f"(int32_t *){offsets.ptr}, (int32_t *){sums.ptr});"]
     lw.prog.step(f"{node.name}: MatMul of activations, {batch.c()} x [{m}x{k}] [{k}x{n}]"

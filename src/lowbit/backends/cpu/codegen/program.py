@@ -167,7 +167,8 @@ class Step:
 
 class Blob:
     """Constants laid out one after another, each aligned to 64 bytes. `kinds` counts the bytes
-    of each kind of constant ("weights": weight matrices in the kernels' layouts; "constants":
+    of each kind of constant ("weights": weight matrices in the kernels' layouts; "bounded":
+    the VNNI kernels' bounded form of requantizations, packing.bounded_arrays; "constants":
     per-channel parameters, tables and the rest), alignment padding included."""
 
     def __init__(self) -> None:

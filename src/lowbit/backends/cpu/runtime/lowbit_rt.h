@@ -159,6 +159,14 @@ typedef struct lb_epilogue {
     const uint8_t *residual;   /* NULL, or the Add's second operand (u8, same layout as out) */
     int64_t ld_residual;
     const lb_add_params *add;
+    /* NULL, or the bounded form of a prescale requantization into uint8 codes, which the
+     * AVX-512 VNNI kernels use instead of rq (same results; packing.py bounded_arrays derives
+     * it): per block of 16 channels, 64 int32: lo[16], hi[16], add[16], cst[16], and
+     *   y = ((clamp(acc + add, lo, hi) >> pre) * scale + cst) >> post
+     * with pre, scale, post from rq (p0, p1, p2) and acc the raw sum before col_offset: no
+     * clip, zero point or final clamp (the bounds are where the codes saturate). Only set
+     * without col_zb, residual or groups. */
+    const int32_t *bounded;
 } lb_epilogue;
 
 /* C[m, n] = epilogue(sum_k A[m, k] * B[k, n]) for m < M, n < N, with A uint8 (row stride lda)

@@ -183,7 +183,49 @@ LB_V512 lb_dwrq lb_dwrq_gather(const lb_epilogue *ep, int64_t c0, __mmask32 k, i
     return v;
 }
 
-/* One output row (or a chunk of its channels), uint8 results without a residual. */
+/* The bounded form of the requantization (lb_epilogue.bounded) for accumulators (X0, X0 + 1)
+ * in the lane order above; `plain`: no lane has a pre-shift or an unfolded offset. */
+typedef struct lb_dwbq {
+    __m512i lo, hi, add, cst, pre, scale, post;
+    int plain;
+} lb_dwbq;
+
+LB_V512 lb_dwbq lb_dwbq_gather(const lb_epilogue *ep, int64_t c0, __mmask32 k, int x0) {
+    const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23);
+    __m512i idx = _mm512_add_epi32(lane, _mm512_set1_epi32(4 * x0));
+    const int32_t *b = ep->bounded + c0 / 16 * 64; /* channels c0.. and c0 + 16.. */
+    __mmask16 k1 = (__mmask16)k, k2 = (__mmask16)(k >> 16);
+#define LB_DWB(ptr, next)                                                                 \
+    _mm512_permutex2var_epi32(_mm512_maskz_loadu_epi32(k1, ptr), idx,                    \
+                              _mm512_maskz_loadu_epi32(k2, next))
+    lb_dwbq v;
+    v.lo = LB_DWB(b, b + 64);
+    v.hi = LB_DWB(b + 16, b + 80);
+    v.add = LB_DWB(b + 32, b + 96);
+    v.cst = LB_DWB(b + 48, b + 112);
+    v.pre = LB_DWB(ep->rq.p0 + c0, ep->rq.p0 + c0 + 16);
+    v.scale = LB_DWB(ep->rq.p1 + c0, ep->rq.p1 + c0 + 16);
+    v.post = LB_DWB(ep->rq.p2 + c0, ep->rq.p2 + c0 + 16);
+#undef LB_DWB
+    __m512i either = _mm512_or_si512(v.add, v.pre);
+    v.plain = !_mm512_test_epi32_mask(either, either);
+    return v;
+}
+
+LB_V512 __m512i lb_dwbq_apply(const lb_dwbq *v, __m512i x) {
+    if (v->plain) {
+        x = _mm512_min_epi32(_mm512_max_epi32(x, v->lo), v->hi);
+    } else {
+        x = _mm512_add_epi32(x, v->add);
+        x = _mm512_srav_epi32(_mm512_min_epi32(_mm512_max_epi32(x, v->lo), v->hi), v->pre);
+    }
+    return _mm512_srav_epi32(_mm512_add_epi32(_mm512_mullo_epi32(x, v->scale), v->cst),
+                             v->post);
+}
+
+/* One output row (or a chunk of its channels), uint8 results without a residual. METHOD:
+ * LB_RQ_Q31, LB_RQ_PRESCALE, or LB_DW_BOUNDED (the epilogue's bounded form of prescale). */
+#define LB_DW_BOUNDED 2
 LB_V512 void lb_dwq_row(const lb_dw512_job *j, int64_t t, const int METHOD) {
     const lb_dwconv *p = j->p;
     const lb_window *w = &p->win;
@@ -204,6 +246,7 @@ LB_V512 void lb_dwq_row(const lb_dw512_job *j, int64_t t, const int METHOD) {
     int64_t iy0 = oy * w->sh - w->pt, iy1 = iy0 + (w->kh - 1) * w->dh;
     int rows_inside = iy0 >= 0 && iy1 < w->ih;
     const __m512i qmin = _mm512_set1_epi32(ep->rq.qmin), qmax = _mm512_set1_epi32(ep->rq.qmax);
+    const __m512i order = _mm512_setr_epi32(0, 8, 1, 9, 4, 12, 5, 13, 2, 3, 6, 7, 10, 11, 14, 15);
     for (int64_t ox0 = 0; ox0 < w->ow; ox0 += 32) {
         int64_t count = LB_MIN(32, w->ow - ox0);
         for (int64_t i = 0; i < count; i++) {
@@ -225,8 +268,19 @@ LB_V512 void lb_dwq_row(const lb_dw512_job *j, int64_t t, const int METHOD) {
             __mmask32 k = c - c0 >= 32 ? (__mmask32)0xFFFFFFFFu
                                        : (__mmask32)((1u << (c - c0)) - 1u);
             const int8_t *wq = p->w_quads + (c0 / 32) * quads * 128;
-            lb_dwrq r01 = lb_dwrq_gather(ep, c0, k, 0, METHOD);
-            lb_dwrq r23 = lb_dwrq_gather(ep, c0, k, 2, METHOD);
+            lb_dwrq r01, r23;
+            lb_dwbq b01, b23;
+            if (METHOD == LB_DW_BOUNDED) {
+                memset(&r01, 0, sizeof(r01));
+                memset(&r23, 0, sizeof(r23));
+                b01 = lb_dwbq_gather(ep, c0, k, 0);
+                b23 = lb_dwbq_gather(ep, c0, k, 2);
+            } else {
+                memset(&b01, 0, sizeof(b01));
+                memset(&b23, 0, sizeof(b23));
+                r01 = lb_dwrq_gather(ep, c0, k, 0, METHOD);
+                r23 = lb_dwrq_gather(ep, c0, k, 2, METHOD);
+            }
             for (int64_t i = 0; i < count; i++) {
                 const uintptr_t b = base[i] + (uintptr_t)c0;
                 const intptr_t *o = offs[i];
@@ -249,16 +303,23 @@ LB_V512 void lb_dwq_row(const lb_dw512_job *j, int64_t t, const int METHOD) {
                     a3 = _mm256_dpbusd_epi32(a3, _mm256_unpackhi_epi16(h01, h23),
                                              _mm256_loadu_si256((const __m256i *)(wg + 96)));
                 }
-                __m512i y01 = lb_dwrq_apply(&r01, _mm512_inserti64x4(_mm512_castsi256_si512(a0), a1, 1),
-                                            qmin, qmax, METHOD);
-                __m512i y23 = lb_dwrq_apply(&r23, _mm512_inserti64x4(_mm512_castsi256_si512(a2), a3, 1),
-                                            qmin, qmax, METHOD);
-                /* dwords of 4 channels: P = [A0 A1 B0 B1], Q = [C0 C1 D0 D1] (A = acc 0, 0/1 =
-                 * channels 0-15 / 16-31); wanted [A0 B0 C0 D0] [A1 B1 C1 D1] */
-                __m128i P = _mm512_cvtepi32_epi8(y01), Q = _mm512_cvtepi32_epi8(y23);
-                __m128i s0 = _mm_unpacklo_epi32(P, Q), s1 = _mm_unpackhi_epi32(P, Q);
-                __m256i y = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_unpacklo_epi32(s0, s1)),
-                                                    _mm_unpackhi_epi32(s0, s1), 1);
+                __m512i x01 = _mm512_inserti64x4(_mm512_castsi256_si512(a0), a1, 1);
+                __m512i x23 = _mm512_inserti64x4(_mm512_castsi256_si512(a2), a3, 1);
+                __m512i y01, y23;
+                if (METHOD == LB_DW_BOUNDED) {
+                    y01 = lb_dwbq_apply(&b01, x01);
+                    y23 = lb_dwbq_apply(&b23, x23);
+                } else {
+                    y01 = lb_dwrq_apply(&r01, x01, qmin, qmax, METHOD);
+                    y23 = lb_dwrq_apply(&r23, x23, qmin, qmax, METHOD);
+                }
+                /* codes 0..255: two saturating packs (exact) leave in 128-bit lane L the
+                 * dwords (4 channels each) of y01's and y23's lane L, i.e. dword 4L holds
+                 * channels (0, 16, 4, 20) + L's four and dword 4L+1 (8, 24, 12, 28); one
+                 * permutation puts the 32 bytes in channel order. */
+                __m512i w16 = _mm512_packus_epi32(y01, y23);
+                __m256i y = _mm512_castsi512_si256(
+                    _mm512_permutexvar_epi32(order, _mm512_packus_epi16(w16, w16)));
                 int64_t m = (n * w->oh + oy) * w->ow + ox0 + i;
                 _mm256_mask_storeu_epi8(out + m * c + c0, k, y);
             }
@@ -274,6 +335,11 @@ LB_TARGET_AVX512 static void lb_dwq_q31(void *arg, int64_t t, int worker) {
 LB_TARGET_AVX512 static void lb_dwq_prescale(void *arg, int64_t t, int worker) {
     (void)worker;
     lb_dwq_row((const lb_dw512_job *)arg, t, LB_RQ_PRESCALE);
+}
+
+LB_TARGET_AVX512 static void lb_dwq_bounded(void *arg, int64_t t, int worker) {
+    (void)worker;
+    lb_dwq_row((const lb_dw512_job *)arg, t, LB_DW_BOUNDED);
 }
 
 /* Other epilogues (float or int32 results, ONNX Runtime's float requantization): per pixel
@@ -346,7 +412,10 @@ LB_TARGET_AVX512 void lb_dwconv_avx512(const lb_ctx *ctx, const lb_dwconv *p,
         (otype == LB_U8 || otype == LB_I16 || otype == LB_U16))
         fn = lb_dw512_fns[method][otype != LB_U8][ep->residual != NULL];
     if (p->w_quads && otype == LB_U8 && !ep->residual && w->kh * w->kw <= LB_DW_MAX_TAPS)
-        fn = method == LB_RQ_Q31 ? lb_dwq_q31 : method == LB_RQ_PRESCALE ? lb_dwq_prescale : fn;
+        fn = method == LB_RQ_Q31                          ? lb_dwq_q31
+             : method == LB_RQ_PRESCALE && ep->bounded ? lb_dwq_bounded
+             : method == LB_RQ_PRESCALE                ? lb_dwq_prescale
+                                                       : fn;
     /* few output rows (7 x 7 images): channel blocks split too, for 4 tasks per thread */
     int64_t rows = w->n * w->oh, blocks = (w->c + 31) / 32, want = 4 * (int64_t)ctx->threads;
     int64_t split = ctx->threads > 1 && rows < want ? LB_MIN(blocks, (want + rows - 1) / rows) : 1;

@@ -34,6 +34,8 @@ static lb_epilogue lb_epilogue_slice(const lb_epilogue *ep, int64_t off) {
     if (rq->fmul) rq->fmul += off;
     if (rq->dscale) rq->dscale += off;
     if (e.residual) e.residual += off;
+    if (e.bounded) /* per block of 16 channels */
+        e.bounded = off % 16 ? NULL : e.bounded + off / 16 * 64;
     return e;
 }
 

@@ -87,6 +87,85 @@ typedef void (*lb_epi_fn)(const lb_gemm_tile *, int64_t, int64_t, int, int, cons
 static const lb_epi_fn lb_epis[2][2][2][2] = {{LB_EPI_NAMES(0, 0), LB_EPI_NAMES(0, 1)},
                                                {LB_EPI_NAMES(1, 0), LB_EPI_NAMES(1, 1)}};
 
+/* Four rows' 16 codes (int32 lanes holding 0..255) as bytes: lane i of the result holds row
+ * i's 16 bytes in order. Two saturating packs (exact here) leave, in each 128-bit lane L, the
+ * four bytes of channels 4L..4L+3 of rows 0..3; one dword permutation regroups them by row. */
+LB_V512 __m512i lb_rows4_u8(__m512i y0, __m512i y1, __m512i y2, __m512i y3) {
+    const __m512i idx = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    __m512i b = _mm512_packus_epi16(_mm512_packus_epi32(y0, y1), _mm512_packus_epi32(y2, y3));
+    return _mm512_permutexvar_epi32(idx, b);
+}
+
+LB_V512 void lb_store16_u8(uint8_t *p, __m128i v, __mmask16 k) {
+    if (k == 0xFFFF)
+        _mm_storeu_si128((__m128i *)p, v);
+    else
+        _mm_mask_storeu_epi8(p, k, v);
+}
+
+/* The bounded form of prescale into uint8 (lb_epilogue.bounded): 5 operations per 16 results
+ * when a block's channels have no pre-shift and their offset folded into the constants, 7
+ * otherwise, against the 11 of the general form (no clip, zero point or final clamp). */
+LB_V512 __m512i lb_bounded_v512(__m512i x, __m512i lo, __m512i hi, __m512i add, __m512i pre,
+                                __m512i scale, __m512i cst, __m512i post, const int PLAIN) {
+    if (PLAIN) {
+        x = _mm512_min_epi32(_mm512_max_epi32(x, lo), hi);
+    } else {
+        x = _mm512_add_epi32(x, add);
+        x = _mm512_srav_epi32(_mm512_min_epi32(_mm512_max_epi32(x, lo), hi), pre);
+    }
+    return _mm512_srav_epi32(_mm512_add_epi32(_mm512_mullo_epi32(x, scale), cst), post);
+}
+
+/* The bounded epilogue of column block v of a tile's MR rows (y0..y5; those past MR
+ * unused), straight from the K loop's registers in lb_tile_v512 with FUSED. */
+LB_V512 void lb_fused_block(const lb_gemm_tile *t, int64_t m, int64_t nb, int v, const int MR,
+                            __m512i y0, __m512i y1, __m512i y2, __m512i y3, __m512i y4,
+                            __m512i y5) {
+    const lb_epilogue *ep = t->ep;
+    const int64_t n0 = (nb + v) * 16, ldc = t->ldc;
+    uint8_t *const C = (uint8_t *)t->C + m * ldc + n0;
+    const __mmask16 k = lb_tail_mask(t->N - n0);
+    const int32_t *b = ep->bounded + n0 / 16 * 64;
+    const __m512i lo = _mm512_loadu_si512(b), hi = _mm512_loadu_si512(b + 16);
+    const __m512i add = _mm512_loadu_si512(b + 32), cst = _mm512_loadu_si512(b + 48);
+    const __m512i pre = _mm512_loadu_si512(ep->rq.p0 + n0);
+    const __m512i scale = _mm512_loadu_si512(ep->rq.p1 + n0);
+    const __m512i post = _mm512_loadu_si512(ep->rq.p2 + n0);
+    const __m512i either = _mm512_or_si512(add, pre);
+    if (!_mm512_test_epi32_mask(either, either)) {
+#define LB_FY(y) y = lb_bounded_v512(y, lo, hi, add, pre, scale, cst, post, 1)
+        LB_FY(y0); LB_FY(y1); LB_FY(y2); LB_FY(y3); LB_FY(y4); LB_FY(y5); /* rows >= MR: unused */
+#undef LB_FY
+    } else {
+#define LB_FY(y) y = lb_bounded_v512(y, lo, hi, add, pre, scale, cst, post, 0)
+        LB_FY(y0); LB_FY(y1); LB_FY(y2); LB_FY(y3); LB_FY(y4); LB_FY(y5); /* rows >= MR: unused */
+#undef LB_FY
+    }
+    __m512i q = lb_rows4_u8(y0, MR > 1 ? y1 : y0, MR > 2 ? y2 : y0, MR > 3 ? y3 : y0);
+    lb_store16_u8(C, _mm512_castsi512_si128(q), k);
+    if (MR > 1) lb_store16_u8(C + ldc, _mm512_extracti32x4_epi32(q, 1), k);
+    if (MR > 2) lb_store16_u8(C + 2 * ldc, _mm512_extracti32x4_epi32(q, 2), k);
+    if (MR > 3) lb_store16_u8(C + 3 * ldc, _mm512_extracti32x4_epi32(q, 3), k);
+    if (MR > 4) {
+        q = lb_rows4_u8(y4, MR > 5 ? y5 : y4, y4, y4);
+        lb_store16_u8(C + 4 * ldc, _mm512_castsi512_si128(q), k);
+        if (MR > 5) lb_store16_u8(C + 5 * ldc, _mm512_extracti32x4_epi32(q, 1), k);
+    }
+}
+
+/* The bounded epilogue from stored accumulators (K % 4 != 0: lb_tile_tail added the last
+ * steps in memory). Rows past mr repeat the last one: computed, never stored. */
+LB_TARGET_AVX512 __attribute__((noinline)) static void lb_epi_bounded(
+    const lb_gemm_tile *t, int64_t m, int64_t nb, int mr, int nv, const __m512i *acc) {
+    for (int v = 0; v < nv && (nb + v) * 16 < t->N; v++) {
+#define LB_ACC(r) _mm512_load_si512(acc + ((r) < mr ? (r) : mr - 1) * LB_NV + v)
+        lb_fused_block(t, m, nb, v, mr, LB_ACC(0), LB_ACC(1), LB_ACC(2), LB_ACC(3), LB_ACC(4),
+                       LB_ACC(5));
+#undef LB_ACC
+    }
+}
+
 /* Raw int32 results (ConvInteger, MatMulInteger): the offset added, stored. */
 LB_TARGET_AVX512 __attribute__((noinline)) static void lb_epi_i32(
     const lb_gemm_tile *t, int64_t m, int64_t nb, int mr, int nv, const __m512i *acc) {
@@ -112,6 +191,11 @@ LB_TARGET_AVX512 __attribute__((noinline)) static void lb_tile_epilogue(
     int method = ep->rq.method, out = ep->out_type;
     if (out == LB_I32) {
         lb_epi_i32(t, m, nb, mr, nv, acc);
+        return;
+    }
+    if (ep->bounded && method == LB_RQ_PRESCALE && out == LB_U8 && !ep->residual &&
+        !ep->col_zb) {
+        lb_epi_bounded(t, m, nb, mr, nv, acc);
         return;
     }
     if ((method == LB_RQ_Q31 || method == LB_RQ_PRESCALE) &&
@@ -174,7 +258,7 @@ LB_V512 int32_t lb_load_a4(const uint8_t *p) {
 }
 
 LB_V512 void lb_tile_v512(const lb_gemm_tile *t, int64_t m, int64_t nb, const int MR,
-                          const int NV, __m512i *out) {
+                          const int NV, __m512i *out, const int FUSED) {
     const int64_t k4 = t->B->k4, kfull = t->K / 4;
     /* the last 1-3 steps of K (if any) are added by lb_tile_tail: with them in this function
      * gcc 12 kept the accumulators on the stack */
@@ -188,6 +272,13 @@ LB_V512 void lb_tile_v512(const lb_gemm_tile *t, int64_t m, int64_t nb, const in
         LB_STEP(3, lb_load_a4(a3 + g * 4))
         LB_STEP(4, lb_load_a4(a4 + g * 4))
         LB_STEP(5, lb_load_a4(a5 + g * 4))
+    }
+    if (FUSED) { /* the bounded epilogue on the registers (K % 4 == 0) */
+        lb_fused_block(t, m, nb, 0, MR, c00, c10, c20, c30, c40, c50);
+        if (NV > 1) lb_fused_block(t, m, nb, 1, MR, c01, c11, c21, c31, c41, c51);
+        if (NV > 2) lb_fused_block(t, m, nb, 2, MR, c02, c12, c22, c32, c42, c52);
+        if (NV > 3) lb_fused_block(t, m, nb, 3, MR, c03, c13, c23, c33, c43, c53);
+        return;
     }
     LB_STORE(0) LB_STORE(1) LB_STORE(2) LB_STORE(3) LB_STORE(4) LB_STORE(5)
 }
@@ -213,7 +304,11 @@ typedef void (*lb_tile_fn)(const lb_gemm_tile *, int64_t, int64_t, __m512i *);
 #define LB_TILE_FN(MR, NV)                                                              \
     LB_TARGET_AVX512 __attribute__((noinline)) static void lb_tile_##MR##_##NV(         \
         const lb_gemm_tile *t, int64_t m, int64_t nb, __m512i *out) {                 \
-        lb_tile_v512(t, m, nb, MR, NV, out);                                          \
+        lb_tile_v512(t, m, nb, MR, NV, out, 0);                                       \
+    }                                                                                 \
+    LB_TARGET_AVX512 __attribute__((noinline)) static void lb_fused_##MR##_##NV(        \
+        const lb_gemm_tile *t, int64_t m, int64_t nb, __m512i *out) {                 \
+        lb_tile_v512(t, m, nb, MR, NV, out, 1);                                       \
     }
 #define LB_TILE_ROW(MR) LB_TILE_FN(MR, 1) LB_TILE_FN(MR, 2) LB_TILE_FN(MR, 3) LB_TILE_FN(MR, 4)
 LB_TILE_ROW(1)
@@ -226,14 +321,27 @@ LB_TILE_ROW(6)
 static const lb_tile_fn lb_tiles[LB_MR][LB_NV] = {LB_TILE_NAMES(1), LB_TILE_NAMES(2),
                                                   LB_TILE_NAMES(3), LB_TILE_NAMES(4),
                                                   LB_TILE_NAMES(5), LB_TILE_NAMES(6)};
+#define LB_FUSED_NAMES(MR) \
+    {lb_fused_##MR##_1, lb_fused_##MR##_2, lb_fused_##MR##_3, lb_fused_##MR##_4}
+static const lb_tile_fn lb_fused[LB_MR][LB_NV] = {LB_FUSED_NAMES(1), LB_FUSED_NAMES(2),
+                                                  LB_FUSED_NAMES(3), LB_FUSED_NAMES(4),
+                                                  LB_FUSED_NAMES(5), LB_FUSED_NAMES(6)};
 
 LB_TARGET_AVX512 void lb_gemm_block_avx512(const lb_gemm_tile *t, int64_t m0, int64_t m1,
                                            int64_t nb0, int64_t nb1) {
     __attribute__((aligned(64))) __m512i acc[LB_MR * LB_NV];
+    const lb_epilogue *ep = t->ep;
+    /* the bounded epilogue straight from the K loop's registers */
+    const int fused = ep->bounded && ep->rq.method == LB_RQ_PRESCALE && ep->out_type == LB_U8 &&
+                      !ep->residual && !ep->col_zb && t->K % 4 == 0;
     for (int64_t nb = nb0; nb < nb1; nb += LB_NV) {
         int nv = (int)LB_MIN(LB_NV, nb1 - nb);
         for (int64_t m = m0; m < m1; m += LB_MR) {
             int mr = (int)LB_MIN(LB_MR, m1 - m);
+            if (fused) {
+                lb_fused[mr - 1][nv - 1](t, m, nb, acc);
+                continue;
+            }
             lb_tiles[mr - 1][nv - 1](t, m, nb, acc);
             if (t->K % 4) lb_tile_tail(t, m, nb, mr, nv, acc);
             lb_tile_epilogue(t, m, nb, mr, nv, acc);

@@ -59,6 +59,7 @@ void lb_qmatmul_run(const lb_ctx *ctx, const lb_qmatmul *p, const void *A, const
     lb_packed_b pb = {packed, p->N, p->K, k4};
     lb_epilogue ep = p->ep;
     ep.col_offset = offsets;
+    ep.bounded = NULL; /* derived from the constant offsets only */
     for (int64_t b = 0; b < p->batch; b++) {
         const uint8_t *Bb = (const uint8_t *)B + b * p->b_bstride;
         if (b == 0 || p->b_bstride) {
