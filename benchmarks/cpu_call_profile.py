@@ -1,5 +1,5 @@
 """Where a model's time goes on the cpu backend: the Python call around the generated program,
-Python call around it.
+and its steps by kind (benchmarks/cpu_profile.py has per-step medians).
 
 For each model (lowbit's defaults, as benchmarks/cpu_backend.py quantizes it), batch 1:
 - the median time of a whole call (`exe(inputs)`) and of the bare C entry point with the same
@@ -11,7 +11,8 @@ For each model (lowbit's defaults, as benchmarks/cpu_backend.py quantizes it), b
 Per-step CPU times count every thread of the process: profile with --threads 1 (the default),
 and compare kinds within one run; a loaded machine inflates all of them alike.
 
-    python benchmarks/cpu_call_profile.py [--models mnist,ocr_rec] [--threads 1] [--runs 20] [--top 15]
+    python benchmarks/cpu_call_profile.py [--models mnist,ocr_rec] [--threads 1] [--runs 20]
+        [--top 15]
 """
 
 from __future__ import annotations
