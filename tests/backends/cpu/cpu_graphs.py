@@ -287,6 +287,42 @@ def constant_operand_case(g, rng, feeds, tag):
     return add_node(g, op, operands, random_attrs(rng), out)
 
 
+def unary_chain_case(g, rng, feeds, tag):
+    """A chain of 1 to 4 quantized functions of one tensor's codes (lookup-table ops, Add,
+    Sub or Mul of a one-element constant on either side, Relu on the same or new parameters)
+    from an 8- or 16-bit input, each of any 8- or 16-bit type (the code generator computes
+    such a chain as one table); sometimes a value inside the chain is read again at the end
+    (an Add of it to the chain's result: the chain must stop there)."""
+    x, tx = _image(g, rng, feeds, tag, dtype=rng.choice([I8, U8, I16]))
+    values, cur, t = [], x, tx
+    for _ in range(int(rng.integers(1, 5))):
+        kind = str(rng.choice(["table", "binary", "binary", "relu"]))
+        new = qtype(rng, rng.choice([I8, U8, I16]), None,
+                    scale=float(t.quant.scale) * 2.0 ** rng.uniform(-2, 2))
+        if kind == "table":
+            op = str(rng.choice(["Sigmoid", "Tanh", "HardSwish", "Abs"]))
+            cur = add_node(g, op, [cur], {}, new)
+        elif kind == "relu":
+            out = TensorType(t.dtype, None, t.quant) if rng.random() < 0.5 else new
+            cur = add_node(g, "Relu", [cur], {}, out)
+        else:
+            op = str(rng.choice(["Add", "Sub", "Mul"]))
+            cdt = rng.choice([I8, U8, I16])
+            tc = qtype(rng, cdt, (1,) if rng.random() < 0.5 else (1, 1, 1, 1))
+            c = const(g, codes(rng, cdt, tc.shape), cdt, tc.quant)
+            s = float(t.quant.scale) * (float(tc.quant.scale) * 64 if op == "Mul" else 2)
+            out = qtype(rng, rng.choice([I8, U8, I16]), None, scale=s * 2.0 ** rng.uniform(-2, 2))
+            cur = add_node(g, op, [cur, c] if rng.random() < 0.6 else [c, cur],
+                           random_attrs(rng), out)
+        t = cur.type
+        values.append(cur)
+    if len(values) > 1 and rng.random() < 0.25:
+        mid = values[int(rng.integers(0, len(values) - 1))]
+        out = qtype(rng, I16, None, scale=float(t.quant.scale) * 4)
+        cur = add_node(g, "Add", [cur, mid], random_attrs(rng), out)
+    return cur
+
+
 def float_binary_case(g, rng, feeds, tag):
     """Float Add, Sub, Mul or Div, same shapes or broadcast, small and large (batch 1)."""
     op = str(rng.choice(["Add", "Sub", "Mul", "Div"]))

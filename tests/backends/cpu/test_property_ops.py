@@ -1,8 +1,8 @@
-"""Random quantized Add/Sub/Mul (broadcasting), pools and averages, conversions (Quantize with
-NaN and infinities, Dequantize, Requantize), clamps, lookup tables, Concat, Gemm and MatMul
-on the cpu backend against the reference, on every ISA path; large images of a batch of 1
-(long rows cut in pieces for the threads), float Add/Sub/Mul/Div and Transposes, bit-exact
-too."""
+"""Random quantized Add/Sub/Mul (broadcasting), chains of elementwise functions, pools and
+averages, conversions (Quantize with NaN and infinities, Dequantize, Requantize), clamps,
+lookup tables, Concat, Gemm and MatMul on the cpu backend against the reference, on every
+ISA path; large images of a batch of 1 (long rows cut in pieces for the threads), float
+Add/Sub/Mul/Div and Transposes, bit-exact too."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from cpu_graphs import (
     pool_case,
     product_case,
     transpose_case,
+    unary_chain_case,
 )
 from cpu_kernels import ISAS
 
@@ -27,7 +28,7 @@ from lowbit.backends import cpu
 CASES = {"binary": binary_case, "pool": pool_case, "convert": convert_case,
          "product": product_case, "large_binary": large_binary_case,
          "float_binary": float_binary_case, "transpose": transpose_case,
-         "constant_binary": constant_operand_case}
+         "constant_binary": constant_operand_case, "unary_chain": unary_chain_case}
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -39,3 +40,12 @@ def test_random_ops_are_bit_exact(kind, seed):
         got = cpu.compile(g, isa=isa)(feeds)
         for name, want in ref.items():
             np.testing.assert_array_equal(got[name], want, err_msg=f"{name} on {isa}")
+
+
+def test_unary_chains_become_one_table():
+    """The chains of unary_chain_case are computed as one lookup each (and stay bit-exact,
+    above): some step of the compiled program looks a chain of several nodes up."""
+    g, _ = graph_of_cases(7, 40, unary_chain_case)
+    steps = cpu.compile(g).compiled()[0].steps
+    chains = [s for s in steps if " + " in s and "-entry table" in s]
+    assert chains and len(steps) < len(g.nodes)

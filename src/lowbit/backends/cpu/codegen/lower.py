@@ -178,6 +178,10 @@ class Lowering:
         self.users = graph.users()
         self.output_values = set(graph.outputs)
         self.fused: set[Node] = set()
+        self.k_orders: dict[Value, np.ndarray] = {}
+        """Rows [N, K] left in the order of the NHWC image they flatten (no layout change):
+        stored element j holds logical element k_orders[v][j] (the product permutes its
+        weights' K axis alike)."""
         """Nodes an earlier emitter computed as part of its own step (a residual Add)."""
         for i, v in enumerate(graph.inputs):
             self.tensors[v] = self.prog.tensor(v.name, v.type.dtype.np_dtype, self.shape(v),

@@ -19,6 +19,7 @@ from lowbit.backends.cpu.codegen.column_arrays import ceil_bound, column_arrays
 from lowbit.backends.cpu.codegen.lower import Lowering, emitter, stored_dtype
 from lowbit.backends.cpu.codegen.ops_shape import concat_into, logical_strides, pool_setup
 from lowbit.backends.cpu.codegen.program import Size, Tensor, dim_c, dim_size, is_batch, numel
+from lowbit.backends.cpu.codegen.unary_chain import emit_unary_chain
 from lowbit.backends.reference.kernels import is_quantized
 from lowbit.errors import KernelError, UnsupportedError
 from lowbit.ir.graph import Node
@@ -114,6 +115,17 @@ def requantize_into(lw: Lowering, node, x: Tensor, src: TensorType, rq: Requant,
     channels = int(np.size(rq.encoding.real)) if np.ndim(rq.encoding.real) else 1
     zsrc = np.asarray(zin, np.int64) + shift_of(src)
     channels = max(channels, int(np.size(zsrc)))
+    if channels == 1 and np.size(rq.zero_point) == 1 and out.dtype.itemsize <= 2 and \
+            np.dtype(src.dtype.np_dtype).itemsize == 1:
+        # a function of one byte: the reference's Requant.apply on each of the 256 codes
+        codes = np.arange(src.dtype.qmin, src.dtype.qmax + 1, dtype=np.int64)
+        tab = rq.apply(codes - int(np.asarray(zin).reshape(-1)[0])).astype(np.int64)
+        data = lw.prog.data((tab + shift_of(out_t)).astype(out.dtype))
+        lw.prog.step(f"{comment} (a 256-entry table)", [
+            f"lb_lookup(ctx, {numel(x.shape).c()}, {x.ptr}, {tname(lw, x)}, "
+            f"{src.dtype.qmin + shift_of(src)}, {data}, {tname(lw, out)}, {out.ptr});"],
+            [x], [out])
+        return
     arrays = cexpr.requant_arrays(rq, channels, shift_of(out_t))
     lw.prog.step(comment, [
         f"const lb_requant rq = {cexpr.requant(lw.prog, arrays)};",
@@ -412,7 +424,12 @@ def _gemm_like(lw: Lowering, node, a_value, w_rows: np.ndarray, tw: TensorType,
     ta, out_t = a_value.type, node.outputs[0].type
     ncols, k = w_rows.shape
     p = params.product(node, ncols)
-    a = lw.operand(a_value, "plain")
+    order = lw.k_orders.get(a_value)
+    if order is not None:  # rows in NHWC order (ops_shape._flatten_nhwc)
+        w_rows = np.ascontiguousarray(w_rows[:, order])
+        a = lw.tensors[a_value]
+    else:
+        a = lw.operand(a_value, "plain")
     out = lw.result(node.outputs[0], "plain")
     za = p.x_zero + shift_of(ta)
     rows = numel(a.shape[:-1])
@@ -621,6 +638,8 @@ def binary_layout(lw: Lowering, node) -> str:
 @emitter("Sub", quantized=True, dynamic=True)
 @emitter("Mul", quantized=True, dynamic=True)
 def qbinary(lw: Lowering, node) -> None:
+    if emit_unary_chain(lw, node):
+        return
     t1, t2, out_t = node.inputs[0].type, node.inputs[1].type, node.outputs[0].type
     layout = binary_layout(lw, node)
     a = lw.operand(node.inputs[0], layout if len(t1.shape) == 4 else "plain")
@@ -719,6 +738,8 @@ def average_pool(lw: Lowering, node) -> None:
 @emitter("Relu", quantized=True, dynamic=True)
 @emitter("Clip", quantized=True, dynamic=True)
 def clamp(lw: Lowering, node) -> None:
+    if emit_unary_chain(lw, node):
+        return
     pc = params.of(node)
     qlo, qhi = pc.qmin, pc.qmax
     src, out_t = node.inputs[0].type, node.outputs[0].type
@@ -736,6 +757,8 @@ def clamp(lw: Lowering, node) -> None:
 
 
 def table(lw: Lowering, node) -> None:
+    if emit_unary_chain(lw, node):
+        return
     src, out_t = node.inputs[0].type, node.outputs[0].type
     if src.quant is None or out_t.quant is None:
         raise UnsupportedError("a lookup table between non-quantized types")

@@ -6,15 +6,43 @@ from __future__ import annotations
 import numpy as np
 
 from lowbit.backends.cpu.codegen import cexpr
-from lowbit.backends.cpu.codegen.lower import Lowering, emitter
+from lowbit.backends.cpu.codegen.lower import Lowering, emitter, stored_dtype
 from lowbit.backends.cpu.codegen.program import Size, dim_c, dim_size, is_batch, numel
 from lowbit.errors import UnsupportedError
 from lowbit.ops.pool import pool_window
 
 
 def _reshape(lw: Lowering, node) -> None:
+    if _flatten_nhwc(lw, node):
+        return
     src = lw.operand(node.inputs[0], "plain")
     lw.alias_result(node.outputs[0], src)
+
+
+def _flatten_nhwc(lw: Lowering, node) -> bool:
+    """A Flatten/Reshape of an NHWC image into rows [N, C*H*W] read only by a quantized Gemm
+    with constant weights: the rows stay in NHWC order (an alias, no layout change) and
+    `lw.k_orders` says which logical element each holds, for the Gemm to reorder its weights'
+    K axis (its integer sums are the same in any order)."""
+    if node.op_type not in ("Flatten", "Reshape") or node.inputs[0].is_constant:
+        return False
+    t = lw.tensors.get(node.inputs[0])
+    out = node.outputs[0]
+    user = lw.sole_user(out)
+    if t is None or t.layout != "nhwc" or len(t.shape) != 4 or user is None or \
+            user.op_type != "Gemm" or user.inputs[0] is not out or user.attrs.get("transA") or \
+            not user.inputs[1].is_constant or out.type is None or out.type.quant is None:
+        return False
+    if t.biased != stored_dtype(out.type)[1]:
+        return False
+    n, c, h, w = t.shape
+    shape = lw.shape(out)
+    if len(shape) != 2 or shape[0] != n or shape[1] != c * h * w or not isinstance(c * h * w, int):
+        return False
+    lw.tensors[out] = lw.prog.alias(t, out.name, shape=shape, layout="plain")
+    # stored (h, w, c) -> logical c * h * w + h * w + w
+    lw.k_orders[out] = np.arange(c * h * w).reshape(c, h, w).transpose(1, 2, 0).reshape(-1)
+    return True
 
 
 for _op in ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"):

@@ -6,7 +6,8 @@
  * (fy % sh, fx % sw) when that is inside the kernel. Its sum is the one lb_fconvt_task forms:
  * products of the input channels in order added to a double starting at 0, then 0 + that sum
  * (the taps' total), plus the bias, rounded once to float. Outputs without a tap hold the bias.
- * With 8 output channels or more, vectors hold 8 channels' sums of LB_CT_QB pixels; with fewer,
+ * With 8 output channels or more, vectors hold 8 channels' sums of LB_CT_QB pixels (up to
+ * LB_CT_NV such vectors per pixel share each input value); with fewer,
  * blocks of LB_CT_PIX input pixels are transposed so that a vector holds neighbouring
  * pixels' sums. */
 
@@ -17,17 +18,20 @@
 #define LB_CT_PIX 16  /* input pixels per block (fewer than 8 output channels) */
 #define LB_CT_CI 64   /* input channels per transposed block */
 #define LB_CT_SUMS 64 /* at most output channels x kernel columns sums per pixel */
+#define LB_CT_NV 3    /* blocks of 8 output channels summed together (shared input values) */
 
-/* acc[q][k] = sum over ci in order, from 0, of xs[q][ci] * w[ci * ldw + k] (k < 8) in double:
- * 8 channels' sums of LB_CT_QB pixels (the portable form; rt_convt_avx512.c has the vector one). */
+/* acc[q][k] = sum over ci in order, from 0, of xs[q][ci] * w[ci * ldw + k] (k < 8 * nv) in
+ * double: 8 * nv channels' sums of LB_CT_QB pixels (the portable form; rt_convt_avx512.c has
+ * the vector one). */
 static inline void lb_fconvt_block_c(const float *const *xs, const float *w, int64_t C,
-                                     int64_t ldw, double acc[LB_CT_QB][8]) {
+                                     int64_t ldw, int nv, double acc[LB_CT_QB][8 * LB_CT_NV]) {
     for (int q = 0; q < LB_CT_QB; q++)
-        for (int k = 0; k < 8; k++) acc[q][k] = 0.0;
+        for (int k = 0; k < 8 * nv; k++) acc[q][k] = 0.0;
     for (int64_t ci = 0; ci < C; ci++)
         for (int q = 0; q < LB_CT_QB; q++) {
             const double v = (double)xs[q][ci];
-            for (int k = 0; k < 8; k++) acc[q][k] = acc[q][k] + v * (double)w[ci * ldw + k];
+            for (int k = 0; k < 8 * nv; k++)
+                acc[q][k] = acc[q][k] + v * (double)w[ci * ldw + k];
         }
 }
 #endif
@@ -42,9 +46,14 @@ LB_CT_TARGET static void LB_CT_FN(lb_fconvt_row1_)(const lb_fconvt *p, const flo
     float *orow = out + (n * p->oh + y) * p->ow * M;
     int64_t iy = fy / p->sh, ky = fy % p->sh;
     int live = fy < p->fh && ky < p->kh && iy < p->ih;
-    for (int64_t x = 0; x < p->ow; x++) /* the bias, where no tap lands */
+    /* the bias, where no tap lands (with fewer than 8 channels everywhere first: the scattered
+     * stores below then find the row in cache, measured faster) */
+    for (int64_t x = 0; x < p->ow; x++) {
+        int64_t fx = x + p->bx;
+        if (M >= 8 && live && fx % p->sw < p->kw && fx / p->sw < p->iw) continue;
         for (int64_t m = 0; m < M; m++)
             orow[x * M + m] = p->bias ? (float)(0.0 + (double)p->bias[m]) : 0.0f;
+    }
     if (!live) return;
     const float *irow = in + (n * p->ih + iy) * p->iw * C;
     /* the input pixels whose taps land in the output window: fx = ix * sw + kx - bx */
@@ -58,18 +67,19 @@ LB_CT_TARGET static void LB_CT_FN(lb_fconvt_row1_)(const lb_fconvt *p, const flo
                 int64_t np = LB_MIN(LB_CT_QB, p->iw - ix0);
                 const float *xs[LB_CT_QB];
                 for (int64_t q = 0; q < LB_CT_QB; q++) xs[q] = irow + (ix0 + (q < np ? q : 0)) * C;
-                for (int64_t m0 = 0; m0 < m8; m0 += 8) {
-                    double acc[LB_CT_QB][8];
-                    LB_CT_BLOCK(xs, wt + m0, C, M, acc);
+                for (int64_t m0 = 0, nv; m0 < m8; m0 += 8 * nv) {
+                    nv = LB_MIN(LB_CT_NV, (m8 - m0) / 8);
+                    double acc[LB_CT_QB][8 * LB_CT_NV];
+                    LB_CT_BLOCK(xs, wt + m0, C, M, (int)nv, acc);
                     for (int64_t q = 0; q < np; q++) {
                         int64_t x = (ix0 + q) * p->sw + kx - p->bx;
                         if (x < 0 || x >= p->ow) continue;
                         float *o = orow + x * M + m0;
-                        for (int k = 0; k < 8; k++) {
-                            double a = 0.0 + acc[q][k];
-                            if (p->bias) a = a + (double)p->bias[m0 + k];
-                            o[k] = (float)a;
-                        }
+                        if (p->bias)
+                            for (int64_t k = 0; k < 8 * nv; k++)
+                                o[k] = (float)((0.0 + acc[q][k]) + (double)p->bias[m0 + k]);
+                        else
+                            for (int64_t k = 0; k < 8 * nv; k++) o[k] = (float)(0.0 + acc[q][k]);
                     }
                 }
                 for (int64_t q = 0; q < np && m8 < M; q++) {

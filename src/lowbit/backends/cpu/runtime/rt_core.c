@@ -351,3 +351,12 @@ void lb_parallel_for(const lb_ctx *ctx, int64_t ntasks, lb_task_fn fn, void *arg
 #endif
     for (int64_t t = 0; t < ntasks; t++) fn(arg, t, 0);
 }
+
+void lb_parallel_for_sized(const lb_ctx *ctx, int64_t ntasks, int64_t bytes, lb_task_fn fn,
+                           void *arg) {
+    if (bytes >= LB_INLINE_BYTES) {
+        lb_parallel_for(ctx, ntasks, fn, arg);
+        return;
+    }
+    for (int64_t t = 0; t < ntasks; t++) fn(arg, t, 0);
+}

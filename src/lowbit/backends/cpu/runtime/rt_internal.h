@@ -272,4 +272,11 @@ void lb_dwconv_avx512(const lb_ctx *ctx, const lb_dwconv *p, const uint8_t *in, 
                       const int64_t *offsets);
 #endif
 
+/* lb_parallel_for for a job touching about `bytes` bytes in all: below LB_INLINE_BYTES the
+ * caller runs every task itself (waking workers and sharing the task counter between cores
+ * costs more than such a job: MNISTNet's pools and layout change). */
+#define LB_INLINE_BYTES 32768
+void lb_parallel_for_sized(const lb_ctx *ctx, int64_t ntasks, int64_t bytes, lb_task_fn fn,
+                           void *arg);
+
 #endif /* LOWBIT_RT_INTERNAL_H */

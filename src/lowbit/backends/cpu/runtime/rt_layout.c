@@ -68,7 +68,29 @@ void lb_permute(const lb_ctx *ctx, int nd, const int64_t *shape, const int64_t *
         in_strides = strides1;
         nd = 2;
     }
-    int lead = nd >= 3 && shape[0] < 16 ? 2 : 1; /* enough tasks for the threads */
+    /* merge axis d + 1 into d where the input steps through both as one (NHWC -> NCHW: h and
+     * w), dropping axes of size 1: fewer, longer rows */
+    int64_t shape2[8], strides2[8];
+    int nd2 = 0;
+    for (int d = 0; d < nd && nd <= 8; d++) {
+        if (shape[d] == 1 && d > 0) continue;
+        if (nd2 > 0 && shape2[nd2 - 1] != 1 && strides2[nd2 - 1] == in_strides[d] * shape[d]) {
+            shape2[nd2 - 1] *= shape[d];
+            strides2[nd2 - 1] = in_strides[d];
+            continue;
+        }
+        shape2[nd2] = shape[d];
+        strides2[nd2++] = in_strides[d];
+    }
+    if (nd <= 8 && nd2 >= 2) {
+        shape = shape2;
+        in_strides = strides2;
+        nd = nd2;
+    }
+    int64_t bytes = esize;
+    for (int d = 0; d < nd; d++) bytes *= shape[d];
+    /* enough tasks for the threads, when there are threads to share it */
+    int lead = nd >= 3 && shape[0] < 16 && bytes * 2 >= LB_INLINE_BYTES ? 2 : 1;
     int64_t inner = 1, tasks = 1;
     for (int d = 0; d < nd; d++) {
         if (d < lead)
@@ -78,7 +100,7 @@ void lb_permute(const lb_ctx *ctx, int nd, const int64_t *shape, const int64_t *
     }
     lb_perm_job j = {nd, shape, in_strides, esize, (const char *)in, (char *)out, lead, inner};
     if (inner == 0) return;
-    lb_parallel_for(ctx, tasks, lb_perm_task, &j);
+    lb_parallel_for_sized(ctx, tasks, bytes * 2, lb_perm_task, &j);
 }
 
 typedef struct lb_copy_job {

@@ -90,7 +90,9 @@ static void lb_maxpool_task(void *arg, int64_t t, int worker) {
 void lb_maxpool(const lb_ctx *ctx, const lb_window *w, int32_t type, const void *in,
                 void *out) {
     lb_pool_job j = {w, type, type, type, 0, 0, NULL, in, out};
-    lb_parallel_for(ctx, w->n * w->oh, lb_maxpool_task, &j);
+    int64_t es = type == LB_U8 ? 1 : type == LB_F32 ? 4 : 2; /* the types it takes */
+    lb_parallel_for_sized(ctx, w->n * w->oh, es * w->n * w->c * (w->ih * w->iw + w->oh * w->ow),
+                          lb_maxpool_task, &j);
 }
 
 /* Task = one output row (n, oy); accumulators per channel in int32 (|sum| < 2**31 for any

@@ -424,6 +424,37 @@ static int lb_qbinary_table_piece(const lb_qb_job *j, lb_qb_table *tb, int64_t o
     return 1;
 }
 
+/* Short rows where one operand repeats the same row (a per-channel operand of an NHWC image:
+ * PP-OCR's equalization Muls and squeeze-excitation scales, rows of 16 to 480 channels): that
+ * row is copied `k` times into a buffer and k rows of the other operand (consecutive in
+ * memory) are computed as one span with it, the same integers per element. */
+#define LB_QB_TILE 2048 /* elements */
+
+static int lb_type_bytes(int32_t type) {
+    return type == LB_U8 || type == LB_I8 ? 1 : (type == LB_I16 || type == LB_U16) ? 2 : 4;
+}
+
+/* rows [u, u + k) of the job (one piece each, same outer index) as one span; `repeat` 1: b
+ * repeats (a's rows are consecutive), 2: a repeats. tile/tile_at: the buffer and the repeated
+ * row's element offset it holds (-1: none yet). */
+static void lb_qbinary_rows(const lb_qb_job *j, int repeat, int64_t oa, int64_t ob, int64_t base,
+                            int64_t k, unsigned char *tile, int64_t *tile_at) {
+    int64_t last = j->last;
+    const void *src = repeat == 1 ? j->b : j->a;
+    int64_t at = repeat == 1 ? ob : oa;
+    int eb = lb_type_bytes(repeat == 1 ? j->op->b_type : j->op->a_type);
+    if (*tile_at != at) {
+        int64_t row = last * eb, fit = LB_QB_TILE / last;
+        for (int64_t r = 0; r < fit; r++)
+            memcpy(tile + r * row, (const unsigned char *)src + at * eb, (size_t)row);
+        *tile_at = at;
+    }
+    if (repeat == 1)
+        lb_qbinary_span(j, j->a, oa, 1, tile, 0, 1, j->out, base, k * last);
+    else
+        lb_qbinary_span(j, tile, 0, 1, j->b, ob, 1, j->out, base, k * last);
+}
+
 static void lb_qbinary_task(void *arg, int64_t t, int worker) {
     (void)worker;
     const lb_qb_job *j = (const lb_qb_job *)arg;
@@ -435,6 +466,16 @@ static void lb_qbinary_task(void *arg, int64_t t, int worker) {
     lb_qb_table tb;
     tb.side = 0;
     tb.code = 0;
+    int repeat = 0;
+    if (nd >= 2 && pieces == 1 && j->last * 2 <= LB_QB_TILE && bc->sa[nd - 1] == 1 &&
+        bc->sb[nd - 1] == 1) {
+        if (bc->sa[nd - 2] == j->last && bc->sb[nd - 2] == 0)
+            repeat = 1;
+        else if (bc->sb[nd - 2] == j->last && bc->sa[nd - 2] == 0)
+            repeat = 2;
+    }
+    _Alignas(64) unsigned char tile[LB_QB_TILE * 4];
+    int64_t tile_at = -1;
     for (int64_t u = u0; u < u1; u++) {
         int64_t r = u / pieces, i0 = (u % pieces) * LB_QB_PIECE;
         int64_t i1 = LB_MIN(j->last, i0 + LB_QB_PIECE), len = i1 - i0;
@@ -448,6 +489,15 @@ static void lb_qbinary_task(void *arg, int64_t t, int worker) {
         int64_t sa = bc->sa[nd - 1], sb = bc->sb[nd - 1], base = r * j->last + i0;
         oa += i0 * sa;
         ob += i0 * sb;
+        if (repeat) { /* rows u.. while the outer index stays (the repeated row the same) */
+            int64_t inner = bc->shape[nd - 2];
+            int64_t k = LB_MIN(LB_MIN(u1 - u, inner - r % inner), LB_QB_TILE / j->last);
+            if (k > 1) {
+                lb_qbinary_rows(j, repeat, oa, ob, base, k, tile, &tile_at);
+                u += k - 1;
+                continue;
+            }
+        }
         if (lb_qbinary_table_piece(j, &tb, oa, sa, ob, sb, base, len)) continue;
         lb_qbinary_span(j, j->a, oa, sa, j->b, ob, sb, j->out, base, len);
     }
@@ -462,5 +512,5 @@ void lb_qbinary_run(const lb_ctx *ctx, const lb_bcast *bc, const lb_qbinary *op,
     lb_qb_job j = {bc, op, a, b, out, rows, last, ctx->isa};
     int64_t total = rows * ((last + LB_QB_PIECE - 1) / LB_QB_PIECE);
     int64_t per = (total + LB_QB_TASKS - 1) / LB_QB_TASKS;
-    lb_parallel_for(ctx, (total + per - 1) / per, lb_qbinary_task, &j);
+    lb_parallel_for_sized(ctx, (total + per - 1) / per, rows * last * 3, lb_qbinary_task, &j);
 }
