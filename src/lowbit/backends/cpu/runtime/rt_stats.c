@@ -263,6 +263,24 @@ LB_INLINE void lb_dwm_portable(const lb_dwm_job *j, int64_t task, const int R) {
 #if LB_HAVE_AVX512
 #include <immintrin.h>
 
+/* One tile of R x R tap pairs over an output row: s[i R + k] += x[tap a_i] * x[tap b_k], eight
+   channels a vector, each lane a float64 sum in position order. Inlined with R a constant (3 or
+   5) so the R * R sums stay in registers. */
+LB_TARGET_AVX512 static inline __attribute__((always_inline)) void lb_dwm_tile_avx512(
+    const int R, const double *p, int64_t ow, int64_t step, const int64_t *oa,
+    const int64_t *ob, double (*acc)[LB_MOMENT_LANES]) {
+    __m512d s[25], b[5];
+    for (int q = 0; q < R * R; q++) s[q] = _mm512_loadu_pd(acc[q]);
+    for (int64_t ox = 0; ox < ow; ox++, p += step) {
+        for (int k = 0; k < R; k++) b[k] = _mm512_loadu_pd(p + ob[k]);
+        for (int i = 0; i < R; i++) {
+            const __m512d a = _mm512_loadu_pd(p + oa[i]);
+            for (int k = 0; k < R; k++) s[i * R + k] = _mm512_fmadd_pd(a, b[k], s[i * R + k]);
+        }
+    }
+    for (int q = 0; q < R * R; q++) _mm512_storeu_pd(acc[q], s[q]);
+}
+
 LB_TARGET_AVX512 static void lb_dwm_avx512(const lb_dwm_job *j, int64_t task, const int R) {
     const int64_t taps = j->kh * j->kw, nt = (taps + R - 1) / R;
     const int64_t c0 = task * LB_MOMENT_LANES;
@@ -282,43 +300,10 @@ LB_TARGET_AVX512 static void lb_dwm_avx512(const lb_dwm_job *j, int64_t task, co
             for (int64_t ra = 0; ra < nt; ra++) {
                 for (int64_t rb = ra; rb < nt; rb++, tile++) {
                     const int64_t *oa = off + ra * R, *ob = off + rb * R;
-                    if (R == 5) {
-                        __m512d s[25];
-                        for (int q = 0; q < 25; q++) s[q] = _mm512_loadu_pd(acc[tile][q]);
-                        const double *p = row;
-                        for (int64_t ox = 0; ox < j->ow; ox++, p += step) {
-                            __m512d b0 = _mm512_loadu_pd(p + ob[0]);
-                            __m512d b1 = _mm512_loadu_pd(p + ob[1]);
-                            __m512d b2 = _mm512_loadu_pd(p + ob[2]);
-                            __m512d b3 = _mm512_loadu_pd(p + ob[3]);
-                            __m512d b4 = _mm512_loadu_pd(p + ob[4]);
-                            for (int i = 0; i < 5; i++) {
-                                __m512d a = _mm512_loadu_pd(p + oa[i]);
-                                s[i * 5 + 0] = _mm512_fmadd_pd(a, b0, s[i * 5 + 0]);
-                                s[i * 5 + 1] = _mm512_fmadd_pd(a, b1, s[i * 5 + 1]);
-                                s[i * 5 + 2] = _mm512_fmadd_pd(a, b2, s[i * 5 + 2]);
-                                s[i * 5 + 3] = _mm512_fmadd_pd(a, b3, s[i * 5 + 3]);
-                                s[i * 5 + 4] = _mm512_fmadd_pd(a, b4, s[i * 5 + 4]);
-                            }
-                        }
-                        for (int q = 0; q < 25; q++) _mm512_storeu_pd(acc[tile][q], s[q]);
-                    } else {
-                        __m512d s[9];
-                        for (int q = 0; q < 9; q++) s[q] = _mm512_loadu_pd(acc[tile][q]);
-                        const double *p = row;
-                        for (int64_t ox = 0; ox < j->ow; ox++, p += step) {
-                            __m512d b0 = _mm512_loadu_pd(p + ob[0]);
-                            __m512d b1 = _mm512_loadu_pd(p + ob[1]);
-                            __m512d b2 = _mm512_loadu_pd(p + ob[2]);
-                            for (int i = 0; i < 3; i++) {
-                                __m512d a = _mm512_loadu_pd(p + oa[i]);
-                                s[i * 3 + 0] = _mm512_fmadd_pd(a, b0, s[i * 3 + 0]);
-                                s[i * 3 + 1] = _mm512_fmadd_pd(a, b1, s[i * 3 + 1]);
-                                s[i * 3 + 2] = _mm512_fmadd_pd(a, b2, s[i * 3 + 2]);
-                            }
-                        }
-                        for (int q = 0; q < 9; q++) _mm512_storeu_pd(acc[tile][q], s[q]);
-                    }
+                    if (R == 5)
+                        lb_dwm_tile_avx512(5, row, j->ow, step, oa, ob, acc[tile]);
+                    else
+                        lb_dwm_tile_avx512(3, row, j->ow, step, oa, ob, acc[tile]);
                 }
             }
         }
