@@ -151,23 +151,15 @@ def breakdown(name: str, exe: cpu.CpuExecutable, feed: dict, top: int) -> None:
 
 
 def interleaved(runs: dict[str, Runner], feed: dict, repeats: int) -> dict[str, float]:
-    """Median seconds of each runner on `feed`, the runners taking turns, after warm-ups.
-    Before each run the process settles (cpu_backend.settle: until no thread of an earlier
-    runner still spins; PyTorch's OpenMP workers and ONNX Runtime's spin after returning), so
-    that no runner shares its cores with another's spinning workers."""
-    from cpu_backend import settle
+    """Median seconds of each runner on `feed`: cpu_backend.interleaved, the runners taking
+    turns in blocks of back-to-back runs (threads warm, as a server runs them), the process
+    settling between blocks until no earlier runner's workers still spin (PyTorch's OpenMP
+    workers and ONNX Runtime's spin after returning). Settling before every single run instead
+    made ONNX Runtime's batch-1 time 1.5x longer (its workers cold each run), so it is not used."""
+    from cpu_backend import interleaved as in_blocks
 
-    for run in runs.values():
-        run(feed)
-        run(feed)
-    seconds: dict[str, list[float]] = {k: [] for k in runs}
-    for _ in range(repeats):
-        for name, run in runs.items():
-            settle(0.01)
-            start = time.perf_counter()
-            run(feed)
-            seconds[name].append(time.perf_counter() - start)
-    return {k: float(np.median(v)) for k, v in seconds.items()}
+    return in_blocks({k: (lambda run=run: run(feed)) for k, run in runs.items()}, repeats,
+                     block=min(5, repeats))
 
 
 def megabytes(path: Path) -> float:
