@@ -64,6 +64,8 @@ class Quantizer:
         self.mode = "dynamic" if dynamic else "static"
         self.ladder = LADDERS[self.mode]
         self.cache = None if dynamic else QuantCache(profile)
+        if profile is not None:
+            profile.check(graph)  # once: every candidate quantizes this same graph
         self.base = self.quantize({})
         self.layers = [Layer(r.name, r.op_type, r.mode) for r in self.base.summary.integer_nodes
                        if not moves_data(r.op_type)]
@@ -80,7 +82,7 @@ class Quantizer:
     def quantize(self, raised: Mapping[str, str]) -> QuantResult:
         """The float graph quantized with `config_for(raised)`."""
         return quantize_raised(self.graph, self.config, raised, self.profile, self.cache,
-                               self.dynamic)
+                               self.dynamic, profile_checked=True)
 
 
 def raised_config(config: QuantConfig, raised: Mapping[str, str], mode: str) -> QuantConfig:
@@ -97,10 +99,12 @@ def raised_config(config: QuantConfig, raised: Mapping[str, str], mode: str) -> 
 
 def quantize_raised(graph: Graph, config: QuantConfig, raised: Mapping[str, str],
                     profile: Profile | None, cache: QuantCache | None,
-                    dynamic: bool) -> QuantResult:
-    """`graph` quantized with `raised_config(config, raised)`."""
+                    dynamic: bool, profile_checked: bool = False) -> QuantResult:
+    """`graph` quantized with `raised_config(config, raised)`. `profile_checked`: the caller
+    has checked `profile` against `graph` (`Profile.check` hashes the whole graph; a search
+    checks once, not once per candidate)."""
     full = raised_config(config, raised, "dynamic" if dynamic else "static")
     if dynamic:
         return _dynamic.quantize_dynamic(graph, full)
     assert profile is not None
-    return _static.quantize(graph, profile, full, cache=cache)
+    return _static.quantize(graph, profile, full, cache=cache, profile_checked=profile_checked)

@@ -76,6 +76,8 @@ class EvalContext:
     float_run: Any = field(default=None, repr=False)
     used: set[str] = field(default_factory=set, repr=False)
     """The backends that ran models in this process."""
+    profile_checked: bool = field(default=False, repr=False)
+    """`profile` checked against `graph` (once per context: they travel together)."""
 
     def __getstate__(self) -> dict:
         return {**self.__dict__, "reference": {}, "compiled": None, "float_run": None,
@@ -94,8 +96,11 @@ class EvalContext:
         if raised is None:
             return self.float_outputs(index)
         if self.compiled is None or self.compiled[0] != raised:
+            if self.profile is not None and not self.profile_checked:
+                self.profile.check(self.graph)
+                self.profile_checked = True
             result = quantize_raised(self.graph, self.config, dict(raised), self.profile,
-                                     self.cache, self.dynamic)
+                                     self.cache, self.dynamic, profile_checked=True)
             self.compiled = (raised, _Runner(result.graph, self.backend, self.used))
         return self.compiled[1](self.batches[index])
 
