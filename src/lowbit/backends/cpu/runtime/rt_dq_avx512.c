@@ -110,6 +110,24 @@ LB_V512 __m512 lb_dq_fold16(__m512 *v, const int MAX_) {
     return v[0];
 }
 
+/* Sixteen slices' parameters from their ranges (lo <= 0 <= hi; |x| ranges when symmetric):
+   scale = (hi - lo) / qmax, or hi / qmax symmetric, 1 where that range is empty; zero point
+   round_half_even(clamp(-lo / scale, 0, qmax)), 0 symmetric (lb_dq_params, 16 lanes). */
+LB_V512 void lb_dq_params16(__m512 lo, __m512 hi, int symmetric, __m512 top, __m512 *scale,
+                            __m512 *zero) {
+    const __m512 zero_v = _mm512_setzero_ps(), one = _mm512_set1_ps(1.0f);
+    if (symmetric) {
+        *scale = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(hi, zero_v, _CMP_EQ_OQ),
+                                      _mm512_div_ps(hi, top), one);
+        *zero = zero_v;
+        return;
+    }
+    *scale = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(hi, lo, _CMP_EQ_OQ),
+                                  _mm512_div_ps(_mm512_sub_ps(hi, lo), top), one);
+    const __m512 z = _mm512_sub_ps(zero_v, _mm512_div_ps(lo, *scale));
+    *zero = _mm512_roundscale_ps(_mm512_min_ps(_mm512_max_ps(z, zero_v), top), LB_RNE);
+}
+
 /* Rows r0..r1 in blocks of 16 slices (a slice: one row's group), slices taken in order
  * (row, group): the ranges of 16 slices are folded into one vector each, and the parameters
  * of the 16 slices computed together, with the vector forms of lb_dq_params' expressions
@@ -125,7 +143,7 @@ LB_TARGET_AVX512 static void lb_dq_rows_batched(const lb_dq_rows *p, int64_t r0,
     uint8_t *const pzero = (uint8_t *)p->zero, *const qbase = (uint8_t *)p->q;
     const int64_t G = (k + group - 1) / group, chunks = (group + 15) / 16;
     const int64_t total = (r1 - r0) * G;
-    const __m512 top = _mm512_set1_ps((float)p->qmax), one = _mm512_set1_ps(1.0f);
+    const __m512 top = _mm512_set1_ps((float)p->qmax);
     const __m512 zero_v = _mm512_setzero_ps();
     const __m512 qlo = symmetric ? _mm512_set1_ps(-(float)p->qmax) : zero_v;
     /* with channel scales, x / cs of pass 1 is kept for pass 2 (one division less) */
@@ -160,17 +178,8 @@ LB_TARGET_AVX512 static void lb_dq_rows_batched(const lb_dq_rows *p, int64_t r0,
             hi[i] = h;
         }
         const __m512 vlo = lb_dq_fold16(lo, 0), vhi = lb_dq_fold16(hi, 1);
-        __m512 scale, zero = zero_v;
-        if (symmetric) {
-            scale = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(vhi, zero_v, _CMP_EQ_OQ),
-                                         _mm512_div_ps(vhi, top), one);
-        } else {
-            scale = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(vhi, vlo, _CMP_EQ_OQ),
-                                         _mm512_div_ps(_mm512_sub_ps(vhi, vlo), top), one);
-            zero = _mm512_sub_ps(zero_v, _mm512_div_ps(vlo, scale));
-            zero = _mm512_roundscale_ps(_mm512_min_ps(_mm512_max_ps(zero, zero_v), top),
-                                        LB_RNE);
-        }
+        __m512 scale, zero;
+        lb_dq_params16(vlo, vhi, symmetric, top, &scale, &zero);
         float sc[16];
         int32_t ze[16];
         _mm512_storeu_ps(sc, scale);
@@ -224,7 +233,7 @@ LB_TARGET_AVX512 void lb_dq_rows_avx512(const lb_dq_rows *p, int64_t r0, int64_t
 LB_TARGET_AVX512 void lb_dq_cols_avx512(const lb_dq_cols *p, int64_t o, int64_t c0,
                                         int64_t c1) {
     int64_t G = (p->r + p->group - 1) / p->group;
-    const __m512 top = _mm512_set1_ps((float)p->qmax), one = _mm512_set1_ps(1.0f);
+    const __m512 top = _mm512_set1_ps((float)p->qmax);
     const __m512 zero_v = _mm512_setzero_ps();
     const __m512 qlo = p->symmetric ? _mm512_set1_ps(-(float)p->qmax) : zero_v;
     for (int64_t c = c0; c < c1; c += 16) {
@@ -239,17 +248,8 @@ LB_TARGET_AVX512 void lb_dq_cols_avx512(const lb_dq_cols *p, int64_t o, int64_t 
                 lo = _mm512_min_ps(lo, v);
                 hi = _mm512_max_ps(hi, v);
             }
-            __m512 scale, zero = zero_v;
-            if (p->symmetric) {
-                scale = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(hi, zero_v, _CMP_EQ_OQ),
-                                             _mm512_div_ps(hi, top), one);
-            } else {
-                scale = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(hi, lo, _CMP_EQ_OQ),
-                                             _mm512_div_ps(_mm512_sub_ps(hi, lo), top), one);
-                zero = _mm512_sub_ps(zero_v, _mm512_div_ps(lo, scale));
-                zero = _mm512_roundscale_ps(_mm512_min_ps(_mm512_max_ps(zero, zero_v), top),
-                                            LB_RNE);
-            }
+            __m512 scale, zero;
+            lb_dq_params16(lo, hi, p->symmetric, top, &scale, &zero);
             int64_t pat = (o * G + j) * p->c + c;
             _mm512_mask_storeu_ps(p->scale + pat, m, scale);
             _mm_mask_storeu_epi8((uint8_t *)p->zero + pat, m,
