@@ -74,7 +74,7 @@ class ExactSum:
         # q: x in units of the lowest kept window, truncated (exact: a power-of-two scaling
         # and a truncation); |q| < 2**(W * LIMBS). Each limb is cut from q by exact float
         # operations (every difference below has at most 53 significant bits).
-        base = np.where(self.top == NONE, 0, (self.top - (LIMBS - 1)) * WINDOW)
+        base = (np.where(self.top == NONE, LIMBS - 1, self.top) - (LIMBS - 1)) * WINDOW  # 0: none
         rest = np.trunc(np.ldexp(x, -base))
         for j in range(LIMBS - 1, 0, -1):
             part = np.trunc(np.ldexp(rest, -j * WINDOW))
