@@ -95,21 +95,12 @@ def gemm(lw: Lowering, node) -> None:
 def _batched(lw: Lowering, node) -> tuple:
     """ops_quant.batched for float operands, whose M, N and K may also be run-time
     dimensions (a sequence length) when the program takes them: strides as C expressions."""
-    from lowbit.backends.cpu.codegen.ops_quant import batched
+    from lowbit.backends.cpu.codegen.ops_quant import batched, runtime_batched
 
     if not lw.runtime_dims:
         return batched(lw, node)
-    a_shape, b_shape = lw.shape(node.inputs[0]), lw.shape(node.inputs[1])
-    if len(a_shape) < 2 or len(b_shape) < 2:
-        raise UnsupportedError("MatMul of 1-D operands")
-    (m, k), (_, n) = a_shape[-2:], b_shape[-2:]
-    lead_a, lead_b = numel(a_shape[:-2]), numel(b_shape[:-2])
-    if lead_a != lead_b and Size(1) not in (lead_a, lead_b):
-        raise UnsupportedError("MatMul with partly broadcast leading dimensions")
-    batch = lead_a if lead_a != Size(1) else lead_b
-    mk, kn, mn = (dim_size(x) * dim_size(y) for x, y in ((m, k), (k, n), (m, n)))
-    return (batch, dim_c(m), dim_c(n), dim_c(k), mk.c() if lead_a != Size(1) else "0",
-            kn.c() if lead_b != Size(1) else "0", mn.c())
+    batch, m, n, k, sa, sb, sc = runtime_batched(lw, node)
+    return batch, dim_c(m), dim_c(n), dim_c(k), sa, sb, sc
 
 
 @emitter("MatMul", dynamic=True)
