@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import assume, given, settings
+from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
 from lowbit.errors import InputError
@@ -335,6 +335,7 @@ def test_weight_params_per_channel_with_a_zero_channel():
 
 
 @settings(max_examples=60, deadline=None)
+@example(values=[1.0, -464.0, -473.0], method="entropy", grid=(False, 255))  # empty windows
 @given(
     st.lists(st.floats(-1e3, 1e3, allow_nan=False, width=32), min_size=1, max_size=300),
     st.sampled_from(METHODS),

@@ -262,7 +262,9 @@ class _KL:
                 p = cell * (1.0 / m + rr * self.slope[k])
                 log_q = np.where(cell > 0, np.log(cell / m) - log_inside, self.log_eps)
                 kl += _xlogx(p + clipped) - _xlogx(p) - clipped * log_q
-        return kl
+        # a window whose cells hold no value (sparse data: [a, b) between two far-apart
+        # values) clips everything: the worst cost, not log(0)'s NaN
+        return np.where(inside > 0, kl, np.inf)
 
 
 def _occupied(counts: np.ndarray) -> tuple[int, int]:
@@ -275,7 +277,7 @@ def _occupied(counts: np.ndarray) -> tuple[int, int]:
 def _widest(candidates: np.ndarray, cost: np.ndarray, upper: bool) -> int:
     """The candidate end that clips least (the largest when `upper`, else the smallest) among
     those whose cost is within KL_TOLERANCE of the smallest."""
-    best = cost.min()
+    best = cost.min()  # finite: the caller's candidates include a window holding data
     near = candidates[cost <= best + KL_TOLERANCE * abs(best)]
     return int(near.max() if upper else near.min())
 
