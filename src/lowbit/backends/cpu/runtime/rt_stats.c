@@ -222,14 +222,21 @@ LB_INLINE void lb_dwm_store(const lb_dwm_job *j, int64_t c0, const int R, int64_
     }
 }
 
+/* Element offsets of the first `count` taps (taps past the kernel repeat tap 0, so that tiles
+   of R taps read valid memory) from an output pixel's window corner, channel block c0. */
+static void lb_dwm_offsets(const lb_dwm_job *j, int64_t c0, int64_t count, int64_t *off) {
+    const int64_t taps = j->kh * j->kw;
+    for (int64_t t = 0; t < count; t++) {
+        int64_t u = t < taps ? t : 0;
+        off[t] = ((u / j->kw) * j->dh * j->wp + (u % j->kw) * j->dw) * j->cp + c0;
+    }
+}
+
 LB_INLINE void lb_dwm_portable(const lb_dwm_job *j, int64_t task, const int R) {
     const int64_t taps = j->kh * j->kw, nt = (taps + R - 1) / R;
     const int64_t c0 = task * LB_MOMENT_LANES;
     int64_t off[LB_MOMENT_TAPS + 5];
-    for (int64_t t = 0; t < nt * R; t++) {
-        int64_t u = t < taps ? t : 0;
-        off[t] = ((u / j->kw) * j->dh * j->wp + (u % j->kw) * j->dw) * j->cp + c0;
-    }
+    lb_dwm_offsets(j, c0, nt * R, off);
     double acc[LB_DWM_TILES][25][LB_MOMENT_LANES];
     memset(acc, 0, sizeof acc);
     for (int64_t b = 0; b < j->n; b++) {
@@ -285,10 +292,7 @@ LB_TARGET_AVX512 static void lb_dwm_avx512(const lb_dwm_job *j, int64_t task, co
     const int64_t taps = j->kh * j->kw, nt = (taps + R - 1) / R;
     const int64_t c0 = task * LB_MOMENT_LANES;
     int64_t off[LB_MOMENT_TAPS + 5];
-    for (int64_t t = 0; t < nt * R; t++) {
-        int64_t u = t < taps ? t : 0;
-        off[t] = ((u / j->kw) * j->dh * j->wp + (u % j->kw) * j->dw) * j->cp + c0;
-    }
+    lb_dwm_offsets(j, c0, nt * R, off);
     double acc[LB_DWM_TILES][25][LB_MOMENT_LANES];
     memset(acc, 0, sizeof acc);
     const int64_t step = j->sw * j->cp;
