@@ -298,12 +298,11 @@ class StatsObserver:
         results as `channel_stats` and `_add`) when they load, `x` is finite and at most one
         channel axis is asked for; False (nothing changed) otherwise."""
         requested = [a for a in self.channel_axes if -x.ndim <= a < x.ndim]
-        axes = {a % x.ndim for a in requested}
         if len(requested) > 1 or not _native():
             return False
         from lowbit.backends.cpu import stats
 
-        axis = next(iter(axes)) if axes else None
+        axis = requested[0] % x.ndim if requested else None
         found = stats.channel_stats(x, axis)
         if found is None:
             return False
