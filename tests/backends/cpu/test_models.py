@@ -98,6 +98,19 @@ def test_repeated_calls_return_new_arrays_and_follow_their_inputs(mnist):
     np.testing.assert_array_equal(first, refs[0])
 
 
+def test_a_short_cut_call_survives_the_arena_growing_under_it(mnist):
+    """`profile` of a larger batch grows the arena without replacing the short cut of the
+    last call; the short cut holds its own arena, so it never writes into freed memory."""
+    _, q, images = mnist
+    exe = cpu.compile(q)
+    ref = lowbit.run(q, {"input": images[0:1]})["logits"]
+    exe({"input": images[0:1]})
+    before = exe._fast
+    exe.profile({"input": np.repeat(images[:8], 64, axis=0)}, runs=1)
+    assert exe._fast is before and exe._fast.arena is not exe._arena
+    np.testing.assert_array_equal(exe({"input": images[0:1]})["logits"], ref)
+
+
 def test_an_op_without_a_kernel_is_refused_at_compile_time():
     g = Graph("g")
     x = g.add_input("x", TensorType(dtypes.FLOAT32, (2, 3)))

@@ -336,6 +336,9 @@ class _FastCall:
     ins: C.Array
     outs: C.Array
     err: np.ndarray
+    arena: np.ndarray
+    """The arena `args` points into, held so that a later call that grows the executable's
+    arena (then fails, leaving this fast call in place) cannot free it under us."""
     args: tuple
 
     @staticmethod
@@ -352,7 +355,7 @@ class _FastCall:
                          [(shape, dtype) for shape, (_, _, dtype)
                           in zip(prep.output_shapes, compiled.outputs, strict=True)],
                          [name for name, _, _ in compiled.outputs], compiled,
-                         compiled.function, ins, outs, err, args)
+                         compiled.function, ins, outs, err, exe._arena, args)
 
 
 @dataclass
