@@ -136,3 +136,18 @@ def shared_result(compute: Callable[[], T], *parts: object) -> T:
     """compute(), computed once for all test files and workers, keyed by `parts`
     (`result_key`): they must name everything the result depends on (module docstring)."""
     return _cached(RESULTS, result_key(*parts), compute)
+
+
+def shared_cpu_outputs(graph: Graph, data: np.ndarray, input: str = "input",
+                       output: str = "logits") -> np.ndarray:
+    """`output` of `graph` compiled for the cpu backend on each item of `data` (one a call),
+    concatenated as float64: computed once for all test files and workers, keyed by the
+    graph, the data and lowbit's sources. For a float model's outputs that several files compare
+    against (EfficientNet-Lite0's logits on the photos)."""
+
+    def compute() -> np.ndarray:
+        run = lowbit.compile(graph, "cpu")
+        return np.concatenate([run({input: d[None]})[output] for d in data]).astype(np.float64)
+
+    return shared_result(compute, "cpu outputs", source_digest(), graph_hash(graph), input,
+                         output, data)
