@@ -409,9 +409,10 @@ LB_TARGET_AVX512 void lb_dwconv_avx512(const lb_ctx *ctx, const lb_dwconv *p,
     int method = ep->rq.method, otype = ep->out_type;
     lb_task_fn fn = lb_dw512_task;
     if ((method == LB_RQ_Q31 || method == LB_RQ_PRESCALE) &&
-        (otype == LB_U8 || otype == LB_I16 || otype == LB_U16))
+        (otype == LB_U8 || otype == LB_I16 || otype == LB_U16) && !ep->post)
         fn = lb_dw512_fns[method][otype != LB_U8][ep->residual != NULL];
-    if (p->w_quads && otype == LB_U8 && !ep->residual && w->kh * w->kw <= LB_DW_MAX_TAPS)
+    if (p->w_quads && otype == LB_U8 && !ep->residual && !ep->post &&
+        w->kh * w->kw <= LB_DW_MAX_TAPS)
         fn = method == LB_RQ_Q31                          ? lb_dwq_q31
              : method == LB_RQ_PRESCALE && ep->bounded ? lb_dwq_bounded
              : method == LB_RQ_PRESCALE                ? lb_dwq_prescale
