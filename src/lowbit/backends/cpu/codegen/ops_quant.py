@@ -289,9 +289,11 @@ def conv(lw: Lowering, node) -> None:
     residual = residual_of(lw, node, "nhwc") if out_t.quant is not None and \
         out_t.dtype.bits == 8 and fast_product(tx, w, p) else None
     taps = kh * kw
-    dw = cg == 1 and mg == 1 and taps <= 64  # depthwise: one kernel, no group slices
-    post = post_stage(lw, node, m, 1 if dw else group) \
-        if residual is None and fast_product(tx, w, p) else None
+    dw = cg == 1 and mg == 1 and taps <= 64
+    # not after depthwise convolutions: their fast kernels have no post stage, and the
+    # general one cost more than the separate steps (PP-OCR, per-step profiles)
+    post = post_stage(lw, node, m, group) \
+        if residual is None and not dw and fast_product(tx, w, p) else None
     if residual is not None:
         lw.fused.add(residual.node)
         out = lw.result(residual.node.outputs[0], "nhwc")

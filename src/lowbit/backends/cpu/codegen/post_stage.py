@@ -1,10 +1,11 @@
 """Elementwise nodes after a product, computed in its epilogue (lb_post in lowbit_rt.h).
 
-After a quantized Conv (or depthwise Conv) whose result only one node reads, the code generator
-looks for
-  1. a chain of one-input quantized functions of that result (unary_chain: HardSwish, the
-     "learnable affine" Mul and Add of scalars, Relu, Clip, ...), which becomes one table
-     indexed by the product's code, and/or
+After a quantized Conv (not a depthwise one) whose result only one node reads, the code
+generator looks for
+  1. a chain of one-input quantized functions of that 16-bit result (unary_chain: HardSwish,
+     the "learnable affine" Mul and Add of scalars, Relu, Clip, ...), which becomes one table
+     indexed by the product's code (8-bit results keep their 256-entry table as a step of its
+     own, which lb_lookup runs faster than a gather per code), and/or
   2. then a quantized Mul of the result by a constant per channel (or one scalar), such as
      the per-channel scale cross-layer equalization inserts before the next convolution:
      y = requant((t - z_t) * (k_c - z_k)), requant per tensor (int_combine's Mul),
@@ -105,6 +106,8 @@ def post_stage(lw: Lowering, node: Node, channels: int, groups: int = 1) -> Post
     nodes: list[Node] = []
     table_c, table_type, table_min = "NULL", "LB_U8", 0
     chain = unary_chain(lw, user)
+    if chain and v.type.dtype.bits == 8:
+        return None  # a 256-entry table runs faster as its own step (lb_lookup's byte path)
     if chain and chain[0].inputs.count(v) >= 1 and \
             all(_per_tensor_8_16(n.outputs[0].type) for n in chain):
         last_t = chain[-1].outputs[0].type
