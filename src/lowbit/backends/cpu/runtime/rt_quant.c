@@ -45,6 +45,8 @@ static void lb_quantize_task(void *arg, int64_t t, int worker) {
     const lb_q_job *j = (const lb_q_job *)arg;
     int64_t i = t * LB_CHUNK, i1 = LB_MIN(j->n, i + LB_CHUNK);
     const float lo = (float)j->qmin, hi = (float)j->qmax;
+    /* in locals: the byte stores below may alias the job, which would reload them */
+    const float pinf = j->pinf, ninf = j->ninf, nanv = j->nanv;
     while (i < i1) {
         int64_t c = lb_channel(j->ax, i);
         int64_t run = j->ax.channels == 1 ? i1 - i : LB_MIN(i1 - i, j->ax.inner - i % j->ax.inner);
@@ -52,13 +54,16 @@ static void lb_quantize_task(void *arg, int64_t t, int worker) {
         const float *x = j->x + i;
         if (j->out_type == LB_U8) {
             uint8_t *o = (uint8_t *)j->out + i;
-            for (int64_t k = 0; k < run; k++) o[k] = (uint8_t)(int32_t)lb_quantize_one(x[k], s, zp, lo, hi, j->pinf, j->ninf, j->nanv);
+            for (int64_t k = 0; k < run; k++)
+                o[k] = (uint8_t)(int32_t)lb_quantize_one(x[k], s, zp, lo, hi, pinf, ninf, nanv);
         } else if (j->out_type == LB_I16) {
             int16_t *o = (int16_t *)j->out + i;
-            for (int64_t k = 0; k < run; k++) o[k] = (int16_t)(int32_t)lb_quantize_one(x[k], s, zp, lo, hi, j->pinf, j->ninf, j->nanv);
+            for (int64_t k = 0; k < run; k++)
+                o[k] = (int16_t)(int32_t)lb_quantize_one(x[k], s, zp, lo, hi, pinf, ninf, nanv);
         } else {
             for (int64_t k = 0; k < run; k++)
-                lb_store(j->out, j->out_type, i + k, (int32_t)lb_quantize_one(x[k], s, zp, lo, hi, j->pinf, j->ninf, j->nanv));
+                lb_store(j->out, j->out_type, i + k,
+                         (int32_t)lb_quantize_one(x[k], s, zp, lo, hi, pinf, ninf, nanv));
         }
         i += run;
     }
@@ -154,6 +159,19 @@ static void lb_dequantize_task(void *arg, int64_t t, int worker) {
         /* channels along the last axis (or one): runs of consecutive channels, a loop the
          * compiler vectorises; the same expression */
         const int64_t C = j->ax.channels;
+        if (C == 1) { /* per tensor: parameters in locals (out may alias the scale array) */
+            const int32_t z = j->zp[0];
+            const float s = j->scale[0];
+            float *out = j->out;
+            if (j->in_type == LB_I8) {
+                const int8_t *q = (const int8_t *)j->q;
+                for (int64_t i = t * LB_CHUNK; i < i1; i++) out[i] = (float)((int32_t)q[i] - z) * s;
+            } else {
+                const uint8_t *q = (const uint8_t *)j->q;
+                for (int64_t i = t * LB_CHUNK; i < i1; i++) out[i] = (float)((int32_t)q[i] - z) * s;
+            }
+            return;
+        }
         for (int64_t i = t * LB_CHUNK; i < i1;) {
             const int64_t c0 = C == 1 ? 0 : i % C, run = C == 1 ? i1 - i : LB_MIN(i1 - i, C - c0);
             const int64_t cs = C == 1 ? 0 : 1;
