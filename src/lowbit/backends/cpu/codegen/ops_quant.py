@@ -219,7 +219,7 @@ def epilogue(lw: Lowering, p: params.Product, out_t: TensorType, channels: int,
         fused = f"{residual.other.ptr}, {channels}, &add"
     lines.append(f"const lb_epilogue ep = {{{cexpr.int_array(lw.prog, offset)}, {zb_c}, "
                  f"{cexpr.requant(lw.prog, arrays)}, {tname(lw, out)}, {fused}, "
-                 f"{bounded_c}, {'&post' if post is not None else 'NULL'}}};")
+                 f"{bounded_c}, .post = {'&post' if post is not None else 'NULL'}}};")
     return lines
 
 
@@ -553,7 +553,7 @@ def activation_matmul(lw: Lowering, node) -> None:
             f"const lb_qmatmul mm = {{{batch.c()}, {dim_c(m)}, {dim_c(n)}, {dim_c(k)}, {sa}, "
             f"{sb}, {sc}, {tname(lw, a)}, {tname(lw, b)}, 1, {za}, {zb}, {wide}, "
             f"{p.narrow_shift}, {zb_raw}, {{NULL, {zb_c}, {rq}, {tname(lw, out)}, NULL, 0, "
-            f"NULL, NULL, NULL}}}};",
+            f"NULL, NULL, .post = NULL}}}};",
             f"lb_qmatmul_run(ctx, &mm, {a.ptr}, {b.ptr}, {out.ptr}, (int8_t *){packed.ptr}, "
             f"(int32_t *){offsets.ptr}, (int32_t *){sums.ptr});"]
     lw.prog.step(f"{node.name}: MatMul of activations, {batch.c()} x [{m}x{k}] [{k}x{n}]"
