@@ -11,6 +11,7 @@ from __future__ import annotations
 import ctypes as C
 import functools
 import logging
+import threading
 
 import numpy as np
 
@@ -61,19 +62,32 @@ def available() -> bool:
 
 
 def _ctx():
-    """The shared context of the ISA in effect ($LOWBIT_CPU_ISA), default threads."""
+    """The shared context of the ISA in effect ($LOWBIT_CPU_ISA), default threads (one thread
+    in a thread that called `single_threaded`)."""
     import os
 
     from lowbit.backends.cpu import library
 
-    key = os.environ.get(library.ISA_ENV, "")
+    single = getattr(_local, "single", False)
+    key = (os.environ.get(library.ISA_ENV, ""), single)
     handle = _contexts.get(key)
     if handle is None:
-        handle = _contexts[key] = library.context().handle
+        with _lock:
+            handle = _contexts.get(key)
+            if handle is None:
+                handle = _contexts[key] = library.context(1 if single else None).handle
     return handle
 
 
-_contexts: dict[str, object] = {}
+_contexts: dict[tuple[str, bool], object] = {}
+_local = threading.local()
+_lock = threading.Lock()
+
+
+def single_threaded() -> None:
+    """Run this thread's kernel calls on this thread alone (for threads that each update other
+    statistics at the same time: a context with one thread has no pool to share)."""
+    _local.single = True
 
 
 def _float(x: np.ndarray) -> tuple[np.ndarray, int]:
