@@ -101,13 +101,17 @@ class InputMoments:
     def add_upper(self, upper: np.ndarray, count: int) -> None:
         """Add S of `count` vectors given as its upper triangle [G, K (K + 1) / 2]."""
         self.count += count
-        if self._exact is not None and np.all(np.isfinite(upper)):
-            if _native():
-                from lowbit.backends.cpu import stats
+        if self._exact is not None and _native():
+            from lowbit.backends.cpu import stats
 
-                stats.gridsum_add(self._exact, upper)
-            else:
-                self._exact.add(upper)
+            try:
+                stats.gridsum_add(self._exact, upper)  # checks that every value is finite
+                self._second = None
+                return
+            except ValueError:
+                pass
+        elif self._exact is not None and np.all(np.isfinite(upper)):
+            self._exact.add(upper)
             self._second = None
             return
         self._second = self.second + unpack_upper(upper, self.size)
@@ -239,8 +243,37 @@ def observe_input(moments: InputMoments, node: Node, x: np.ndarray) -> None:
             upper = depthwise_moments(x, *depthwise)
         moments.add_upper(upper, x.shape[0] * depthwise[-1][0] * depthwise[-1][1])
         return
+    items = _row_vectors(node, x) if _native() else None
+    if items is not None:
+        from lowbit.backends.cpu import stats
+
+        upper = stats.zeroed_scratch((moments.groups, moments.size * (moments.size + 1) // 2))
+        for views in items:
+            for g, rows in enumerate(views):
+                stats.moments_upper(rows, upper[g])
+        moments.add_upper(upper, sum(views[0].shape[0] for views in items))
+        return
     for vectors in input_vectors(node, x):
         moments.observe(vectors)
+
+
+def _row_vectors(node: Node, x: np.ndarray) -> list[list[np.ndarray]] | None:
+    """The input vectors of `node` for float32 `x` as float32 [P, K] views, per batch item and
+    group, when they are rows of strided views (a dense product: one item; a 1x1 convolution
+    with stride 1 and no padding), else None."""
+    if x.dtype != np.float32 or x.size == 0:
+        return None
+    geometry = integer_product(node)
+    if not geometry.windowed:
+        return [[geometry.input_rows(x)]]
+    w = node.inputs[geometry.weight_input].const_value
+    window = window_from_attrs(node, w.shape[2:], x.ndim - 2)
+    if int(np.prod(window.kernel)) != 1 or any(window.resolved_pads(x.shape[2:])) or \
+            any(s != 1 for s in window.strides):
+        return None
+    groups = int(node.attrs.get("group", 1))
+    per_item = x.reshape(x.shape[0], groups, x.shape[1] // groups, -1)  # [N, G, K, P]
+    return [[item[g].T for g in range(groups)] for item in per_item]
 
 
 @functools.cache

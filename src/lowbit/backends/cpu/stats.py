@@ -35,6 +35,8 @@ _SIGNATURES = {
     "lb_histogram_f32": (None, [C.c_void_p, C.c_int64, C.c_float, C.c_float, _i64p,
                                 C.c_int64]),
     "lb_gptq_block": (None, [C.c_void_p] * 7 + [C.c_int64] * 5 + [C.c_double] * 2),
+    "lb_moments_scratch": (C.c_int64, [C.c_int64]),
+    "lb_moments_f32": (None, [C.c_void_p, C.c_void_p] + [C.c_int64] * 4 + [C.c_void_p] * 2),
 }
 MAX_TAPS = 25
 """Largest depthwise kernel (taps) `depthwise_moments` takes (rt_stats.c LB_MOMENT_TAPS)."""
@@ -162,6 +164,46 @@ def depthwise_moments(x: np.ndarray, kernel: tuple[int, int], strides: tuple[int
                                   out.ctypes.data)
     if status != 0:
         raise ValueError(f"lb_dw_moments refused geometry {geometry.tolist()}")
+    return out
+
+
+def moments_upper(rows: np.ndarray, upper: np.ndarray) -> None:
+    """upper (float64 [C (C + 1) / 2], the row-major upper triangle with the diagonal) += that
+    of S = rows^T rows, for float32 `rows` [P, C] (any positive strides: one input vector a
+    row). Positions are summed in blocks of 256 in order: within a block each element of S in
+    float32, one fused multiply-add a product, in position order; each block's sums then added
+    to `upper` in float64 (runtime/rt_moments.c). The same bits on every ISA path."""
+    p, c = (int(d) for d in rows.shape)
+    assert rows.dtype == np.float32 and upper.dtype == np.float64 and upper.flags.c_contiguous
+    assert upper.shape == (c * (c + 1) // 2,)
+    if p == 0 or c == 0:
+        return
+    sp, si = (int(st) // 4 for st in rows.strides)
+    if min(sp, si) < 1 or any(st % 4 for st in rows.strides):
+        rows = np.ascontiguousarray(rows)
+        sp, si = c, 1
+    scratch = _scratch(int(_lib().lb_moments_scratch(c)))
+    _lib().lb_moments_f32(_ctx(), rows.ctypes.data, p, c, sp, si, scratch.ctypes.data,
+                          upper.ctypes.data)
+
+
+def _scratch(size: int) -> np.ndarray:
+    """This thread's float32 scratch of at least `size` elements."""
+    buf = getattr(_local, "scratch", None)
+    if buf is None or buf.size < size:
+        buf = _local.scratch = np.empty(size, np.float32)
+    return buf
+
+
+def zeroed_scratch(shape: tuple[int, ...]) -> np.ndarray:
+    """A float64 array of zeros of `shape` in this thread's reused buffer (valid until the
+    thread's next call: fresh pages of a new array cost more than clearing warm ones)."""
+    size = int(np.prod(shape))
+    buf = getattr(_local, "zeroed", None)
+    if buf is None or buf.size < size:
+        buf = _local.zeroed = np.empty(size)
+    out = buf[:size].reshape(shape)
+    out.fill(0.0)
     return out
 
 

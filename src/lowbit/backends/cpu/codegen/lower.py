@@ -387,6 +387,17 @@ class Lowering:
             t = self.tensors.get(v) or self.tensor_of(v)
             if t.kind == "output" and t.index == i:
                 continue
+            if len(t.shape) == 4 and t.layout == "nhwc" and not t.biased and \
+                    (t.id, "plain", False) not in self._views:
+                n, c, h, w = t.shape
+                if not ((h == 1 and w == 1) or c == 1):
+                    # converted straight into the caller's array (no copy of a plain tensor)
+                    out = self.prog.tensor(f"{v.name}.out", t.dtype, t.shape, kind="output",
+                                           index=i)
+                    hw = h * w
+                    self.permute(out, t, (n, c, h, w), (hw * c, 1, w * c, c),
+                                 f"{t.name}: layout nhwc -> plain, output {i}")
+                    continue
             src = self.operand(v, "plain" if len(t.shape) == 4 and t.layout != "plain" else
                                t.layout, biased=False)
             out = self.prog.tensor(f"{v.name}.out", src.dtype, src.shape, kind="output",

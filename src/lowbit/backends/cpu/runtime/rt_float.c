@@ -115,7 +115,8 @@ void lb_fgemm(const lb_ctx *ctx, int64_t M, int64_t N, int64_t K, const float *A
               int64_t ldc) {
     if (M <= 0 || N <= 0) return;
     lb_fgemm_job j = {M, N, K, A, lda, B, ldb, bias, lo, hi, C, ldc, 0, 0, 0};
-    j.rows_per_task = LB_MIN(M, LB_FG_ROWS);
+    /* B is packed once a task: longer tasks when no partial sums are kept between blocks */
+    j.rows_per_task = LB_MIN(M, K <= LB_FG_KC ? 4 * LB_FG_ROWS : LB_FG_ROWS);
     j.mtasks = (M + j.rows_per_task - 1) / j.rows_per_task;
     j.cols_per_task = N;
     int64_t want = ctx->threads > 1 ? 4 * (int64_t)ctx->threads : 1;

@@ -112,7 +112,7 @@ LB_FG_TILE_FN(12)
 typedef void (*LB_FN(lb_fg_tile_fn_))(const lb_fgemm_job *, const float *, const double *,
                                         int64_t, double *, int, int, int64_t, int64_t, int);
 
-/* Rows [m0, m1) (at most LB_FG_ROWS) x columns [n0, n1) of C = A B^T. */
+/* Rows [m0, m1) (at most LB_FG_ROWS when K > LB_FG_KC) x columns [n0, n1) of C = A B^T. */
 LB_FL_TARGET void LB_FN(lb_fgemm_block_)(const lb_fgemm_job *j, int64_t m0, int64_t m1,
                                          int64_t n0, int64_t n1) {
     static const LB_FN(lb_fg_tile_fn_) tiles[LB_FL_MR] = {
@@ -134,15 +134,19 @@ LB_FL_TARGET void LB_FN(lb_fgemm_block_)(const lb_fgemm_job *j, int64_t m0, int6
         const int nr = (int)LB_MIN(NR, n1 - n);
         for (int64_t k0 = 0; k0 < K || k0 == 0; k0 += LB_FG_KC) {
             const int64_t kc = LB_MIN(LB_FG_KC, K - k0);
-            for (int64_t k = 0; k < kc; k++) {
-                for (int q = 0; q < nr; q++) bp[k * NR + q] = (double)j->B[(n + q) * j->ldb + k0 + k];
-                for (int q = nr; q < NR; q++) bp[k * NR + q] = 0.0;
+            for (int q = 0; q < NR; q++) {
+                if (q < nr) {
+                    const float *b = j->B + (n + q) * j->ldb + k0;
+                    for (int64_t k = 0; k < kc; k++) bp[k * NR + q] = (double)b[k];
+                } else {
+                    for (int64_t k = 0; k < kc; k++) bp[k * NR + q] = 0.0;
+                }
             }
             const int first = k0 == 0, last = k0 + kc >= K;
             for (int64_t m = m0; m < m1; m += LB_FL_MR) {
                 const int mr = (int)LB_MIN(LB_FL_MR, m1 - m);
-                tiles[mr - 1](j, j->A + m * j->lda + k0, bp, kc, acc + (m - m0) * NR, first,
-                              last, m, n, nr);
+                tiles[mr - 1](j, j->A + m * j->lda + k0, bp, kc,
+                              first && last ? NULL : acc + (m - m0) * NR, first, last, m, n, nr);
             }
         }
     }
@@ -150,11 +154,26 @@ LB_FL_TARGET void LB_FN(lb_fgemm_block_)(const lb_fgemm_job *j, int64_t m0, int6
 #undef NR
 
 /* Depthwise: every channel of one output pixel, LANES at a time in double lanes (taps summed
- * in order, then the bias: the reference's order, so the result is the same to the bit). */
+ * in order, then the bias: the reference's order, so the result is the same to the bit); four
+ * vectors of channels at once, so that four sums are in flight. */
 LB_FL_TARGET LB_FL_CONTRACT void LB_FN(lb_fdw_pixel_)(const lb_fdw_job *j, const float **tap,
                                                       int64_t taps, float *out) {
-    int64_t c = j->c, cv = c / LB_FL_LANES * LB_FL_LANES;
-    for (int64_t c0 = 0; c0 < cv; c0 += LB_FL_LANES) {
+    const int64_t c = j->c, cv = c / LB_FL_LANES * LB_FL_LANES;
+    const int64_t c4 = c / (4 * LB_FL_LANES) * 4 * LB_FL_LANES;
+    for (int64_t c0 = 0; c0 < c4; c0 += 4 * LB_FL_LANES) {
+        VD acc[4] = {{0}, {0}, {0}, {0}};
+        for (int64_t t = 0; t < taps; t++) {
+#pragma GCC unroll 4
+            for (int v = 0; v < 4; v++) {
+                const int64_t ch = c0 + v * LB_FL_LANES;
+                acc[v] += LB_FN(lb_loadd_)(tap[t] + ch) * LB_FN(lb_loadd_)(j->w + t * c + ch);
+            }
+        }
+        for (int v = 0; v < 4; v++)
+            for (int i = 0; i < LB_FL_LANES; i++)
+                lb_fdw_store(j, out, c0 + v * LB_FL_LANES + i, acc[v][i]);
+    }
+    for (int64_t c0 = c4; c0 < cv; c0 += LB_FL_LANES) {
         VD acc = {0};
         for (int64_t t = 0; t < taps; t++)
             acc += LB_FN(lb_loadd_)(tap[t] + c0) * LB_FN(lb_loadd_)(j->w + t * c + c0);

@@ -372,7 +372,37 @@ LB_API int lb_observe_f32(const float *x, int64_t outer, int64_t channels, int64
         chsum[c] = 0.0;
     }
     for (int64_t o = 0; o < outer; o++) {
-        for (int64_t c = 0; c < channels; c++) {
+        int64_t c = 0;
+        if (inner > 1)
+            for (; c + 4 <= channels; c += 4) {
+                /* four channels at once: four sums in flight, each still in order */
+                const float *p = x + (o * channels + c) * inner;
+                float lo[4], hi[4];
+                double s[4];
+                int64_t zc = 0;
+                for (int u = 0; u < 4; u++) {
+                    lo[u] = INFINITY;
+                    hi[u] = -INFINITY;
+                    s[u] = chsum[c + u];
+                }
+                for (int64_t i = 0; i < inner; i++) {
+                    for (int u = 0; u < 4; u++) {
+                        float v = p[u * inner + i];
+                        lo[u] = v < lo[u] ? v : lo[u];
+                        hi[u] = v > hi[u] ? v : hi[u];
+                        zc += v == 0.0f;
+                        s[u] = s[u] + (double)v;
+                    }
+                }
+                for (int u = 0; u < 4; u++) {
+                    finite &= s[u] - s[u] == 0.0;
+                    chsum[c + u] = s[u];
+                    chmin[c + u] = (double)lo[u] < chmin[c + u] ? (double)lo[u] : chmin[c + u];
+                    chmax[c + u] = (double)hi[u] > chmax[c + u] ? (double)hi[u] : chmax[c + u];
+                }
+                z += zc;
+            }
+        for (; c < channels; c++) {
             const float *p = x + (o * channels + c) * inner;
             float lo = INFINITY, hi = -INFINITY;
             double s = chsum[c];
