@@ -423,7 +423,7 @@ def _cpu_runner(graph: Graph, recorder: _Recorder):
                 if v.name in by_name and v.name not in inputs]
     names = {v.name for v in observed.outputs}
     observed.outputs = observed.outputs + [v for v in produced if v.name not in names]
-    exe = cpu.compile(observed)
+    exe = cpu.compile(observed, nhwc_outputs=True)  # observers read any element order
     workers = _observer_threads(exe.context.threads)
 
     def run(batch: Mapping[str, np.ndarray]) -> None:

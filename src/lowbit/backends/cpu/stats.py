@@ -213,10 +213,17 @@ def channel_stats(x: np.ndarray, axis: int | None
     maximum and sum (float64, the values added in order along the other axes, row-major), and
     the number of zeros; None when a value is NaN or infinite. The C form of
     `lowbit.quant.observers.channel_stats`."""
-    x = np.ascontiguousarray(x, np.float32)
-    if axis is None:
+    if axis in (1, None) and x.ndim == 4 and x.dtype == np.float32 and \
+            not x.flags.c_contiguous and x.transpose(0, 2, 3, 1).flags.c_contiguous:
+        # [N, C, H, W] viewing an NHWC array: each channel's values in the same order
+        x = x.transpose(0, 2, 3, 1)
+        outer, channels, inner = (1, 1, x.size) if axis is None else (x.size // x.shape[3],
+                                                                       x.shape[3], 1)
+    elif axis is None:
+        x = np.ascontiguousarray(x, np.float32)
         outer, channels, inner = 1, 1, x.size
     else:
+        x = np.ascontiguousarray(x, np.float32)
         outer = int(np.prod(x.shape[:axis]))
         channels = int(x.shape[axis])
         inner = int(np.prod(x.shape[axis + 1:]))
@@ -228,10 +235,20 @@ def channel_stats(x: np.ndarray, axis: int | None
     return lo, hi, total, zeros.value
 
 
+def _in_memory_order(x: np.ndarray) -> np.ndarray:
+    """`x` with its axes permuted so that it is C-contiguous when it is a permuted view of a
+    C-contiguous array (for reductions indifferent to the order), else `x`."""
+    if x.flags.c_contiguous or x.ndim < 2:
+        return x
+    y = x.transpose(np.argsort([-abs(st) for st in x.strides], kind="stable"))
+    return y if y.flags.c_contiguous else x
+
+
 def histogram_add(counts: np.ndarray, x: np.ndarray, scale: float, offset: float) -> None:
     """counts[floor(v * scale) - offset] += 1 for every v of float32 `x`, in float32 (the C
     form of `StatsObserver._add`; values outside the window are not counted)."""
     assert counts.dtype == np.int64 and counts.flags.c_contiguous
+    x = _in_memory_order(x)
     x = np.ascontiguousarray(x, np.float32)
     _lib().lb_histogram_f32(x.ctypes.data, x.size, scale, offset,
                             counts.ctypes.data_as(_i64p), counts.size)

@@ -81,7 +81,11 @@ LB_FL_TARGET LB_FL_CONTRACT static inline __attribute__((always_inline)) void LB
             f = f < lo ? lo : f;
             y[q] = f > hi ? hi : f;
         }
-        memcpy(j->C + (m + r) * j->ldc + n, y, (size_t)nr * sizeof(float));
+        float *out = j->C + (m + r) * j->ldc + n;
+        if (nr == NR)
+            memcpy(out, y, sizeof(y));
+        else
+            for (int q = 0; q < nr; q++) out[q] = y[q];
     }
 }
 

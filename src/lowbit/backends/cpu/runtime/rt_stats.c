@@ -371,6 +371,22 @@ LB_API int lb_observe_f32(const float *x, int64_t outer, int64_t channels, int64
         chmax[c] = -INFINITY;
         chsum[c] = 0.0;
     }
+    if (inner == 1) { /* channels last: the channels of one position side by side */
+        for (int64_t o = 0; o < outer; o++) {
+            const float *p = x + o * channels;
+            for (int64_t c = 0; c < channels; c++) {
+                const float v = p[c];
+                const double d = (double)v;
+                chsum[c] = chsum[c] + d;
+                chmin[c] = d < chmin[c] ? d : chmin[c];
+                chmax[c] = d > chmax[c] ? d : chmax[c];
+                z += v == 0.0f;
+            }
+        }
+        for (int64_t c = 0; c < channels; c++) finite &= chsum[c] - chsum[c] == 0.0;
+        *zeros = z;
+        return finite;
+    }
     for (int64_t o = 0; o < outer; o++) {
         int64_t c = 0;
         if (inner > 1)
