@@ -21,10 +21,13 @@ output error of a weight error d is `d^T H d`. Memory is fixed (K^2 per group, K
 `MAX_SIZE`), whatever the number of batches, and the vectors are formed a bounded piece at a
 time (`CHUNK` numbers). Each piece's products are summed in the input's precision (float32 for
 float32 data, relative error about 1e-6, far below what changes a rounding decision) by a
-matrix product, except a 2-D depthwise Conv's (`depthwise_moments`: each batch's S summed in
-float64 in position order, by a C kernel when the cpu backend's library loads), and added
-to the totals exactly (`lowbit.numerics.exact_sum`, in C likewise: the same whatever the
-order, so moments profiled in shards merge into one pass's bit for bit).
+matrix product; with the cpu backend's library, the float32 vectors of a 1x1 Conv (stride 1,
+no padding) or a dense product are read in place by a C kernel instead (`stats.moments_upper`:
+the upper triangle only, blocks of 256 vectors summed in float32 by fused multiply-adds in
+order, the blocks in float64), and a 2-D depthwise Conv's (`depthwise_moments`: each
+batch's S summed in float64 in position order, by a C kernel when the cpu backend's library
+loads); each is added to the totals exactly (`lowbit.numerics.exact_sum`, in C likewise: the
+same whatever the order, so moments profiled in shards merge into one pass's bit for bit).
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ import threading
 import numpy as np
 
 from lowbit.errors import LowbitError
-from lowbit.numerics.exact_sum import LIMBS, GridSum
+from lowbit.numerics.exact_sum import LIMBS, MAX_ADDS, ExactSum, GridSum
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +36,7 @@ _SIGNATURES = {
                                 C.c_int64]),
     "lb_gptq_block": (None, [C.c_void_p] * 7 + [C.c_int64] * 5 + [C.c_double] * 2),
     "lb_moments_scratch": (C.c_int64, [C.c_int64]),
+    "lb_exactsum_add": (C.c_int, [_i64p, _i64p, C.c_int64, C.c_void_p]),
     "lb_moments_f32": (None, [C.c_void_p, C.c_void_p] + [C.c_int64] * 4 + [C.c_void_p] * 2),
 }
 MAX_TAPS = 25
@@ -113,6 +114,24 @@ def gridsum_add(total: GridSum, values: np.ndarray) -> None:
     limbs = _limbs(total)
     _lib().lb_gridsum_add(_ctx(), limbs.ctypes.data_as(_i64p), x.size, x.ctypes.data, f64,
                           *factors)
+
+
+def exactsum_add(total: ExactSum, values: np.ndarray) -> None:
+    """`total.add(values)` (float32 or float64 of its shape; ValueError when a value is not
+    finite, nothing added), in C: the same limbs and tops."""
+    x = np.ascontiguousarray(values, np.float64)
+    if x.shape != total.shape:
+        raise ValueError(f"adding shape {x.shape} to a sum of shape {total.shape}")
+    if total.adds + 1 > MAX_ADDS and np.all(np.isfinite(x)):
+        raise OverflowError(f"an exact sum takes at most {MAX_ADDS} additions")
+    for name in ("limbs", "top"):
+        a = getattr(total, name)
+        if not (a.flags.c_contiguous and a.flags.writeable and a.dtype == np.int64):
+            setattr(total, name, np.ascontiguousarray(a, np.int64))
+    if not _lib().lb_exactsum_add(total.limbs.ctypes.data_as(_i64p),
+                                  total.top.ctypes.data_as(_i64p), x.size, x.ctypes.data):
+        raise ValueError("an exact sum takes finite values only")
+    total.adds += 1
 
 
 def gridsum_add_upper(total: GridSum, matrices: np.ndarray) -> bool:

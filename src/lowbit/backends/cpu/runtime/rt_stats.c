@@ -185,6 +185,46 @@ LB_API void lb_gridsum_add_upper(const lb_ctx *ctx, int64_t *limbs, const void *
     }
 }
 
+/* ---- per-element exact sums ------------------------------------------------------------------ */
+
+LB_API int lb_exactsum_add(int64_t *limbs, int64_t *top, int64_t n, const double *x);
+
+#define LB_EXACT_NONE (INT64_MIN / 2)
+
+/* lowbit.numerics.exact_sum.ExactSum.add of n finite float64 values: limbs [3][n], top [n].
+ * Per element: its top window rises to the one holding x's leading bit (limbs shifted down
+ * whole windows, the lowest dropped), then x, scaled to units of the lowest kept window and
+ * truncated, is cut into three 32-bit windows, each added to its limb. Returns 0 (nothing
+ * changed) when a value is NaN or infinite. */
+LB_API int lb_exactsum_add(int64_t *limbs, int64_t *top, int64_t n, const double *x) {
+    for (int64_t i = 0; i < n; i++)
+        if (!(x[i] - x[i] == 0.0)) return 0;
+    for (int64_t i = 0; i < n; i++) {
+        const double v = x[i];
+        if (v != 0.0) {
+            int e;
+            (void)frexp(v, &e);
+            const int64_t t = e - 1 >= 0 ? (e - 1) / 32 : -((32 - e) / 32); /* floor((e-1)/32) */
+            if (t > top[i]) {
+                const int64_t shift = t - top[i];
+                for (int64_t j = 0; j < 3; j++)
+                    limbs[j * n + i] = j + shift < 3 ? limbs[(j + shift) * n + i] : 0;
+                top[i] = t;
+            }
+        }
+        const int64_t kept = top[i] == LB_EXACT_NONE ? 2 : top[i];
+        const int base = (int)((kept - 2) * 32);
+        double rest = trunc(ldexp(v, -base));
+        for (int j = 2; j > 0; j--) {
+            const double part = trunc(ldexp(rest, -32 * j));
+            limbs[j * n + i] += (int64_t)part;
+            rest = rest - ldexp(part, 32 * j);
+        }
+        limbs[i] += (int64_t)rest;
+    }
+    return 1;
+}
+
 /* ---- depthwise input moments --------------------------------------------------------------- */
 
 /* The input is given zero-padded and channel-last in float64: xp [N][Hp][Wp][Cp] (Cp a
@@ -274,15 +314,17 @@ LB_INLINE void lb_dwm_portable(const lb_dwm_job *j, int64_t task, const int R) {
    channels a vector, each lane a float64 sum in position order. Inlined with R a constant (3 or
    5) so the R * R sums stay in registers. */
 LB_TARGET_AVX512 static inline __attribute__((always_inline)) void lb_dwm_tile_avx512(
-    const int R, const double *p, int64_t ow, int64_t step, const int64_t *oa,
-    const int64_t *ob, double (*acc)[LB_MOMENT_LANES]) {
+    const int R, const int diagonal, const double *p, int64_t ow, int64_t step,
+    const int64_t *oa, const int64_t *ob, double (*acc)[LB_MOMENT_LANES]) {
     __m512d s[25], b[5];
     for (int q = 0; q < R * R; q++) s[q] = _mm512_loadu_pd(acc[q]);
     for (int64_t ox = 0; ox < ow; ox++, p += step) {
         for (int k = 0; k < R; k++) b[k] = _mm512_loadu_pd(p + ob[k]);
         for (int i = 0; i < R; i++) {
             const __m512d a = _mm512_loadu_pd(p + oa[i]);
-            for (int k = 0; k < R; k++) s[i * R + k] = _mm512_fmadd_pd(a, b[k], s[i * R + k]);
+            /* on the diagonal, pairs below it (dropped by lb_dwm_store) are not summed */
+            for (int k = diagonal ? i : 0; k < R; k++)
+                s[i * R + k] = _mm512_fmadd_pd(a, b[k], s[i * R + k]);
         }
     }
     for (int q = 0; q < R * R; q++) _mm512_storeu_pd(acc[q], s[q]);
@@ -304,10 +346,14 @@ LB_TARGET_AVX512 static void lb_dwm_avx512(const lb_dwm_job *j, int64_t task, co
             for (int64_t ra = 0; ra < nt; ra++) {
                 for (int64_t rb = ra; rb < nt; rb++, tile++) {
                     const int64_t *oa = off + ra * R, *ob = off + rb * R;
-                    if (R == 5)
-                        lb_dwm_tile_avx512(5, row, j->ow, step, oa, ob, acc[tile]);
+                    if (R == 5 && ra == rb)
+                        lb_dwm_tile_avx512(5, 1, row, j->ow, step, oa, ob, acc[tile]);
+                    else if (R == 5)
+                        lb_dwm_tile_avx512(5, 0, row, j->ow, step, oa, ob, acc[tile]);
+                    else if (ra == rb)
+                        lb_dwm_tile_avx512(3, 1, row, j->ow, step, oa, ob, acc[tile]);
                     else
-                        lb_dwm_tile_avx512(3, row, j->ow, step, oa, ob, acc[tile]);
+                        lb_dwm_tile_avx512(3, 0, row, j->ow, step, oa, ob, acc[tile]);
                 }
             }
         }
