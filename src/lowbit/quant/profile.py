@@ -426,21 +426,37 @@ def _cpu_runner(graph: Graph, recorder: _Recorder):
     exe = cpu.compile(observed, nhwc_outputs=True)  # observers read any element order
     workers = _observer_threads(exe.context.threads)
 
+    pending: list = []
+
+    def finish() -> None:
+        """Wait for the previous batch's updates (raising the first error)."""
+        try:
+            for future in pending:
+                future.result()
+        finally:
+            pending.clear()
+
     def run(batch: Mapping[str, np.ndarray]) -> None:
-        outs = exe(batch)
+        outs = exe(batch)  # while the previous batch's statistics are updated
         tasks = [t for v in produced for t in recorder.tasks(by_name[v.name], outs[v.name])]
         if workers is None:
             for _, task in tasks:
                 task()
             return
-        # costliest first; each statistic is updated by one task per batch, and every task of
-        # this batch ends before the next batch's begin, so the results do not depend on the
-        # threads
-        futures = [workers.submit(task) for _, task in sorted(tasks, key=lambda t: -t[0])]
-        for future in futures:
-            future.result()
+        # every update of the previous batch ends before this batch's begin, and each
+        # statistic is updated by one task a batch, so the results do not depend on the
+        # threads; costliest first
+        finish()
+        pending.extend(workers.submit(task) for _, task in sorted(tasks, key=lambda t: -t[0]))
 
-    run.close = (lambda: None) if workers is None else workers.shutdown  # type: ignore[attr-defined]
+    def close() -> None:
+        if workers is not None:
+            try:
+                finish()
+            finally:
+                workers.shutdown()
+
+    run.close = close  # type: ignore[attr-defined]
     return run
 
 
