@@ -138,3 +138,53 @@ def test_moments_upper_same_bits_on_every_isa_and_thread_count(monkeypatch):
         stats._local.single = False
     for got in results[1:]:
         np.testing.assert_array_equal(got, results[0])
+
+
+def _float_conv_model(path, rng: np.random.Generator, groups: int, cin: int, cout: int,
+                      kernel: int, stride: int, pad: int, size: int, clip: bool):
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = rng.standard_normal((cout, cin // groups, kernel, kernel)).astype(np.float32)
+    b = rng.standard_normal(cout).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], name="conv", group=groups,
+                              strides=[stride, stride], pads=[pad] * 4)]
+    if clip:
+        nodes.append(helper.make_node("Relu", ["c"], ["y"], name="relu"))
+    else:
+        nodes.append(helper.make_node("Identity", ["c"], ["y"], name="same"))
+    g = helper.make_graph(nodes, "conv", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, [None, cin, size, size])], [helper.make_tensor_value_info(
+            "y", TensorProto.FLOAT, None)], [numpy_helper.from_array(w, "w"),
+                                             numpy_helper.from_array(b, "b")])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_float_convolutions_same_bits_on_every_isa(tmp_path, seed):
+    """Float Conv (1x1, k x k, grouped, depthwise: the tiled product and the depthwise
+    kernel): within 1e-5 of the reference interpreter, and the same bits on every ISA."""
+    import lowbit
+    from lowbit.backends import cpu
+
+    rng = np.random.default_rng(900 + seed)
+    kind = ["pointwise", "dense", "grouped", "depthwise"][seed % 4]
+    cin = int(rng.choice([3, 8, 16, 33, 70]))
+    groups = {"grouped": 1 if cin % 2 else 2, "depthwise": cin}.get(kind, 1)
+    cout = cin if kind == "depthwise" else int(rng.choice([5, 16, 40]))
+    kernel = 1 if kind == "pointwise" else int(rng.choice([3, 5]))
+    stride, pad = (1, 0) if kind == "pointwise" else (int(rng.integers(1, 3)), kernel // 2)
+    path = tmp_path / "conv.onnx"
+    _float_conv_model(path, rng, groups, cin, cout, kernel, stride, pad,
+                      int(rng.integers(5, 20)), bool(seed % 2))
+    graph = lowbit.load(path)
+    x = {"x": rng.standard_normal((int(rng.integers(1, 3)), cin, *graph.inputs[0].type.shape[2:])
+                                  ).astype(np.float32)}
+    want = lowbit.run(graph, x)["y"]
+    first = None
+    for name in ISAS:
+        got = cpu.compile(graph, isa=name)(x)["y"]
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * float(np.abs(want).max()),
+                                   err_msg=f"{kind} on {name}")
+        first = got if first is None else first
+        np.testing.assert_array_equal(got, first, err_msg=f"{kind}: {name} differs")

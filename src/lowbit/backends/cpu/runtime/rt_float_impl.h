@@ -173,9 +173,22 @@ LB_FL_TARGET LB_FL_CONTRACT void LB_FN(lb_fdw_pixel_)(const lb_fdw_job *j, const
                 acc[v] += LB_FN(lb_loadd_)(tap[t] + ch) * LB_FN(lb_loadd_)(j->w + t * c + ch);
             }
         }
-        for (int v = 0; v < 4; v++)
-            for (int i = 0; i < LB_FL_LANES; i++)
-                lb_fdw_store(j, out, c0 + v * LB_FL_LANES + i, acc[v][i]);
+        const float lo = j->p->lo, hi = j->p->hi;
+#pragma GCC unroll 4
+        for (int v = 0; v < 4; v++) { /* lb_fdw_store, a vector at a time */
+            const int64_t ch = c0 + v * LB_FL_LANES;
+            VD sum = acc[v];
+            if (j->p->bias) sum += LB_FN(lb_loadd_)(j->p->bias + ch);
+            const VF y = __builtin_convertvector(sum, VF);
+            float f[LB_FL_LANES];
+            memcpy(f, &y, sizeof(y));
+            for (int i = 0; i < LB_FL_LANES; i++) {
+                float x = f[i];
+                x = x < lo ? lo : x;
+                f[i] = x > hi ? hi : x;
+            }
+            memcpy(out + ch, f, sizeof(f));
+        }
     }
     for (int64_t c0 = c4; c0 < cv; c0 += LB_FL_LANES) {
         VD acc = {0};
