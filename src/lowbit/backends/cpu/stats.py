@@ -174,7 +174,7 @@ def depthwise_moments(x: np.ndarray, kernel: tuple[int, int], strides: tuple[int
     hp, wp = (max(pads[i] + size, (out_size[i] - 1) * strides[i]
                   + (kernel[i] - 1) * dilations[i] + 1) for i, size in enumerate((h, w)))
     cp = -(-c // 8) * 8
-    padded = np.zeros((n, hp, wp, cp))
+    padded = zeroed_scratch((n, hp, wp, cp))
     padded[:, pads[0]:pads[0] + h, pads[1]:pads[1] + w, :c] = x.transpose(0, 2, 3, 1)
     out = np.empty((c, taps * (taps + 1) // 2))
     geometry = np.array([n, c, hp, wp, cp, *kernel, *strides, *dilations, *out_size],
