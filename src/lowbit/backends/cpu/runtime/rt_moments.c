@@ -28,8 +28,10 @@ static inline int64_t lb_mom_row(int64_t c, int64_t i) { return i * c - i * (i -
 
 #if defined(__clang__)
 #define LB_MOM_CONTRACT
+#define LB_MOM_PRAGMA _Pragma("clang fp contract(fast)")
 #else
 #define LB_MOM_CONTRACT __attribute__((optimize("fp-contract=fast")))
+#define LB_MOM_PRAGMA
 #endif
 
 #define LB_MOM_SUFFIX scalar

@@ -10,6 +10,7 @@
  * block's positions in order, one fused multiply-add a product, added to the float64 total. */
 LB_MOM_TARGET LB_MOM_CONTRACT static inline __attribute__((always_inline)) void LB_MFN(
     lb_mom_tile_)(const lb_mom_job *j, int64_t i0, int rows, int64_t j0, const int NJ) {
+    LB_MOM_PRAGMA
     lb_vf16 acc[LB_MOM_MI][LB_MOM_NJ];
 #pragma GCC unroll 8
     for (int r = 0; r < LB_MOM_MI; r++)
