@@ -388,11 +388,20 @@ def _profile_batches(graph: Graph, batches: Iterable[Mapping[str, np.ndarray]],
             try:
                 interpreter(batch)
             except LowbitError as exc:
-                raise type(exc)(f"calibration batch {index}: {exc}") from exc
+                if getattr(exc, "batch_named", False):  # an earlier batch's observer update
+                    raise
+                raise _batch_error(exc, index) from exc
             result.batches += 1
             first = arrays[0] if arrays else None
             result.samples += int(first.shape[0]) if first is not None and first.ndim else 1
             advance()
+
+
+def _batch_error(exc: LowbitError, index: int) -> LowbitError:
+    """`exc` with its message prefixed by the calibration batch it happened on."""
+    named = type(exc)(f"calibration batch {index}: {exc}")
+    named.batch_named = True  # type: ignore[attr-defined]
+    return named
 
 
 def _runner(graph: Graph, recorder: _Recorder, backend: str):
@@ -427,12 +436,15 @@ def _cpu_runner(graph: Graph, recorder: _Recorder):
     workers = _observer_threads(exe.context.threads)
 
     pending: list = []
+    ran = [0]  # batches run so far: the pending updates are batch ran[0] - 1's
 
     def finish() -> None:
-        """Wait for the previous batch's updates (raising the first error)."""
+        """Wait for the previous batch's updates; the first error names that batch."""
         try:
             for future in pending:
                 future.result()
+        except LowbitError as exc:
+            raise _batch_error(exc, ran[0] - 1) from exc
         finally:
             pending.clear()
 
@@ -448,6 +460,7 @@ def _cpu_runner(graph: Graph, recorder: _Recorder):
         # threads; costliest first
         finish()
         pending.extend(workers.submit(task) for _, task in sorted(tasks, key=lambda t: -t[0]))
+        ran[0] += 1
 
     def close() -> None:
         if workers is not None:
