@@ -121,13 +121,18 @@ class _Solver:
                                 kind="stable")
         self.inverse = np.argsort(self.order, axis=1)
         back = self.order[:, ::-1]  # H' is factorised in the reverse order (a copy of H)
-        if second.shape[0] == 1:
-            h = second[0][back[0]][:, back[0]][None]
+        if _native():  # the same values, in C
+            from lowbit.backends.cpu import searches
+
+            h = searches.gather_symmetric(second, back, count)
         else:
-            h = np.take_along_axis(np.take_along_axis(second, back[:, :, None], 1),
-                                   back[:, None, :], 2)
-        if count != 1:
-            h /= count
+            if second.shape[0] == 1:
+                h = second[0][back[0]][:, back[0]][None]
+            else:
+                h = np.take_along_axis(np.take_along_axis(second, back[:, :, None], 1),
+                                       back[:, None, :], 2)
+            if count != 1:
+                h /= count
         at = np.arange(h.shape[2])
         diag = h[:, at, at]
         diag[diag <= 0] = 1.0  # inputs that are always 0
@@ -150,6 +155,11 @@ def _exhaustive(rows, scale, zero, qmin, qmax, h) -> np.ndarray:
     if choices is None:
         choices = _CHOICES[k] = np.array(list(product((0.0, 1.0), repeat=k)))  # [2^K, K]
     flat, s, z = rows.reshape(-1, k), scale.reshape(-1, 1), zero.reshape(-1, 1)
+    if _native():  # the loop below in C, bit for bit
+        from lowbit.backends.cpu import searches
+
+        return searches.round_exhaustive(flat, s[:, 0], z[:, 0], h, n, qmin,
+                                         qmax).reshape(rows.shape)
     group = np.repeat(np.arange(groups), n)
     codes = np.empty(flat.shape, np.int64)
     chunk = max(1, (1 << 22) // (len(choices) * k))
@@ -158,7 +168,11 @@ def _exhaustive(rows, scale, zero, qmin, qmax, h) -> np.ndarray:
         cand = np.clip(np.floor(flat[part] / s[part] + z[part])[:, None, :] + choices, qmin,
                        qmax)  # [rows, 2^K, K]
         d = (cand - z[part, :, None]) * s[part, :, None] - flat[part, None, :]
-        cost = np.einsum("rck,rkl,rcl->rc", d, h[group[part]], d)
+        hp = h[group[part]]
+        cost = np.zeros(d.shape[:2])
+        for a in range(k):  # sum over (a, l) row-major, each term (d_a H_al) d_l
+            for b in range(k):
+                cost += (d[:, :, a] * hp[:, a, b, None]) * d[:, :, b]
         codes[part] = cand[np.arange(len(cand)), np.argmin(cost, axis=1)]
     return codes.reshape(rows.shape)
 
@@ -201,10 +215,11 @@ def _gptq(rows, scale, zero, qmin, qmax, ratios) -> np.ndarray:
 
 @functools.cache
 def _native() -> bool:
-    """Whether GPTQ's column loop runs in C (`lowbit.backends.cpu.stats.gptq_block`)."""
-    from lowbit.backends.cpu import stats
+    """Whether GPTQ's column loop, the exhaustive search and H's permutation run in C
+    (`lowbit.backends.cpu.stats.gptq_block`, `lowbit.backends.cpu.searches`)."""
+    from lowbit.backends.cpu import searches, stats
 
-    return stats.available()
+    return stats.available() and searches.available()
 
 
 def weight_rows(node: Node, weight: np.ndarray) -> np.ndarray:
