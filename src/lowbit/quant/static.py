@@ -266,6 +266,28 @@ class _Builder:
         return read
 
     def run(self) -> None:
+        with weight_rounding.SolverPrefetch(self._rounded_moments()):
+            self._run()
+
+    def _rounded_moments(self) -> list:
+        """The input moments that error-compensating rounding will use as they are (not
+        smoothed first), in the order of the nodes: their GPTQ solvers are built ahead."""
+        out = []
+        for node in self.g.nodes:
+            moments = self.profile.moments.get(node.name)
+            if moments is None or _rule(node) != COMPUTE:
+                continue
+            s = self.config.settings_for(node)
+            if not s.quantized or s.weight_rounding == "nearest" or \
+                    self._float_reason(node, s) is not None or moments_problem(node) or \
+                    (moments.groups, moments.size) != moments_shape(node):
+                continue
+            if s.smoothing != 0 and smoothing.layernorm_ranges(node.inputs[0]) is not None:
+                continue  # smoothed: rounded with moments scaled first
+            out.append(moments)
+        return out
+
+    def _run(self) -> None:
         for node in list(self.g.nodes):
             if node.op_type == CONSTANT or node.domain == QUANT_DOMAIN:
                 continue
@@ -556,6 +578,7 @@ class _Builder:
                 if self.cache is None:
                     done[key] = weight_rounding.round_weight(node, weight, wt, moments)
                 else:
+                    weight_rounding.settle(moments)  # S is being unpacked ahead
                     done[key] = self.cache.rounded(
                         (node.name, wt.dtype.name, wt.quant.axis, key,
                          self.cache.digest(weight), self.cache.digest(moments.second)),

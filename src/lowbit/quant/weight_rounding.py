@@ -43,6 +43,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import weakref
+from concurrent.futures import Future, ThreadPoolExecutor
 from itertools import product
 
 import numpy as np
@@ -77,11 +78,77 @@ _KNOWN: weakref.WeakKeyDictionary[InputMoments, _Known] = weakref.WeakKeyDiction
 
 
 def _known(moments: InputMoments) -> _Known:
-    """The entry of `moments`, new if they changed since (more data merged into them)."""
+    """The entry of `moments`, new if they changed since (more data merged into them); a
+    solver `SolverPrefetch` built for them is waited for and taken."""
+    ahead = _PENDING.pop(moments, None)
+    built = ahead.result() if ahead is not None else None
     known = _KNOWN.get(moments)
     if known is None or known.count != moments.count or known.second is not moments.second:
         known = _KNOWN[moments] = _Known(moments.count, moments.second)
+    if built is not None and known.solver is None and built[0] == known.count and \
+            built[1] is known.second:
+        known.solver = built[2]
     return known
+
+
+def settle(moments: InputMoments) -> None:
+    """Wait for (and take) the solver being built ahead for `moments`, if any, before
+    reading `moments.second` elsewhere (the prefetch thread may be unpacking it)."""
+    if moments in _PENDING:
+        _known(moments)
+
+
+_PENDING: weakref.WeakKeyDictionary[InputMoments, Future] = weakref.WeakKeyDictionary()
+"""Solvers being built ahead (`SolverPrefetch`), by the moments they are for."""
+
+
+def _build_solver(moments: InputMoments, count: int) -> tuple[int, np.ndarray, _Solver]:
+    """(count, S, the solver of S / count), on a prefetch thread: its C kernels run on that
+    thread alone (`lowbit.backends.cpu.searches.serial`)."""
+    from lowbit.backends.cpu import searches
+
+    with searches.serial():
+        second = moments.second
+        return count, second, _Solver(second, max(count, 1))
+
+
+class SolverPrefetch:
+    """GPTQ's solvers (S unpacked from its exact sum, permuted, factorised) built ahead, in
+    order, on one background thread while quantizing does the rest (activation ranges, the
+    rounding of the nodes before): the same solvers `round_weight` would build, taken by it
+    when it reaches their moments. `close()` (always, before BLAS settings change) cancels
+    those not started and waits for the one running."""
+
+    def __init__(self, moments: list[InputMoments]) -> None:
+        self._pool: ThreadPoolExecutor | None = None
+        self._mine: list[tuple[weakref.ref, Future]] = []
+        for m in moments:
+            if m.size <= EXHAUSTIVE_MAX or m in _PENDING:
+                continue
+            known = _KNOWN.get(m)
+            if known is not None and known.solver is not None and known.count == m.count:
+                continue  # built by an earlier quantization (moments changed: built again)
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(1, thread_name_prefix="lowbit-gptq")
+            future = self._pool.submit(_build_solver, m, m.count)
+            _PENDING[m] = future
+            self._mine.append((weakref.ref(m), future))
+
+    def close(self) -> None:
+        if self._pool is None:
+            return
+        self._pool.shutdown(wait=True, cancel_futures=True)
+        for ref, future in self._mine:
+            m = ref()
+            if m is not None and _PENDING.get(m) is future and future.cancelled():
+                del _PENDING[m]
+        self._pool, self._mine = None, []
+
+    def __enter__(self) -> SolverPrefetch:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
 
 def round_rows(rows: np.ndarray, scale: np.ndarray, zero_point: np.ndarray, qmin: int,

@@ -9,9 +9,12 @@ Python definitions otherwise: the same bits, more slowly.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes as C
 import functools
 import logging
+import threading
+from collections.abc import Iterator
 
 import numpy as np
 
@@ -56,7 +59,24 @@ def available() -> bool:
     return True
 
 
+_local = threading.local()
+
+
+@contextlib.contextmanager
+def serial() -> Iterator[None]:
+    """Within it, this thread's calls run on this thread alone, not on the shared pool (a
+    background thread working beside the caller's)."""
+    before = getattr(_local, "serial", False)
+    _local.serial = True
+    try:
+        yield
+    finally:
+        _local.serial = before
+
+
 def _ctx():
+    if getattr(_local, "serial", False):
+        return None
     from lowbit.backends.cpu import stats
 
     return stats._ctx()

@@ -167,18 +167,27 @@ LB_API int lb_mse_search(const double *below, const double *above, const double 
 
 /* ---- exact sums to matrices ------------------------------------------------------------------ */
 
+/* x 2^e as ldexp rounds it: an integer-valued x times a normal power of two is exact or
+ * overflows as ldexp does (|x| >= 1), so the product replaces the call where 2^e is normal
+ * (`f` = 2^e then, else 0). */
+LB_INLINE double lb_scale2(double x, double f, int e) { return f != 0.0 ? x * f : ldexp(x, e); }
+
+LB_INLINE double lb_pow2_normal(int e) { return e >= -1022 && e <= 1023 ? ldexp(1.0, e) : 0.0; }
+
 /* GridSum.value of one element: carry limb 0 into 1 and 1 into 2 (floor division by 2^32),
- * then 0 + l0 2^base + l1 2^(base + 32) + l2 2^(base + 64), rounded after each addition. */
-LB_INLINE double lb_gridsum_value(int64_t l0, int64_t l1, int64_t l2, int base) {
+ * then 0 + l0 2^base + l1 2^(base + 32) + l2 2^(base + 64), rounded after each addition
+ * (f[j] = lb_pow2_normal(base + 32 j)). */
+LB_INLINE double lb_gridsum_value(int64_t l0, int64_t l1, int64_t l2, int base,
+                                  const double *f) {
     int64_t c = l0 >> 32;
     l0 = (int64_t)((uint64_t)l0 - ((uint64_t)c << 32));
     l1 = (int64_t)((uint64_t)l1 + (uint64_t)c);
     c = l1 >> 32;
     l1 = (int64_t)((uint64_t)l1 - ((uint64_t)c << 32));
     l2 = (int64_t)((uint64_t)l2 + (uint64_t)c);
-    double t = 0.0 + ldexp((double)l0, base);
-    t = t + ldexp((double)l1, base + 32);
-    return t + ldexp((double)l2, base + 64);
+    double t = 0.0 + lb_scale2((double)l0, f[0], base);
+    t = t + lb_scale2((double)l1, f[1], base + 32);
+    return t + lb_scale2((double)l2, f[2], base + 64);
 }
 
 #define LB_UNPACK_ROWS 8
@@ -199,14 +208,15 @@ static void lb_unpack_task(void *arg, int64_t task, int worker) {
     const int64_t r1 = LB_MIN(k, r0 + LB_UNPACK_ROWS), stride = j->groups * j->per_group;
     const int64_t *l0 = j->limbs + g * j->per_group, *l1 = l0 + stride, *l2 = l1 + stride;
     double *out = j->out + g * k * k;
+    const double f[3] = {lb_pow2_normal(j->base), lb_pow2_normal(j->base + 32),
+                         lb_pow2_normal(j->base + 64)};
     for (int64_t p = r0; p < r1; p++) {
         const int64_t at = p * k - p * (p - 1) / 2 - p;
-        for (int64_t q = p; q < k; q++) {
-            const double v = lb_gridsum_value(l0[at + q], l1[at + q], l2[at + q], j->base);
-            out[p * k + q] = v;
-            out[q * k + p] = v;
-        }
+        for (int64_t q = p; q < k; q++)
+            out[p * k + q] = lb_gridsum_value(l0[at + q], l1[at + q], l2[at + q], j->base, f);
     }
+    for (int64_t q = r0; q < k; q++) /* the mirror, a row of 8 at a time */
+        for (int64_t p = r0; p < LB_MIN(r1, q + 1); p++) out[q * k + p] = out[p * k + q];
 }
 
 /* limbs [3][groups][k (k + 1) / 2] of a GridSum whose lowest window starts at 2^base; out
