@@ -172,9 +172,15 @@ def _round_rows(rows, scale, zero_point, qmin, qmax, h, solver: _Solver | None) 
     if rows.shape[2] <= EXHAUSTIVE_MAX:
         return _exhaustive(rows, scale, zero, qmin, qmax, h)
     solver = solver or _Solver(h)
-    codes = _gptq(np.take_along_axis(rows, solver.order[:, None, :], 2), scale, zero, qmin,
-                  qmax, solver.ratios)
-    return np.take_along_axis(codes, solver.inverse[:, None, :], 2)
+    if rows.shape[0] == 1:  # columns [K, N] in order, in one copy
+        columns = rows[0].T[solver.order[0]][None]
+    else:
+        columns = np.take_along_axis(rows.transpose(0, 2, 1), solver.order[:, :, None], 1)
+    codes = _gptq(columns, scale, zero, qmin, qmax, solver.ratios)  # [G, K, N]
+    if rows.shape[0] == 1:
+        return codes[0][solver.inverse[0]].T.astype(np.int64)[None]
+    return np.take_along_axis(codes, solver.inverse[:, :, None], 1).transpose(0, 2, 1).astype(
+        np.int64)
 
 
 class _Solver:
@@ -244,13 +250,13 @@ def _exhaustive(rows, scale, zero, qmin, qmax, h) -> np.ndarray:
     return codes.reshape(rows.shape)
 
 
-def _gptq(rows, scale, zero, qmin, qmax, ratios) -> np.ndarray:
-    """rows [G, N, K], scale and zero [G, N, 1], columns already in order; `ratios` of
-    `_Solver`. Works on columns [G, K, N]: `w[:, j]` is column j's weights plus the corrections
-    of the columns rounded before it (module docstring), in-block ones added as each column is
-    rounded, the others a block at a time."""
-    k = rows.shape[2]
-    original = np.ascontiguousarray(rows.transpose(0, 2, 1))
+def _gptq(columns, scale, zero, qmin, qmax, ratios) -> np.ndarray:
+    """The codes [G, K, N] (float64) of the weights' columns [G, K, N] already in order,
+    scale and zero [G, N, 1]; `ratios` of `_Solver`. `w[:, j]` is column j's weights plus the
+    corrections of the columns rounded before it (module docstring), in-block ones added as
+    each column is rounded, the others a block at a time."""
+    k = columns.shape[1]
+    original = np.ascontiguousarray(columns)
     w = original.copy()
     s, z = scale[..., 0], zero[..., 0]
     codes = np.empty(original.shape)
@@ -277,7 +283,7 @@ def _gptq(rows, scale, zero, qmin, qmax, ratios) -> np.ndarray:
             w[:, j + 1:last] += ratios[:, j, j + 1:last, None] * err[:, None, :]
         # the same updates for the later columns, at once
         w[:, last:] += ratios[:, first:last, last:].transpose(0, 2, 1) @ errors[:, first:last]
-    return codes.transpose(0, 2, 1).astype(np.int64)
+    return codes
 
 
 @functools.cache

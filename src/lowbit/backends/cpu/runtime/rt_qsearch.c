@@ -19,6 +19,7 @@
 
 #define LB_EXHAUSTIVE_MAX 9
 #define LB_EX_LANES 8
+#define LB_EX_CHOICES 4 /* choices summed at once (k >= 2: a multiple of 4 or 2) */
 
 LB_API void lb_round_exhaustive(const lb_ctx *ctx, const double *rows, const double *scale,
                                 const double *zero, const double *h, int64_t nrows, int64_t k,
@@ -50,7 +51,6 @@ static void lb_exhaustive_task(void *arg, int64_t task, int worker) {
     const int64_t k = j->k, choices = (int64_t)1 << k;
     double cand[LB_EXHAUSTIVE_MAX][2][LB_EX_LANES], d[LB_EXHAUSTIVE_MAX][2][LB_EX_LANES];
     double terms[LB_EXHAUSTIVE_MAX * LB_EXHAUSTIVE_MAX][4][LB_EX_LANES];
-    double cost[1 << LB_EXHAUSTIVE_MAX][LB_EX_LANES];
     int64_t row[LB_EX_LANES];
     for (int i = 0; i < LB_EX_LANES; i++) row[i] = LB_MIN(task * LB_EX_LANES + i, j->nrows - 1);
     for (int64_t a = 0; a < k; a++) {
@@ -81,33 +81,47 @@ static void lb_exhaustive_task(void *arg, int64_t task, int worker) {
                         terms[a * k + l][ba * 2 + bl][i] = (d[a][ba][i] * hal[i]) * d[l][bl][i];
         }
     }
-    for (int64_t c = 0; c < choices; c++)
-        for (int i = 0; i < LB_EX_LANES; i++) cost[c][i] = 0.0;
-    for (int64_t a = 0; a < k; a++) {
-        const int sa = (int)(k - 1 - a);
-        for (int64_t l = 0; l < k; l++) {
-            const int sl = (int)(k - 1 - l);
-            const double(*t)[LB_EX_LANES] = terms[a * k + l];
-            for (int64_t c = 0; c < choices; c++) {
-                const double *tv = t[((c >> sa) & 1) * 2 + ((c >> sl) & 1)];
-                for (int i = 0; i < LB_EX_LANES; i++) cost[c][i] = cost[c][i] + tv[i];
+    /* four choices at a time, their sums in registers, each over the pairs in order */
+    int shift_a[LB_EXHAUSTIVE_MAX * LB_EXHAUSTIVE_MAX];
+    int shift_l[LB_EXHAUSTIVE_MAX * LB_EXHAUSTIVE_MAX];
+    for (int64_t t = 0; t < k * k; t++) {
+        shift_a[t] = (int)(k - 1 - t / k);
+        shift_l[t] = (int)(k - 1 - t % k);
+    }
+    double least[LB_EX_LANES];
+    int64_t best[LB_EX_LANES];
+    for (int i = 0; i < LB_EX_LANES; i++) {
+        least[i] = INFINITY;
+        best[i] = -1;
+    }
+    for (int64_t c0 = 0; c0 < choices; c0 += LB_EX_CHOICES) {
+        double acc[LB_EX_CHOICES][LB_EX_LANES];
+        for (int u = 0; u < LB_EX_CHOICES; u++)
+            for (int i = 0; i < LB_EX_LANES; i++) acc[u][i] = 0.0;
+        for (int64_t t = 0; t < k * k; t++) {
+            const int sa = shift_a[t], sl = shift_l[t];
+            for (int u = 0; u < LB_EX_CHOICES; u++) {
+                const int64_t c = c0 + u;
+                const double *tv = terms[t][((c >> sa) & 1) * 2 + ((c >> sl) & 1)];
+                for (int i = 0; i < LB_EX_LANES; i++) acc[u][i] = acc[u][i] + tv[i];
+            }
+        }
+        for (int u = 0; u < LB_EX_CHOICES && c0 + u < choices; u++) {
+            for (int i = 0; i < LB_EX_LANES; i++) {
+                const double v = acc[u][i];
+                /* numpy argmin: the first least, a NaN counting as least */
+                if (best[i] < 0 || v < least[i] || (v != v && least[i] == least[i])) {
+                    least[i] = v;
+                    best[i] = c0 + u;
+                }
             }
         }
     }
     for (int i = 0; i < LB_EX_LANES; i++) {
         const int64_t r = task * LB_EX_LANES + i;
         if (r >= j->nrows) break;
-        int64_t best = 0;
-        double least = cost[0][i];
-        for (int64_t c = 1; c < choices; c++) {
-            const double v = cost[c][i];
-            if (v < least || (v != v && least == least)) { /* numpy argmin: a NaN is least */
-                least = v;
-                best = c;
-            }
-        }
         for (int64_t a = 0; a < k; a++)
-            j->codes[r * k + a] = (int64_t)cand[a][(best >> (k - 1 - a)) & 1][i];
+            j->codes[r * k + a] = (int64_t)cand[a][(best[i] >> (k - 1 - a)) & 1][i];
     }
 }
 
@@ -133,15 +147,19 @@ LB_API void lb_round_exhaustive(const lb_ctx *ctx, const double *rows, const dou
 /* Windows (a, b), a in [0, a_max], b in [b_lo, n], b > a:
  *   e = (below[a] + above[b]) + (((m0[b] - m0[a]) step[b - a]) step[b - a]) / 12
  * best = the first (a, b) of least e in (a, b) order; returns 0 (best untouched) when no
- * window has a finite e. */
+ * window has a finite e. The rounding term is >= 0 and rounding is monotonic, so no e of row
+ * a is below fl(below[a] + min above[b]): rows where that is not below the least e so far
+ * are skipped (they could not replace it). */
 LB_API int lb_mse_search(const double *below, const double *above, const double *m0,
                          const double *step, int64_t a_max, int64_t b_lo, int64_t n,
                          int64_t *best) {
     double e[LB_MSE_CHUNK];
-    double least = INFINITY;
+    double least = INFINITY, lowest = INFINITY;
     int found = 0;
+    for (int64_t b = b_lo; b <= n; b++) lowest = above[b] < lowest ? above[b] : lowest;
     for (int64_t a = 0; a <= a_max; a++) {
         const double ba = below[a], ma = m0[a];
+        if (!(ba + lowest < least)) continue;
         for (int64_t b0 = LB_MAX(b_lo, a + 1); b0 <= n; b0 += LB_MSE_CHUNK) {
             const int64_t len = LB_MIN(LB_MSE_CHUNK, n + 1 - b0);
             const double *ab = above + b0, *mb = m0 + b0, *sb = step + (b0 - a);
