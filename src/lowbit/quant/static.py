@@ -266,12 +266,13 @@ class _Builder:
         return read
 
     def run(self) -> None:
-        with weight_rounding.SolverPrefetch(self._rounded_moments()):
+        with weight_rounding.RoundingPrefetch(self._rounding_ahead()):
             self._run()
 
-    def _rounded_moments(self) -> list:
-        """The input moments that error-compensating rounding will use as they are (not
-        smoothed first), in the order of the nodes: their GPTQ solvers are built ahead."""
+    def _rounding_ahead(self) -> list[weight_rounding.Ahead]:
+        """The error-compensating roundings to do ahead, in the order of the nodes: those
+        whose input moments are used as they are (not smoothed first), with the weight type
+        each gets unless its bias needs larger weight scales (`_prepare_compute`)."""
         out = []
         for node in self.g.nodes:
             moments = self.profile.moments.get(node.name)
@@ -284,7 +285,15 @@ class _Builder:
                 continue
             if s.smoothing != 0 and smoothing.layernorm_ranges(node.inputs[0]) is not None:
                 continue  # smoothed: rounded with moments scaled first
-            out.append(moments)
+            geometry = integer_product(node)
+            w = node.inputs[geometry.weight_input]
+            axis = geometry.weight_channel_axis if s.per_channel else None
+
+            def weight_type(w=w, s=s, axis=axis) -> TensorType:
+                return TensorType(s.weight_dtype, w.type.shape, calibration.weight_params(
+                    w.const_value, dtype=s.weight_dtype, scheme=s.weight_scheme, axis=axis))
+
+            out.append(weight_rounding.Ahead(moments, geometry, w.const_value, weight_type))
         return out
 
     def _run(self) -> None:

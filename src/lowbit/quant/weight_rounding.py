@@ -43,14 +43,16 @@ from __future__ import annotations
 import functools
 import hashlib
 import weakref
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from itertools import product
 
 import numpy as np
 
 from lowbit.ir.graph import Node
 from lowbit.ir.types import TensorType
-from lowbit.ops.product import integer_product
+from lowbit.ops.product import ProductGeometry, integer_product
 from lowbit.quant.input_moments import InputMoments
 
 EXHAUSTIVE_MAX = 9
@@ -78,59 +80,97 @@ _KNOWN: weakref.WeakKeyDictionary[InputMoments, _Known] = weakref.WeakKeyDiction
 
 
 def _known(moments: InputMoments) -> _Known:
-    """The entry of `moments`, new if they changed since (more data merged into them); a
-    solver `SolverPrefetch` built for them is waited for and taken."""
+    """The entry of `moments`, new if they changed since (more data merged into them); what
+    `RoundingPrefetch` derived from them ahead is waited for and taken."""
     ahead = _PENDING.pop(moments, None)
     built = ahead.result() if ahead is not None else None
     known = _KNOWN.get(moments)
     if known is None or known.count != moments.count or known.second is not moments.second:
         known = _KNOWN[moments] = _Known(moments.count, moments.second)
-    if built is not None and known.solver is None and built[0] == known.count and \
-            built[1] is known.second:
-        known.solver = built[2]
+    if built is not None and built.count == known.count and built.second is known.second:
+        if known.solver is None:
+            known.solver = built.solver
+        if built.key is not None and built.key not in known.codes:
+            _remember(known, built.key, built.codes)
     return known
 
 
 def settle(moments: InputMoments) -> None:
-    """Wait for (and take) the solver being built ahead for `moments`, if any, before
+    """Wait for (and take) what is being derived ahead from `moments`, if anything, before
     reading `moments.second` elsewhere (the prefetch thread may be unpacking it)."""
     if moments in _PENDING:
         _known(moments)
 
 
 _PENDING: weakref.WeakKeyDictionary[InputMoments, Future] = weakref.WeakKeyDictionary()
-"""Solvers being built ahead (`SolverPrefetch`), by the moments they are for."""
+"""Work being done ahead (`RoundingPrefetch`), by the moments it is for."""
 
 
-def _build_solver(moments: InputMoments, count: int) -> tuple[int, np.ndarray, _Solver]:
-    """(count, S, the solver of S / count), on a prefetch thread: its C kernels run on that
-    thread alone (`lowbit.backends.cpu.searches.serial`)."""
+@dataclass
+class Ahead:
+    """One product's rounding to do ahead: its moments and, to round its weight too, the
+    weight, its geometry and the function giving the weight type it will most likely get
+    (run on the prefetch thread)."""
+
+    moments: InputMoments
+    geometry: ProductGeometry | None = None
+    weight: np.ndarray | None = None
+    weight_type: Callable[[], TensorType] | None = None
+
+
+@dataclass
+class _Built:
+    count: int
+    second: np.ndarray
+    solver: _Solver | None
+    key: tuple | None
+    codes: np.ndarray | None
+
+
+def _build(job: Ahead, count: int) -> _Built:
+    """S unpacked, the solver of S / count and the codes of the foreseen weight type, on the
+    prefetch thread: its C kernels run on that thread alone
+    (`lowbit.backends.cpu.searches.serial`)."""
     from lowbit.backends.cpu import searches
 
+    m = job.moments
     with searches.serial():
-        second = moments.second
-        return count, second, _Solver(second, max(count, 1))
+        second = m.second
+        solver = _Solver(second, max(count, 1)) if m.size > EXHAUSTIVE_MAX else None
+        key = codes = None
+        if job.weight_type is not None and job.geometry is not None and \
+                job.weight is not None:
+            wt = job.weight_type()
+            rows, scale, zero = _weight_inputs(job.geometry, job.weight, wt)
+            key = _key(rows, scale, zero, wt)
+            codes = _codes(rows, scale, zero, wt, m, solver)
+        return _Built(count, second, solver, key, codes)
 
 
-class SolverPrefetch:
-    """GPTQ's solvers (S unpacked from its exact sum, permuted, factorised) built ahead, in
-    order, on one background thread while quantizing does the rest (activation ranges, the
-    rounding of the nodes before): the same solvers `round_weight` would build, taken by it
-    when it reaches their moments. `close()` (always, before BLAS settings change) cancels
-    those not started and waits for the one running."""
+class RoundingPrefetch:
+    """Error-compensating rounding done ahead, in order, on one background thread while
+    quantizing does the rest (activation ranges, graph rewriting): each product's S unpacked
+    from its exact sum, GPTQ's solver (S permuted and factorised) and, when the weight's type
+    can be foreseen, its codes. These are what `round_weight` would compute (the same
+    functions on the same inputs), taken by it when it reaches the moments; codes for a type
+    that turns out different (a bias that needed larger weight scales) are not used.
+    `close()` (always, before BLAS settings change) cancels the work not started and waits
+    for the one running."""
 
-    def __init__(self, moments: list[InputMoments]) -> None:
+    def __init__(self, jobs: list[Ahead]) -> None:
         self._pool: ThreadPoolExecutor | None = None
         self._mine: list[tuple[weakref.ref, Future]] = []
-        for m in moments:
-            if m.size <= EXHAUSTIVE_MAX or m in _PENDING:
+        for job in jobs:
+            m = job.moments
+            if m in _PENDING:
                 continue
             known = _KNOWN.get(m)
-            if known is not None and known.solver is not None and known.count == m.count:
-                continue  # built by an earlier quantization (moments changed: built again)
+            if known is not None and known.count == m.count and \
+                    (known.solver is not None or m.size <= EXHAUSTIVE_MAX):
+                continue  # derived by an earlier quantization (moments changed: again)
             if self._pool is None:
-                self._pool = ThreadPoolExecutor(1, thread_name_prefix="lowbit-gptq")
-            future = self._pool.submit(_build_solver, m, m.count)
+                self._pool = ThreadPoolExecutor(1, thread_name_prefix="lowbit-rounding")
+            future = self._pool.submit(_build, job, m.count)
             _PENDING[m] = future
             self._mine.append((weakref.ref(m), future))
 
@@ -144,7 +184,7 @@ class SolverPrefetch:
                 del _PENDING[m]
         self._pool, self._mine = None, []
 
-    def __enter__(self) -> SolverPrefetch:
+    def __enter__(self) -> RoundingPrefetch:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -302,33 +342,57 @@ def weight_rows(node: Node, weight: np.ndarray) -> np.ndarray:
     return integer_product(node).weight_matrix(np.asarray(weight))
 
 
+def _weight_inputs(geometry: ProductGeometry, weight: np.ndarray, wt: TensorType
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The rows [N, K] (float64) of `weight` and their scales and zero points [N]."""
+    q = wt.quant
+    assert q is not None
+    rows = geometry.weight_matrix(np.asarray(weight, np.float64))
+    n = rows.shape[0]
+    scale = np.broadcast_to(np.asarray(q.scale, np.float64).reshape(-1), (n,))
+    zero = np.broadcast_to(np.asarray(q.zero_point, np.float64).reshape(-1), (n,))
+    return rows, scale, zero
+
+
+def _key(rows: np.ndarray, scale: np.ndarray, zero: np.ndarray, wt: TensorType) -> tuple:
+    return (hashlib.sha256(rows.tobytes()).hexdigest(), rows.shape, scale.tobytes(),
+            zero.tobytes(), wt.dtype.qmin, wt.dtype.qmax)
+
+
+def _codes(rows, scale, zero, wt: TensorType, moments: InputMoments,
+           solver: _Solver | None) -> np.ndarray:
+    """The codes `round_rows` picks for rows [N, K] (read-only), each group of output channels
+    with its own H."""
+    groups, n = moments.groups, rows.shape[0]
+    exhaustive = moments.size <= EXHAUSTIVE_MAX
+    codes = _round_rows(rows.reshape(groups, n // groups, -1), scale.reshape(groups, -1),
+                        zero.reshape(groups, -1), wt.dtype.qmin, wt.dtype.qmax,
+                        moments.correlation() if exhaustive else None,
+                        solver).reshape(rows.shape)
+    codes.setflags(write=False)
+    return codes
+
+
+def _remember(known: _Known, key: tuple, codes: np.ndarray) -> None:
+    while len(known.codes) >= _KEEP_CODES:
+        known.codes.pop(next(iter(known.codes)))
+    known.codes[key] = codes
+
+
 def round_weight(node: Node, weight: np.ndarray, wt: TensorType,
                  moments: InputMoments) -> np.ndarray:
     """`weight` (the constant weight of Conv/Gemm/MatMul `node`) as the real values
     `scale * (q - zero_point)` of the codes q that `round_rows` picks for type `wt`, in float64
     and `weight`'s shape; each group of output channels uses its own H."""
-    q = wt.quant
-    assert q is not None
-    rows = weight_rows(node, np.asarray(weight, np.float64))
-    n = rows.shape[0]
-    scale = np.broadcast_to(np.asarray(q.scale, np.float64).reshape(-1), (n,))
-    zero = np.broadcast_to(np.asarray(q.zero_point, np.float64).reshape(-1), (n,))
-    groups = moments.groups
+    geometry = integer_product(node)
+    rows, scale, zero = _weight_inputs(geometry, weight, wt)
     known = _known(moments)
-    key = (hashlib.sha256(rows.tobytes()).hexdigest(), rows.shape, scale.tobytes(),
-           zero.tobytes(), wt.dtype.qmin, wt.dtype.qmax)
+    key = _key(rows, scale, zero, wt)
     codes = known.codes.get(key)
     if codes is None:
-        exhaustive = moments.size <= EXHAUSTIVE_MAX
-        if known.solver is None and not exhaustive:
+        if known.solver is None and moments.size > EXHAUSTIVE_MAX:
             known.solver = _Solver(moments.second, max(moments.count, 1))
-        codes = _round_rows(rows.reshape(groups, n // groups, -1), scale.reshape(groups, -1),
-                            zero.reshape(groups, -1), wt.dtype.qmin, wt.dtype.qmax,
-                            moments.correlation() if exhaustive else None,
-                            known.solver).reshape(rows.shape)
-        codes.setflags(write=False)
-        while len(known.codes) >= _KEEP_CODES:
-            known.codes.pop(next(iter(known.codes)))
-        known.codes[key] = codes
+        codes = _codes(rows, scale, zero, wt, moments, known.solver)
+        _remember(known, key, codes)
     values = (codes - zero[:, None]) * scale[:, None]
-    return integer_product(node).weight_from_matrix(values, np.shape(weight))
+    return geometry.weight_from_matrix(values, np.shape(weight))

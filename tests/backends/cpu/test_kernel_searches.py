@@ -149,7 +149,7 @@ def test_solver_equals_python_and_prefetch(monkeypatch):
     np.testing.assert_array_equal(native.order, python.order)
     np.testing.assert_array_equal(native.ratios, python.ratios)
     fresh = moments.copy()
-    with weight_rounding.SolverPrefetch([fresh]) as ahead:
+    with weight_rounding.RoundingPrefetch([weight_rounding.Ahead(fresh)]) as ahead:
         known = weight_rounding._known(fresh)
     assert known.solver is not None and not weight_rounding._PENDING
     np.testing.assert_array_equal(known.solver.ratios, python.ratios)
