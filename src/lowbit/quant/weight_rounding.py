@@ -109,13 +109,13 @@ _PENDING: weakref.WeakKeyDictionary[InputMoments, Future] = weakref.WeakKeyDicti
 @dataclass
 class Ahead:
     """One product's rounding to do ahead: its moments and, to round its weight too, the
-    weight, its geometry and the function giving the weight type it will most likely get
-    (run on the prefetch thread)."""
+    weight, its geometry and the function giving the weight type it will most likely get, or
+    None when that cannot be foreseen (run on the prefetch thread)."""
 
     moments: InputMoments
     geometry: ProductGeometry | None = None
     weight: np.ndarray | None = None
-    weight_type: Callable[[], TensorType] | None = None
+    weight_type: Callable[[], TensorType | None] | None = None
 
 
 @dataclass
@@ -141,9 +141,10 @@ def _build(job: Ahead, count: int) -> _Built:
         if job.weight_type is not None and job.geometry is not None and \
                 job.weight is not None:
             wt = job.weight_type()
-            rows, scale, zero = _weight_inputs(job.geometry, job.weight, wt)
-            key = _key(rows, scale, zero, wt)
-            codes = _codes(rows, scale, zero, wt, m, solver)
+            if wt is not None:
+                rows, scale, zero = _weight_inputs(job.geometry, job.weight, wt)
+                key = _key(rows, scale, zero, wt)
+                codes = _codes(rows, scale, zero, wt, m, solver)
         return _Built(count, second, solver, key, codes)
 
 
