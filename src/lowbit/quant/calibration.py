@@ -389,7 +389,9 @@ def mse(stats: StatsObserver, steps: int = 255, symmetric: bool = False) -> Rang
     bin, rounding modelled as step^2/12 inside the range). Candidate ends are bin edges.
     Symmetric: exhaustive search of t over the |x| histogram, step t / steps. Asymmetric: the
     range contains 0 and every pair of ends (lo <= 0 <= hi, at least one bin apart) is scored,
-    step (hi - lo) / steps: a global, exhaustive search.
+    step (hi - lo) / steps: a global, exhaustive search; the first least error in (lo, hi)
+    order wins (in C when the cpu backend's library loads, `_SquaredError.search`, skipping
+    only rows of pairs that provably cannot win).
     """
     lo, hi = _require_data(stats)
     if steps < 1:
