@@ -80,7 +80,12 @@ class InputMoments:
         """S: float64 [G, K, K]."""
         if self._second is None:
             assert self._exact is not None
-            self._second = unpack_upper(self._exact.value(), self.size)
+            if _native():  # the same values, in C
+                from lowbit.backends.cpu import searches
+
+                self._second = searches.unpack_upper_sum(self._exact, self.size)
+            else:
+                self._second = unpack_upper(self._exact.value(), self.size)
         return self._second
 
     def _add(self, second: np.ndarray) -> None:

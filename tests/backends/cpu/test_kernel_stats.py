@@ -199,7 +199,7 @@ def test_gptq_columns_equal_python(isa, monkeypatch, seed):
     solver = wr._Solver(x @ x.transpose(0, 2, 1), 3 * k)
     scale = np.abs(rng.standard_normal((groups, n, 1))) * 0.02 + 1e-3
     zero = rng.integers(-3, 3, (groups, n, 1)).astype(np.float64)
-    ordered = np.take_along_axis(rows, solver.order[:, None, :], 2)
+    ordered = np.take_along_axis(rows, solver.order[:, None, :], 2).transpose(0, 2, 1)
     native = wr._gptq(ordered, scale, zero, -128, 127, solver.ratios)
     with monkeypatch.context() as m:
         m.setattr(wr, "_native", lambda: False)
