@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from cpu_kernels import ISAS
+from shared_profiles import shared_profile
 
 import lowbit
 from lowbit.backends import cpu
@@ -60,9 +61,8 @@ def test_pp_ocr_int8_and_float_on_the_cpu_backend(name):
     graph = lowbit.load(ocr_model(name))
     data = ocr_photos()[:4] if name == "det" else \
         ocr_text_lines(6, width=192 if name == "cls" else 320)
-    q = lowbit.quantize(graph, lowbit.profile(graph, [{"x": data[i:i + 1]}
-                                                      for i in range(0, len(data), 2)],
-                                              progress=False))
+    q = lowbit.quantize(graph, shared_profile(graph, [{"x": data[i:i + 1]}
+                                                      for i in range(0, len(data), 2)]))
     feeds = [{"x": data[:1]}, {"x": data[1:3]}]
     refs = [lowbit.run(q, f) for f in feeds]
     for isa in ISAS:
