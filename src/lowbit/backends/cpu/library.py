@@ -93,10 +93,14 @@ def lib() -> C.CDLL:
     except OSError:
         toolchain.invalidate(path)  # a cache entry that does not load: build it again
         handle = C.CDLL(str(toolchain.runtime_library()))
-    for name, (restype, argtypes) in _SIGNATURES.items():
+    return with_signatures(handle, _SIGNATURES)
+
+
+def with_signatures(handle: C.CDLL, signatures: dict[str, tuple]) -> C.CDLL:
+    """`handle` with each named function's (restype, argtypes) set from `signatures`."""
+    for name, (restype, argtypes) in signatures.items():
         fn = getattr(handle, name)
-        fn.restype = restype
-        fn.argtypes = argtypes
+        fn.restype, fn.argtypes = restype, argtypes
     return handle
 
 

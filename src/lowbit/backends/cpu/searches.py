@@ -41,11 +41,7 @@ EXHAUSTIVE_MAX = 9
 def _lib():
     from lowbit.backends.cpu import library
 
-    handle = library.lib()
-    for name, (restype, argtypes) in _SIGNATURES.items():
-        fn = getattr(handle, name)
-        fn.restype, fn.argtypes = restype, argtypes
-    return handle
+    return library.with_signatures(library.lib(), _SIGNATURES)
 
 
 @functools.cache

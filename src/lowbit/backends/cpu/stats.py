@@ -47,11 +47,7 @@ MAX_TAPS = 25
 def _lib():
     from lowbit.backends.cpu import library
 
-    handle = library.lib()
-    for name, (restype, argtypes) in _SIGNATURES.items():
-        fn = getattr(handle, name)
-        fn.restype, fn.argtypes = restype, argtypes
-    return handle
+    return library.with_signatures(library.lib(), _SIGNATURES)
 
 
 def available() -> bool:
