@@ -182,7 +182,7 @@ def qlinear_conv(lw: Lowering, node) -> None:
         centred = (w.reshape(c, taps).astype(np.int64) - zw[:, None]).T
         offset = -za * centred.sum(axis=0) + (bias if bias is not None else 0)
         code = [_float_epilogue(lw, mult, c, out, zy, packing.wrap_int32(offset), None),
-                *depthwise_code(lw, centred, c, za, wdesc, x, out)]
+                *depthwise_code(lw, centred, c, za, wdesc, win, x, out)]
         lw.prog.step(f"{node.name}: QLinearConv depthwise {kh}x{kw}, {c} channels", code, [x],
                      [out])
         return

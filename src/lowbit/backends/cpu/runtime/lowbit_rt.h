@@ -342,7 +342,16 @@ typedef struct lb_dwconv {
     lb_epilogue ep;
     const int8_t *w_quads; /* or NULL: int8 weights for the AVX-512 VNNI kernel, per 32
                             * channels per 4 taps (packing.py quad_weights) */
+    /* The order of the taps in w_quads (ops_quant.py quad_taps):
+     *   LB_DW_TAPS (0): row-major taps, 4 at a time;
+     *   LB_DW_COLUMNS (1): kernels of at most 4 rows: for each kernel column, its rows' taps
+     *     (zero weights past kh). The kernel then interleaves each input pixel's rows once per
+     *     output row instead of once per 4 taps of each output pixel (stride <= 2,
+     *     dilation <= 2, kernel width <= 8). */
+    int32_t quad_order;
 } lb_dwconv;
+
+enum lb_dw_order { LB_DW_TAPS = 0, LB_DW_COLUMNS = 1 };
 
 LB_API void lb_dwconv_run(const lb_ctx *ctx, const lb_dwconv *p, const uint8_t *in, void *out);
 
