@@ -200,11 +200,17 @@ def epilogue(lw: Lowering, p: params.Product, out_t: TensorType, channels: int,
         arrays = packing.dequant_arrays(p.scale, channels, *p.clip)
     else:
         arrays = cexpr.requant_arrays(p.requant, channels, shift_of(out_t))
-    bounded = None
-    if raw_bound is not None and residual is None and zb is None and "vnni" in lw.isas and \
+    bounded = split = None
+    if raw_bound is not None and zb is None and "vnni" in lw.isas and \
             p.requant is not None and tname(lw, out) == "LB_U8":
-        bounded = packing.bounded_arrays(arrays, offset, channels, raw_bound)
+        if residual is not None:  # the Add's operands and result are 8-bit codes
+            *add, out_arrays = residual.add
+            split = packing.residual_split(add, out_arrays)
+        if residual is None or split is not None:
+            bounded = packing.bounded_arrays(arrays, offset, channels, raw_bound)
     bounded_c = lw.prog.data(bounded, "bounded") if bounded is not None else "NULL"
+    split_c = lw.prog.data(split, "bounded") if bounded is not None and split is not None \
+        else "NULL"
     zb_c = cexpr.int_array(lw.prog, zb) if zb is not None else "NULL"
     lines = []
     fused = "NULL, 0, NULL"
@@ -213,9 +219,10 @@ def epilogue(lw: Lowering, p: params.Product, out_t: TensorType, channels: int,
         lines.append(f"const lb_add_params add = {{{', '.join(map(str, add))}, "
                      f"{cexpr.requant(lw.prog, out_arrays)}}};")
         fused = f"{residual.other.ptr}, {channels}, &add"
+    # fields after `bounded` by name (other branches append theirs there too)
     lines.append(f"const lb_epilogue ep = {{{cexpr.int_array(lw.prog, offset)}, {zb_c}, "
                  f"{cexpr.requant(lw.prog, arrays)}, {tname(lw, out)}, {fused}, "
-                 f"{bounded_c}}};")
+                 f"{bounded_c}, .residual_split = {split_c}}};")
     return lines
 
 

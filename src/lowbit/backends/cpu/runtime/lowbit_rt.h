@@ -165,8 +165,16 @@ typedef struct lb_epilogue {
      *   y = ((clamp(acc + add, lo, hi) >> pre) * scale + cst) >> post
      * with pre, scale, post from rq (p0, p1, p2) and acc the raw sum before col_offset: no
      * clip, zero point or final clamp (the bounds are where the codes saturate). Only set
-     * without col_zb, residual or groups. */
+     * without col_zb or groups (with a residual only together with residual_split). */
     const int32_t *bounded;
+    /* NULL, or (with `bounded`) the residual Add/Sub of `add` between 8-bit codes in a form
+     * the AVX-512 VNNI product kernels use instead (same results; packing.py residual_split
+     * derives and checks it): 24 int32, for each operand z, mh, ml, k, rk, half, neg, r, then
+     * sub, lo, hi, ad, cst, pre, scale, post. With q an operand's code (the product's from
+     * `bounded`, the residual's) and d = q - z:
+     *   h = d * mh + ((d * ml + rk) >> k);  a = (h + half + ((h >> 31) & neg)) >> r
+     *   s = a_1 + a_2 (sub: a_1 - a_2);  out = ((clamp(s + ad, lo, hi) >> pre) * scale + cst) >> post */
+    const int32_t *residual_split;
 } lb_epilogue;
 
 /* C[m, n] = epilogue(sum_k A[m, k] * B[k, n]) for m < M, n < N, with A uint8 (row stride lda)
