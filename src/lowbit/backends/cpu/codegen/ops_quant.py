@@ -567,7 +567,7 @@ def activation_matmul(lw: Lowering, node) -> None:
             f"const lb_qmatmul mm = {{{batch.c()}, {dim_c(m)}, {dim_c(n)}, {dim_c(k)}, {sa}, "
             f"{sb}, {sc}, {tname(lw, a)}, {tname(lw, b)}, 1, {za}, {zb}, {wide}, "
             f"{p.narrow_shift}, {zb_raw}, {{NULL, {zb_c}, {rq}, {tname(lw, out)}, NULL, 0, "
-            f"NULL, NULL}}}};",
+            f"NULL, NULL, .residual_split = NULL}}}};",
             f"lb_qmatmul_run(ctx, &mm, {a.ptr}, {b.ptr}, {out.ptr}, (int8_t *){packed.ptr}, "
             f"(int32_t *){offsets.ptr}, (int32_t *){sums.ptr});"]
     lw.prog.step(f"{node.name}: MatMul of activations, {batch.c()} x [{m}x{k}] [{k}x{n}]"
