@@ -44,10 +44,16 @@ class AddParams(C.Structure):
                 ("r2", C.c_int32), ("sub", C.c_int32), ("out", Requant)]
 
 
+class Post(C.Structure):
+    _fields_ = [("table", C.c_void_p), ("table_type", C.c_int32), ("table_min", C.c_int32),
+                ("mul", i32p), ("z", C.c_int32), ("rq", Requant)]
+
+
 class Epilogue(C.Structure):
     _fields_ = [("col_offset", i32p), ("col_zb", i32p), ("rq", Requant),
                 ("out_type", C.c_int32), ("residual", C.c_void_p), ("ld_residual", C.c_int64),
-                ("add", C.POINTER(AddParams)), ("bounded", i32p), ("residual_split", i32p)]
+                ("add", C.POINTER(AddParams)), ("bounded", i32p), ("post", C.POINTER(Post)),
+                ("residual_split", i32p)]
 
 
 class WideParams(C.Structure):
