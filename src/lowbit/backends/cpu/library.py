@@ -52,7 +52,8 @@ class Post(C.Structure):
 class Epilogue(C.Structure):
     _fields_ = [("col_offset", i32p), ("col_zb", i32p), ("rq", Requant),
                 ("out_type", C.c_int32), ("residual", C.c_void_p), ("ld_residual", C.c_int64),
-                ("add", C.POINTER(AddParams)), ("bounded", i32p), ("post", C.POINTER(Post))]
+                ("add", C.POINTER(AddParams)), ("bounded", i32p), ("post", C.POINTER(Post)),
+                ("residual_split", i32p)]
 
 
 class WideParams(C.Structure):

@@ -210,3 +210,57 @@ def bounded_arrays(r: RequantArrays, offset: np.ndarray, channels: int,
             lo, hi, add = x_lo, x_hi, off
         out[c // LANES, :, c % LANES] = (lo, hi, add, cst)
     return wrap_int32(out).reshape(-1)
+
+
+def residual_split(add: tuple, out: RequantArrays) -> np.ndarray | None:
+    """The epilogue's `residual_split` form of a fused quantized Add/Sub of 8-bit codes into
+    8-bit codes (lb_epilogue in lowbit_rt.h), or None when it does not apply.
+
+    `add` holds lb_add_params' integers (shift, z1, m1, l1, r1, z2, m2, l2, r2, sub). Each
+    operand's aligned value a = q31((q - z) << shift, m, 0, r) (fixed_point's q31 without a
+    left shift) is, with k = 31 - shift and m = mh 2**k + ml (0 <= ml < 2**k), exactly
+
+        h = d mh + ((d ml + 2**(k-1)) >> k)   (d = q - z: h = floor((d m 2**shift + 2**30) / 2**31))
+        a = (h + 2**(r-1) - (h < 0)) >> r     (r > 0; a = h when r = 0)
+
+    in int32 arithmetic when no intermediate leaves int32, which is checked here for all 256
+    codes against fixed_point's own q31. The output's prescale requantization of a_1 +- a_2
+    takes the bounded form of bounded_arrays. Layout (24 int32): per operand z, mh, ml, k,
+    2**(k-1), 2**(r-1) (0 when r = 0), -(r > 0), r; then sub, and the output's lo, hi, add,
+    cst, pre, scale, post."""
+    from lowbit.numerics.fixed_point import _q31
+
+    shift, z1, m1, l1, r1, z2, m2, l2, r2, sub = (int(v) for v in add)
+    if l1 or l2 or not 1 <= shift <= 30:
+        return None
+    q = np.arange(256, dtype=np.int64)
+    k = 31 - shift
+    words: list[int] = []
+    aligned = []
+    for z, m, r in ((z1, m1, r1), (z2, m2, r2)):
+        if not 0 <= m < 1 << 31 or not 0 <= r < 31:
+            return None
+        mh, ml = m >> k, m & ((1 << k) - 1)
+        d = q - z
+        t1, t2 = d * mh, d * ml + (1 << (k - 1))
+        h = t1 + (t2 >> k)
+        half, neg = (1 << (r - 1), -1) if r > 0 else (0, 0)
+        t3 = h + half + ((h >> 63) & neg)
+        a = t3 >> r
+        want = _q31(d << shift, np.int64(m), np.int64(0), np.int64(r))
+        if any(v.min() < INT32_MIN or v.max() > INT32_MAX for v in (d << shift, t1, t2, h, t3)) \
+                or not np.array_equal(a, want):
+            return None
+        words += [z, mh, ml, k, 1 << (k - 1), half, neg, r]
+        aligned.append(a)
+    total = aligned[0][:, None] - aligned[1][None, :] if sub else \
+        aligned[0][:, None] + aligned[1][None, :]
+    bound = int(np.abs(total).max())
+    if bound >= 1 << 31:
+        return None
+    b = bounded_arrays(out, np.zeros(1, np.int64), 1, bound)
+    if b is None:
+        return None
+    lo, hi, ad, cst = (int(b[i * LANES]) for i in range(4))
+    pre, scale, post = (int(p[0]) for p in out.p[:3])
+    return np.array([*words, sub, lo, hi, ad, cst, pre, scale, post], np.int64).astype(np.int32)

@@ -145,7 +145,7 @@ def _float_epilogue(lw: Lowering, m_values: np.ndarray, channels: int, out: Tens
     zb_c = cexpr.int_array(lw.prog, zb) if zb is not None else "NULL"
     return (f"const lb_epilogue ep = {{{cexpr.int_array(lw.prog, offset)}, {zb_c}, "
             f"{cexpr.requant(lw.prog, arrays)}, {tname(lw, out)}, NULL, 0, NULL, NULL, "
-            f".post = NULL}};")
+            f".post = NULL, .residual_split = NULL}};")
 
 
 def _stored_weights(w: np.ndarray, zw) -> tuple[np.ndarray, np.ndarray]:
@@ -183,7 +183,7 @@ def qlinear_conv(lw: Lowering, node) -> None:
         centred = (w.reshape(c, taps).astype(np.int64) - zw[:, None]).T
         offset = -za * centred.sum(axis=0) + (bias if bias is not None else 0)
         code = [_float_epilogue(lw, mult, c, out, zy, packing.wrap_int32(offset), None),
-                *depthwise_code(lw, centred, c, za, wdesc, x, out)]
+                *depthwise_code(lw, centred, c, za, wdesc, win, x, out)]
         lw.prog.step(f"{node.name}: QLinearConv depthwise {kh}x{kw}, {c} channels", code, [x],
                      [out])
         return

@@ -26,7 +26,7 @@ from lowbit.errors import KernelError, UnsupportedError
 from lowbit.ir.graph import Node
 from lowbit.ir.types import TensorType
 from lowbit.numerics.arith import Requant
-from lowbit.ops.conv_geometry import window_from_attrs
+from lowbit.ops.conv_geometry import Window, window_from_attrs
 from lowbit.ops.registry import QUANT_DOMAIN, TABLE, all_ops
 
 INT32_LIMIT = 2**31
@@ -204,11 +204,17 @@ def epilogue(lw: Lowering, p: params.Product, out_t: TensorType, channels: int,
         arrays = packing.dequant_arrays(p.scale, channels, *p.clip)
     else:
         arrays = cexpr.requant_arrays(p.requant, channels, shift_of(out_t))
-    bounded = None
-    if raw_bound is not None and residual is None and zb is None and "vnni" in lw.isas and \
+    bounded = split = None
+    if raw_bound is not None and zb is None and "vnni" in lw.isas and \
             p.requant is not None and tname(lw, out) == "LB_U8" and post is None:
-        bounded = packing.bounded_arrays(arrays, offset, channels, raw_bound)
+        if residual is not None:  # the Add's operands and result are 8-bit codes
+            *add, out_arrays = residual.add
+            split = packing.residual_split(add, out_arrays)
+        if residual is None or split is not None:
+            bounded = packing.bounded_arrays(arrays, offset, channels, raw_bound)
     bounded_c = lw.prog.data(bounded, "bounded") if bounded is not None else "NULL"
+    split_c = lw.prog.data(split, "bounded") if bounded is not None and split is not None \
+        else "NULL"
     zb_c = cexpr.int_array(lw.prog, zb) if zb is not None else "NULL"
     lines = list(post.lines) if post is not None else []
     fused = "NULL, 0, NULL"
@@ -217,9 +223,11 @@ def epilogue(lw: Lowering, p: params.Product, out_t: TensorType, channels: int,
         lines.append(f"const lb_add_params add = {{{', '.join(map(str, add))}, "
                      f"{cexpr.requant(lw.prog, out_arrays)}}};")
         fused = f"{residual.other.ptr}, {channels}, &add"
+    # fields after `bounded` by name (other branches append theirs there too)
     lines.append(f"const lb_epilogue ep = {{{cexpr.int_array(lw.prog, offset)}, {zb_c}, "
                  f"{cexpr.requant(lw.prog, arrays)}, {tname(lw, out)}, {fused}, "
-                 f"{bounded_c}, .post = {'&post' if post is not None else 'NULL'}}};")
+                 f"{bounded_c}, .post = {'&post' if post is not None else 'NULL'}, "
+                 f".residual_split = {split_c}}};")
     return lines
 
 
@@ -309,7 +317,8 @@ def conv(lw: Lowering, node) -> None:
         return wide_conv(lw, node, x, tx, w, p, out, out_t, wdesc, group, za)
     reads = [x] + ([residual.other] if residual else [])
     if dw:
-        return depthwise(lw, node, x, w, p, out, out_t, wdesc, za, taps, residual, reads, post)
+        return depthwise(lw, node, x, w, p, out, out_t, wdesc, win, za, taps, residual, reads,
+                         post)
     # weights as rows [m, taps * cg] in (tap, channel) order, matching im2col, whose rows
     # are padded to a multiple of 4 with the zero point (zero weights there)
     w2 = w.transpose(0, 2, 3, 1).reshape(m, taps * cg)
@@ -374,8 +383,29 @@ def quad_weights(centred: np.ndarray) -> np.ndarray:
     return out.reshape(-1)
 
 
-def depthwise(lw: Lowering, node, x, w, p: params.Product, out, out_t, wdesc, za, taps,
-              residual: Residual | None, reads: list[Tensor],
+DW_TAPS, DW_COLUMNS = 0, 1
+
+
+def quad_taps(kh: int, kw: int) -> np.ndarray:
+    """The kernel taps (row-major indices, -1 for a zero weight) in lb_dwconv's LB_DW_COLUMNS
+    order (lowbit_rt.h): for each kernel column, its kh <= 4 rows' taps, padded to 4."""
+    return np.array([ky * kw + dx if ky < kh else -1 for dx in range(kw) for ky in range(4)],
+                    np.int64)
+
+
+def quad_order(win: Window) -> int:
+    """The tap order of the VNNI depthwise kernel's weights for window `win`: columns (an
+    input pixel interleaved once per output row, not once per 4 taps of each output pixel)
+    where the kernel takes them and they need no more products than row-major taps: kh <= 4
+    rows and kw <= ceil(kh kw / 4) (3 x 3: 3 column quads as 3 row-major ones)."""
+    (kh, kw), (_, sw), (_, dw) = win.kernel, win.strides, win.dilations
+    if kh <= 4 and kw <= min(8, -(-kh * kw // 4)) and sw <= 2 and dw <= 2:
+        return DW_COLUMNS
+    return DW_TAPS
+
+
+def depthwise(lw: Lowering, node, x, w, p: params.Product, out, out_t, wdesc, win: Window,
+              za, taps, residual: Residual | None, reads: list[Tensor],
               post: PostStage | None = None) -> None:
     c = w.shape[0]
     centred = (w.reshape(c, taps).astype(np.int64) - p.w_zero[:, None]).T  # [taps, c]
@@ -384,15 +414,15 @@ def depthwise(lw: Lowering, node, x, w, p: params.Product, out, out_t, wdesc, za
         offset = offset + p.bias
     code = [*epilogue(lw, p, out_t, c, packing.wrap_int32(offset), None, out, residual,
                       raw_bound(centred.T), post),
-            *depthwise_code(lw, centred, c, za, wdesc, x, out)]
+            *depthwise_code(lw, centred, c, za, wdesc, win, x, out)]
     kh, kw = w.shape[2:]
     lw.prog.step(f"{node.name}: depthwise Conv {kh}x{kw}, {c} channels"
                  f"{' + ' + residual.node.name if residual else ''}{post_names(post)}", code,
                  reads, [out])
 
 
-def depthwise_code(lw: Lowering, centred: np.ndarray, c: int, za: int, wdesc: str, x: Tensor,
-                   out: Tensor) -> list[str]:
+def depthwise_code(lw: Lowering, centred: np.ndarray, c: int, za: int, wdesc: str,
+                   win: Window, x: Tensor, out: Tensor) -> list[str]:
     """C lines running lb_dwconv with centred weights [taps, c] and the epilogue `ep`."""
     # the portable kernel reads `plain`, the AVX-512 one `pairs`: a bundle keeps its target's
     plain, pairs = "NULL", "NULL"
@@ -400,11 +430,18 @@ def depthwise_code(lw: Lowering, centred: np.ndarray, c: int, za: int, wdesc: st
         plain = lw.prog.data(centred.astype(np.int16), "weights")
     if "vnni" in lw.isas:
         pairs = lw.prog.data(pair_weights(centred.astype(np.int16)), "weights")
-    quads = "NULL"
+    quads, order = "NULL", DW_TAPS
     if "vnni" in lw.isas and centred.min(initial=0) >= -128 and centred.max(initial=0) <= 127:
-        quads = lw.prog.data(quad_weights(centred), "weights")
+        # the column kernel stores 8-bit codes; 16-bit results take the row-major one
+        order = quad_order(win) if tname(lw, out) == "LB_U8" else DW_TAPS
+        ordered = centred
+        if order == DW_COLUMNS:
+            taps = quad_taps(*win.kernel)
+            ordered = np.where((taps >= 0)[:, None], centred[np.maximum(taps, 0)], 0)
+        quads = lw.prog.data(quad_weights(ordered), "weights")
     zero_row = lw.prog.data(np.full(c, za, np.uint8))
-    return [f"const lb_dwconv conv = {{{wdesc}, {plain}, {pairs}, {zero_row}, ep, {quads}}};",
+    return [f"const lb_dwconv conv = {{{wdesc}, {plain}, {pairs}, {zero_row}, ep, {quads}, "
+            f"{order}}};",
             f"lb_dwconv_run(ctx, &conv, {x.ptr}, {out.ptr});"]
 
 
@@ -553,7 +590,7 @@ def activation_matmul(lw: Lowering, node) -> None:
             f"const lb_qmatmul mm = {{{batch.c()}, {dim_c(m)}, {dim_c(n)}, {dim_c(k)}, {sa}, "
             f"{sb}, {sc}, {tname(lw, a)}, {tname(lw, b)}, 1, {za}, {zb}, {wide}, "
             f"{p.narrow_shift}, {zb_raw}, {{NULL, {zb_c}, {rq}, {tname(lw, out)}, NULL, 0, "
-            f"NULL, NULL, .post = NULL}}}};",
+            f"NULL, NULL, .post = NULL, .residual_split = NULL}}}};",
             f"lb_qmatmul_run(ctx, &mm, {a.ptr}, {b.ptr}, {out.ptr}, (int8_t *){packed.ptr}, "
             f"(int32_t *){offsets.ptr}, (int32_t *){sums.ptr});"]
     lw.prog.step(f"{node.name}: MatMul of activations, {batch.c()} x [{m}x{k}] [{k}x{n}]"

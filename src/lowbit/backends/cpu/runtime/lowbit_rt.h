@@ -182,9 +182,17 @@ typedef struct lb_epilogue {
      *   y = ((clamp(acc + add, lo, hi) >> pre) * scale + cst) >> post
      * with pre, scale, post from rq (p0, p1, p2) and acc the raw sum before col_offset: no
      * clip, zero point or final clamp (the bounds are where the codes saturate). Only set
-     * without col_zb, residual or groups. */
+     * without col_zb or groups (with a residual only together with residual_split). */
     const int32_t *bounded;
     const lb_post *post; /* NULL, or a function of each code before it is stored (lb_post) */
+    /* NULL, or (with `bounded`) the residual Add/Sub of `add` between 8-bit codes in a form
+     * the AVX-512 VNNI product kernels use instead (same results; packing.py residual_split
+     * derives and checks it): 24 int32, for each operand z, mh, ml, k, rk, half, neg, r, then
+     * sub, lo, hi, ad, cst, pre, scale, post. With q an operand's code (the product's from
+     * `bounded`, the residual's) and d = q - z:
+     *   h = d * mh + ((d * ml + rk) >> k);  a = (h + half + ((h >> 31) & neg)) >> r
+     *   s = a_1 + a_2 (sub: a_1 - a_2);  out = ((clamp(s + ad, lo, hi) >> pre) * scale + cst) >> post */
+    const int32_t *residual_split;
 } lb_epilogue;
 
 /* C[m, n] = epilogue(sum_k A[m, k] * B[k, n]) for m < M, n < N, with A uint8 (row stride lda)
@@ -360,7 +368,16 @@ typedef struct lb_dwconv {
     lb_epilogue ep;
     const int8_t *w_quads; /* or NULL: int8 weights for the AVX-512 VNNI kernel, per 32
                             * channels per 4 taps (packing.py quad_weights) */
+    /* The order of the taps in w_quads (ops_quant.py quad_taps):
+     *   LB_DW_TAPS (0): row-major taps, 4 at a time;
+     *   LB_DW_COLUMNS (1): kernels of at most 4 rows: for each kernel column, its rows' taps
+     *     (zero weights past kh). The kernel then interleaves each input pixel's rows once per
+     *     output row instead of once per 4 taps of each output pixel (stride <= 2,
+     *     dilation <= 2, kernel width <= 8). */
+    int32_t quad_order;
 } lb_dwconv;
+
+enum lb_dw_order { LB_DW_TAPS = 0, LB_DW_COLUMNS = 1 };
 
 LB_API void lb_dwconv_run(const lb_ctx *ctx, const lb_dwconv *p, const uint8_t *in, void *out);
 

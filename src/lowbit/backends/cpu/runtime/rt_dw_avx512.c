@@ -20,6 +20,7 @@ typedef struct lb_dw512_job {
     const int64_t *offsets;
     int64_t pairs;
     int64_t chunks, chunk_c; /* a task: one output row's channels [k * chunk_c, +chunk_c) */
+    int64_t pix; /* column quads (lb_dwv_row): output pixels per chunk */
 } lb_dw512_job;
 
 /* Parameters of 16 channels' requantization in registers. */
@@ -348,6 +349,135 @@ LB_V512 void lb_dwq_row(const lb_dw512_job *j, int64_t t, const int METHOD, cons
     }
 }
 
+/* ---- column quads (lb_dwconv.quad_order LB_DW_COLUMNS, kernels of at most 4 rows) ---------
+ * For a chunk of output pixels of one output row and 32 channels, each input column the chunk
+ * reads is interleaved once (the kernel rows' bytes of a channel in one int32 lane, lane order
+ * as above, rows past kh reading the zero row with zero weights) into `vbuf`; an output pixel's taps of kernel column dx are
+ * then the vector at its column + dx * dw, multiplied by the packed weights without further
+ * shuffles. Interleaving costs 8 shuffles per input column instead of 8 per 4 taps of every
+ * output pixel (3 x 3: 24). */
+#define LB_DWV_COLS 80
+
+/* The 4 interleaved vectors of 32 channels of the bytes at p0..p3 (masked by k). */
+LB_V512 void lb_dwv_interleave(const uint8_t *p0, const uint8_t *p1, const uint8_t *p2,
+                               const uint8_t *p3, __mmask32 k, __m256i *dst) {
+    __m256i x0 = _mm256_maskz_loadu_epi8(k, p0), x1 = _mm256_maskz_loadu_epi8(k, p1);
+    __m256i x2 = _mm256_maskz_loadu_epi8(k, p2), x3 = _mm256_maskz_loadu_epi8(k, p3);
+    __m256i l01 = _mm256_unpacklo_epi8(x0, x1), h01 = _mm256_unpackhi_epi8(x0, x1);
+    __m256i l23 = _mm256_unpacklo_epi8(x2, x3), h23 = _mm256_unpackhi_epi8(x2, x3);
+    _mm256_store_si256(dst, _mm256_unpacklo_epi16(l01, l23));
+    _mm256_store_si256(dst + 1, _mm256_unpackhi_epi16(l01, l23));
+    _mm256_store_si256(dst + 2, _mm256_unpacklo_epi16(h01, h23));
+    _mm256_store_si256(dst + 3, _mm256_unpackhi_epi16(h01, h23));
+}
+
+/* One quad: the 4 interleaved vectors at v times the 128 weight bytes at wg, as two 512-bit
+ * products (accumulators 0-1 and 2-3: a 512-bit `vpdpbusd` costs no more than a 256-bit one
+ * here, the products bound this loop). */
+#define LB_DWV_QUAD(v, wg)                                                                  \
+    do {                                                                                    \
+        a01 = _mm512_dpbusd_epi32(a01, _mm512_load_si512((const void *)(v)),                \
+                                  _mm512_loadu_si512((const void *)(wg)));                  \
+        a23 = _mm512_dpbusd_epi32(a23, _mm512_load_si512((const void *)((v) + 2)),          \
+                                  _mm512_loadu_si512((const void *)((wg) + 64)));           \
+    } while (0)
+
+/* The requantized codes of one pixel's 32 channels (accumulators a0..a3 in the lane order
+ * above) stored under mask k. */
+LB_V512 void lb_dwv_store(const lb_dwbq *b01, const lb_dwbq *b23, const lb_dwrq *r01,
+                          const lb_dwrq *r23, __m512i qmin, __m512i qmax, __m512i x01,
+                          __m512i x23, uint8_t *dst, __mmask32 k, const int METHOD) {
+    const __m512i order = _mm512_setr_epi32(0, 8, 1, 9, 4, 12, 5, 13, 2, 3, 6, 7, 10, 11, 14, 15);
+    __m512i y01, y23;
+    if (METHOD == LB_DW_BOUNDED) {
+        y01 = lb_dwbq_apply(b01, x01);
+        y23 = lb_dwbq_apply(b23, x23);
+    } else {
+        y01 = lb_dwrq_apply(r01, x01, qmin, qmax, METHOD);
+        y23 = lb_dwrq_apply(r23, x23, qmin, qmax, METHOD);
+    }
+    __m512i w16 = _mm512_packus_epi32(y01, y23);
+    _mm256_mask_storeu_epi8(dst, k, _mm512_castsi512_si256(_mm512_permutexvar_epi32(
+                                        order, _mm512_packus_epi16(w16, w16))));
+}
+
+/* KWc: the kernel width as a constant (0: read from the window). */
+LB_V512 void lb_dwv_row(const lb_dw512_job *j, int64_t t, const int METHOD, const int KWc) {
+    const lb_dwconv *p = j->p;
+    const lb_window *w = &p->win;
+    const lb_epilogue *ep = &p->ep;
+    int64_t row = t / j->chunks, n = row / w->oh, oy = row % w->oh;
+    int64_t c = w->c, c_lo = (t % j->chunks) * j->chunk_c, c_hi = LB_MIN(c, c_lo + j->chunk_c);
+    const int64_t kw = KWc ? KWc : w->kw, kh = w->kh;
+    const int64_t sw = w->sw, dw = w->dw, ih = w->ih, iw = w->iw;
+    uint8_t *const out = (uint8_t *)j->tile.C;
+    const uint8_t *const img = j->in + n * ih * iw * c, *const zero = p->zero_row;
+    const int64_t iy0 = oy * w->sh - w->pt;
+    __attribute__((aligned(64))) __m256i vbuf[LB_DWV_COLS * 4];
+    /* the input rows of each kernel row (NULL: outside the image) */
+    const uint8_t *rows[4] = {NULL, NULL, NULL, NULL};
+    for (int64_t ky = 0; ky < kh; ky++) {
+        int64_t iy = iy0 + ky * w->dh;
+        rows[ky] = iy >= 0 && iy < ih ? img + iy * iw * c : NULL;
+    }
+    const int64_t quads = kw;
+    const __m512i qmin = _mm512_set1_epi32(ep->rq.qmin), qmax = _mm512_set1_epi32(ep->rq.qmax);
+    for (int64_t ox0 = 0; ox0 < w->ow; ox0 += j->pix) {
+        const int64_t count = LB_MIN(j->pix, w->ow - ox0), ix0 = ox0 * sw - w->pl;
+        const int64_t nv = (count - 1) * sw + (kw - 1) * dw + 1;
+        for (int64_t c0 = c_lo; c0 < c_hi; c0 += 32) {
+            __mmask32 k = c - c0 >= 32 ? (__mmask32)0xFFFFFFFFu
+                                       : (__mmask32)((1u << (c - c0)) - 1u);
+            for (int64_t x = 0; x < nv; x++) {
+                int64_t ix = ix0 + x;
+                int inside = ix >= 0 && ix < iw;
+                const uint8_t *q[4];
+                for (int i = 0; i < 4; i++)
+                    q[i] = (inside && rows[i] ? rows[i] + ix * c : zero) + c0;
+                lb_dwv_interleave(q[0], q[1], q[2], q[3], k, vbuf + x * 4);
+            }
+            const int8_t *wq = p->w_quads + (c0 / 32) * quads * 128;
+            lb_dwrq r01, r23;
+            lb_dwbq b01, b23;
+            if (METHOD == LB_DW_BOUNDED) {
+                memset(&r01, 0, sizeof(r01));
+                memset(&r23, 0, sizeof(r23));
+                b01 = lb_dwbq_gather(ep, c0, k, 0);
+                b23 = lb_dwbq_gather(ep, c0, k, 2);
+            } else {
+                memset(&b01, 0, sizeof(b01));
+                memset(&b23, 0, sizeof(b23));
+                r01 = lb_dwrq_gather(ep, c0, k, 0, METHOD);
+                r23 = lb_dwrq_gather(ep, c0, k, 2, METHOD);
+            }
+            for (int64_t i = 0; i < count; i++) {
+                const __m256i *v = vbuf + i * sw * 4;
+                __m512i a01 = _mm512_setzero_si512(), a23 = a01;
+                for (int64_t dx = 0; dx < kw; dx++)
+                    LB_DWV_QUAD(v + dx * dw * 4, wq + dx * 128);
+                int64_t m = (n * w->oh + oy) * w->ow + ox0 + i;
+                lb_dwv_store(&b01, &b23, &r01, &r23, qmin, qmax, a01, a23, out + m * c + c0,
+                             k, METHOD);
+            }
+        }
+    }
+}
+
+/* Column-quad kernels: METHOD x {3 x 3, any}. */
+#define LB_DWV_FN(NAME, M, KW)                                                           \
+    LB_TARGET_AVX512 static void lb_dwv_##NAME(void *arg, int64_t t, int worker) {      \
+        (void)worker;                                                                   \
+        lb_dwv_row((const lb_dw512_job *)arg, t, M, KW);                                \
+    }
+#define LB_DWV_SHAPES(NAME, M) \
+    LB_DWV_FN(NAME##_3, M, 3) LB_DWV_FN(NAME##_any, M, 0)
+LB_DWV_SHAPES(q31, LB_RQ_Q31)
+LB_DWV_SHAPES(prescale, LB_RQ_PRESCALE)
+LB_DWV_SHAPES(bounded, LB_DW_BOUNDED)
+static const lb_task_fn lb_dwv_fns[3][2] = {{lb_dwv_q31_3, lb_dwv_q31_any},
+                                             {lb_dwv_prescale_3, lb_dwv_prescale_any},
+                                             {lb_dwv_bounded_3, lb_dwv_bounded_any}};
+
 #define LB_DWQ_FN(NAME, METHOD, OUT)                                            \
     LB_TARGET_AVX512 static void NAME(void *arg, int64_t t, int worker) {       \
         (void)worker;                                                           \
@@ -430,14 +560,19 @@ LB_TARGET_AVX512 void lb_dwconv_avx512(const lb_ctx *ctx, const lb_dwconv *p,
     if ((method == LB_RQ_Q31 || method == LB_RQ_PRESCALE) &&
         (otype == LB_U8 || otype == LB_I16 || otype == LB_U16) && !ep->post)
         fn = lb_dw512_fns[method][otype != LB_U8][ep->residual != NULL];
-    if (p->w_quads && otype == LB_U8 && !ep->residual && !ep->post &&
-        w->kh * w->kw <= LB_DW_MAX_TAPS)
-        fn = method == LB_RQ_Q31                          ? lb_dwq_q31
-             : method == LB_RQ_PRESCALE && ep->bounded ? lb_dwq_bounded
-             : method == LB_RQ_PRESCALE                ? lb_dwq_prescale
-                                                       : fn;
-    if (p->w_quads && (otype == LB_I16 || otype == LB_U16) && !ep->residual && !ep->post &&
-        w->kh * w->kw <= LB_DW_MAX_TAPS && (method == LB_RQ_Q31 || method == LB_RQ_PRESCALE))
+    int quads_ok = p->w_quads && !ep->residual && !ep->post &&
+                   w->kh * w->kw <= LB_DW_MAX_TAPS &&
+                   (method == LB_RQ_Q31 || method == LB_RQ_PRESCALE);
+    int form = method == LB_RQ_Q31 ? 0 : ep->bounded ? 2 : 1;
+    if (quads_ok && otype == LB_U8 && p->quad_order == LB_DW_TAPS)
+        fn = form == 0 ? lb_dwq_q31 : form == 2 ? lb_dwq_bounded : lb_dwq_prescale;
+    if (quads_ok && otype == LB_U8 && p->quad_order != LB_DW_TAPS) {
+        /* the code generator checked kh <= 4, kw <= 8, sw, dw <= 2: pix >= 32 */
+        j.pix = LB_MIN(32, (LB_DWV_COLS - 1 - (w->kw - 1) * w->dw) / w->sw + 1);
+        int shape = w->kw == 3 ? 0 : 1;
+        fn = lb_dwv_fns[form][shape];
+    }
+    if (quads_ok && (otype == LB_I16 || otype == LB_U16) && p->quad_order == LB_DW_TAPS)
         fn = otype == LB_I16 ? (method == LB_RQ_Q31 ? lb_dwq_q31_i16 : lb_dwq_prescale_i16)
                              : (method == LB_RQ_Q31 ? lb_dwq_q31_u16 : lb_dwq_prescale_u16);
     /* few output rows (7 x 7 images): channel blocks split too, for 4 tasks per thread */

@@ -117,11 +117,73 @@ LB_V512 __m512i lb_bounded_v512(__m512i x, __m512i lo, __m512i hi, __m512i add, 
     return _mm512_srav_epi32(_mm512_add_epi32(_mm512_mullo_epi32(x, scale), cst), post);
 }
 
+/* One operand of lb_epilogue.residual_split in registers (its aligned value from a code). */
+typedef struct lb_split512 {
+    __m512i z, mh, ml, rk, half, neg;
+    __m128i k, r;
+} lb_split512;
+
+LB_V512 lb_split512 lb_split_load(const int32_t *p) {
+    lb_split512 v;
+    v.z = _mm512_set1_epi32(p[0]);
+    v.mh = _mm512_set1_epi32(p[1]);
+    v.ml = _mm512_set1_epi32(p[2]);
+    v.k = _mm_cvtsi32_si128(p[3]);
+    v.rk = _mm512_set1_epi32(p[4]);
+    v.half = _mm512_set1_epi32(p[5]);
+    v.neg = _mm512_set1_epi32(p[6]);
+    v.r = _mm_cvtsi32_si128(p[7]);
+    return v;
+}
+
+LB_V512 __m512i lb_split_apply(const lb_split512 *v, __m512i q) {
+    __m512i d = _mm512_sub_epi32(q, v->z);
+    __m512i lo = _mm512_sra_epi32(_mm512_add_epi32(_mm512_mullo_epi32(d, v->ml), v->rk), v->k);
+    __m512i h = _mm512_add_epi32(_mm512_mullo_epi32(d, v->mh), lo);
+    h = _mm512_add_epi32(_mm512_add_epi32(h, v->half),
+                         _mm512_and_si512(_mm512_srai_epi32(h, 31), v->neg));
+    return _mm512_sra_epi32(h, v->r);
+}
+
+/* The whole residual Add of lb_epilogue.residual_split in registers. */
+typedef struct lb_resadd512 {
+    lb_split512 a1, a2;
+    __m512i lo, hi, ad, cst, scale;
+    __m128i pre, post;
+    int sub;
+} lb_resadd512;
+
+LB_V512 lb_resadd512 lb_resadd_load(const int32_t *p) {
+    lb_resadd512 v;
+    v.a1 = lb_split_load(p);
+    v.a2 = lb_split_load(p + 8);
+    v.sub = p[16];
+    v.lo = _mm512_set1_epi32(p[17]);
+    v.hi = _mm512_set1_epi32(p[18]);
+    v.ad = _mm512_set1_epi32(p[19]);
+    v.cst = _mm512_set1_epi32(p[20]);
+    v.pre = _mm_cvtsi32_si128(p[21]);
+    v.scale = _mm512_set1_epi32(p[22]);
+    v.post = _mm_cvtsi32_si128(p[23]);
+    return v;
+}
+
+/* Codes of the Add of 16 product codes y and 16 residual bytes r. */
+LB_V512 __m512i lb_resadd_apply(const lb_resadd512 *v, __m512i y, __m128i r) {
+    __m512i a1 = lb_split_apply(&v->a1, y);
+    __m512i a2 = lb_split_apply(&v->a2, _mm512_cvtepu8_epi32(r));
+    __m512i s = v->sub ? _mm512_sub_epi32(a1, a2) : _mm512_add_epi32(a1, a2);
+    s = _mm512_min_epi32(_mm512_max_epi32(_mm512_add_epi32(s, v->ad), v->lo), v->hi);
+    s = _mm512_sra_epi32(s, v->pre);
+    return _mm512_sra_epi32(_mm512_add_epi32(_mm512_mullo_epi32(s, v->scale), v->cst), v->post);
+}
+
 /* The bounded epilogue of column block v of a tile's MR rows (y0..y5; those past MR
- * unused), straight from the K loop's registers in lb_tile_v512 with FUSED. */
+ * unused), straight from the K loop's registers in lb_tile_v512 with FUSED; with RES, the
+ * residual Add of lb_epilogue.residual_split after it. */
 LB_V512 void lb_fused_block(const lb_gemm_tile *t, int64_t m, int64_t nb, int v, const int MR,
-                            __m512i y0, __m512i y1, __m512i y2, __m512i y3, __m512i y4,
-                            __m512i y5) {
+                            const int RES, __m512i y0, __m512i y1, __m512i y2, __m512i y3,
+                            __m512i y4, __m512i y5) {
     const lb_epilogue *ep = t->ep;
     const int64_t n0 = (nb + v) * 16, ldc = t->ldc;
     uint8_t *const C = (uint8_t *)t->C + m * ldc + n0;
@@ -142,6 +204,15 @@ LB_V512 void lb_fused_block(const lb_gemm_tile *t, int64_t m, int64_t nb, int v,
         LB_FY(y0); LB_FY(y1); LB_FY(y2); LB_FY(y3); LB_FY(y4); LB_FY(y5); /* rows >= MR: unused */
 #undef LB_FY
     }
+    if (RES) {
+        const lb_resadd512 ra = lb_resadd_load(ep->residual_split);
+        const int64_t ldr = ep->ld_residual;
+        const uint8_t *res = ep->residual + m * ldr + n0;
+#define LB_FR(r, y) \
+    if (MR > r) y = lb_resadd_apply(&ra, y, _mm_maskz_loadu_epi8(k, res + r * ldr));
+        LB_FR(0, y0) LB_FR(1, y1) LB_FR(2, y2) LB_FR(3, y3) LB_FR(4, y4) LB_FR(5, y5)
+#undef LB_FR
+    }
     __m512i q = lb_rows4_u8(y0, MR > 1 ? y1 : y0, MR > 2 ? y2 : y0, MR > 3 ? y3 : y0);
     lb_store16_u8(C, _mm512_castsi512_si128(q), k);
     if (MR > 1) lb_store16_u8(C + ldc, _mm512_extracti32x4_epi32(q, 1), k);
@@ -160,8 +231,12 @@ LB_TARGET_AVX512 __attribute__((noinline)) static void lb_epi_bounded(
     const lb_gemm_tile *t, int64_t m, int64_t nb, int mr, int nv, const __m512i *acc) {
     for (int v = 0; v < nv && (nb + v) * 16 < t->N; v++) {
 #define LB_ACC(r) _mm512_load_si512(acc + ((r) < mr ? (r) : mr - 1) * LB_NV + v)
-        lb_fused_block(t, m, nb, v, mr, LB_ACC(0), LB_ACC(1), LB_ACC(2), LB_ACC(3), LB_ACC(4),
-                       LB_ACC(5));
+        if (t->ep->residual) /* rows past mr: neither read nor stored */
+            lb_fused_block(t, m, nb, v, mr, 1, LB_ACC(0), LB_ACC(1), LB_ACC(2), LB_ACC(3),
+                           LB_ACC(4), LB_ACC(5));
+        else
+            lb_fused_block(t, m, nb, v, mr, 0, LB_ACC(0), LB_ACC(1), LB_ACC(2), LB_ACC(3),
+                           LB_ACC(4), LB_ACC(5));
 #undef LB_ACC
     }
 }
@@ -317,8 +392,8 @@ LB_TARGET_AVX512 __attribute__((noinline)) static void lb_tile_epilogue(
             lb_epi_post(t, m, nb, mr, nv, acc);
         return;
     }
-    if (ep->bounded && method == LB_RQ_PRESCALE && out == LB_U8 && !ep->residual &&
-        !ep->col_zb) {
+    if (ep->bounded && method == LB_RQ_PRESCALE && out == LB_U8 &&
+        (!ep->residual || ep->residual_split) && !ep->col_zb) {
         lb_epi_bounded(t, m, nb, mr, nv, acc);
         return;
     }
@@ -382,7 +457,7 @@ LB_V512 int32_t lb_load_a4(const uint8_t *p) {
 }
 
 LB_V512 void lb_tile_v512(const lb_gemm_tile *t, int64_t m, int64_t nb, const int MR,
-                          const int NV, __m512i *out, const int FUSED) {
+                          const int NV, __m512i *out, const int FUSED, const int RES) {
     const int64_t k4 = t->B->k4, kfull = t->K / 4;
     /* the last 1-3 steps of K (if any) are added by lb_tile_tail: with them in this function
      * gcc 12 kept the accumulators on the stack */
@@ -398,10 +473,10 @@ LB_V512 void lb_tile_v512(const lb_gemm_tile *t, int64_t m, int64_t nb, const in
         LB_STEP(5, lb_load_a4(a5 + g * 4))
     }
     if (FUSED) { /* the bounded epilogue on the registers (K % 4 == 0) */
-        lb_fused_block(t, m, nb, 0, MR, c00, c10, c20, c30, c40, c50);
-        if (NV > 1) lb_fused_block(t, m, nb, 1, MR, c01, c11, c21, c31, c41, c51);
-        if (NV > 2) lb_fused_block(t, m, nb, 2, MR, c02, c12, c22, c32, c42, c52);
-        if (NV > 3) lb_fused_block(t, m, nb, 3, MR, c03, c13, c23, c33, c43, c53);
+        lb_fused_block(t, m, nb, 0, MR, RES, c00, c10, c20, c30, c40, c50);
+        if (NV > 1) lb_fused_block(t, m, nb, 1, MR, RES, c01, c11, c21, c31, c41, c51);
+        if (NV > 2) lb_fused_block(t, m, nb, 2, MR, RES, c02, c12, c22, c32, c42, c52);
+        if (NV > 3) lb_fused_block(t, m, nb, 3, MR, RES, c03, c13, c23, c33, c43, c53);
         return;
     }
     LB_STORE(0) LB_STORE(1) LB_STORE(2) LB_STORE(3) LB_STORE(4) LB_STORE(5)
@@ -428,11 +503,15 @@ typedef void (*lb_tile_fn)(const lb_gemm_tile *, int64_t, int64_t, __m512i *);
 #define LB_TILE_FN(MR, NV)                                                              \
     LB_TARGET_AVX512 __attribute__((noinline)) static void lb_tile_##MR##_##NV(         \
         const lb_gemm_tile *t, int64_t m, int64_t nb, __m512i *out) {                 \
-        lb_tile_v512(t, m, nb, MR, NV, out, 0);                                       \
+        lb_tile_v512(t, m, nb, MR, NV, out, 0, 0);                                    \
     }                                                                                 \
     LB_TARGET_AVX512 __attribute__((noinline)) static void lb_fused_##MR##_##NV(        \
         const lb_gemm_tile *t, int64_t m, int64_t nb, __m512i *out) {                 \
-        lb_tile_v512(t, m, nb, MR, NV, out, 1);                                       \
+        lb_tile_v512(t, m, nb, MR, NV, out, 1, 0);                                    \
+    }                                                                                 \
+    LB_TARGET_AVX512 __attribute__((noinline)) static void lb_fusedres_##MR##_##NV(     \
+        const lb_gemm_tile *t, int64_t m, int64_t nb, __m512i *out) {                 \
+        lb_tile_v512(t, m, nb, MR, NV, out, 1, 1);                                    \
     }
 #define LB_TILE_ROW(MR) LB_TILE_FN(MR, 1) LB_TILE_FN(MR, 2) LB_TILE_FN(MR, 3) LB_TILE_FN(MR, 4)
 LB_TILE_ROW(1)
@@ -450,20 +529,27 @@ static const lb_tile_fn lb_tiles[LB_MR][LB_NV] = {LB_TILE_NAMES(1), LB_TILE_NAME
 static const lb_tile_fn lb_fused[LB_MR][LB_NV] = {LB_FUSED_NAMES(1), LB_FUSED_NAMES(2),
                                                   LB_FUSED_NAMES(3), LB_FUSED_NAMES(4),
                                                   LB_FUSED_NAMES(5), LB_FUSED_NAMES(6)};
+#define LB_FUSEDRES_NAMES(MR) \
+    {lb_fusedres_##MR##_1, lb_fusedres_##MR##_2, lb_fusedres_##MR##_3, lb_fusedres_##MR##_4}
+static const lb_tile_fn lb_fusedres[LB_MR][LB_NV] = {
+    LB_FUSEDRES_NAMES(1), LB_FUSEDRES_NAMES(2), LB_FUSEDRES_NAMES(3),
+    LB_FUSEDRES_NAMES(4), LB_FUSEDRES_NAMES(5), LB_FUSEDRES_NAMES(6)};
 
 LB_TARGET_AVX512 void lb_gemm_block_avx512(const lb_gemm_tile *t, int64_t m0, int64_t m1,
                                            int64_t nb0, int64_t nb1) {
     __attribute__((aligned(64))) __m512i acc[LB_MR * LB_NV];
     const lb_epilogue *ep = t->ep;
     /* the bounded epilogue straight from the K loop's registers */
-    const int fused = ep->bounded && !ep->post && ep->rq.method == LB_RQ_PRESCALE && ep->out_type == LB_U8 &&
-                      !ep->residual && !ep->col_zb && t->K % 4 == 0;
+    const int fused = ep->bounded && !ep->post && ep->rq.method == LB_RQ_PRESCALE &&
+                      ep->out_type == LB_U8 && (!ep->residual || ep->residual_split) &&
+                      !ep->col_zb && t->K % 4 == 0;
+    const lb_tile_fn(*fused_fns)[LB_NV] = ep->residual ? lb_fusedres : lb_fused;
     for (int64_t nb = nb0; nb < nb1; nb += LB_NV) {
         int nv = (int)LB_MIN(LB_NV, nb1 - nb);
         for (int64_t m = m0; m < m1; m += LB_MR) {
             int mr = (int)LB_MIN(LB_MR, m1 - m);
             if (fused) {
-                lb_fused[mr - 1][nv - 1](t, m, nb, acc);
+                fused_fns[mr - 1][nv - 1](t, m, nb, acc);
                 continue;
             }
             lb_tiles[mr - 1][nv - 1](t, m, nb, acc);
