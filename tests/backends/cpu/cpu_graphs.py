@@ -343,3 +343,21 @@ def transpose_case(g, rng, feeds, tag):
     x = g.add_input(f"x_{tag}", TensorType(dt, shape))
     feeds[x.name] = (rng.standard_normal(shape) * 50).astype(dt.np_dtype)
     return add_node(g, "Transpose", [x], {"perm": [int(i) for i in rng.permutation(nd)]})
+
+
+def assert_bit_exact_on_every_isa(g: Graph, feeds: dict):
+    """Compile `g` for each ISA path, run it on `feeds` and assert every output equals the
+    reference interpreter's bit for bit; the last ISA's executable is returned."""
+    from cpu_kernels import ISAS
+
+    import lowbit
+    from lowbit.backends import cpu
+
+    ref = lowbit.run(g, feeds)
+    exe = None
+    for isa in ISAS:
+        exe = cpu.compile(g, isa=isa)
+        got = exe(feeds)
+        for name, want in ref.items():
+            np.testing.assert_array_equal(got[name], want, err_msg=f"{name} on {isa}")
+    return exe

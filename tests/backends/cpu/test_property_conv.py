@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from cpu_graphs import conv_case, graph_of_cases
+from cpu_graphs import assert_bit_exact_on_every_isa, conv_case, graph_of_cases
 from cpu_kernels import ISAS
 
 import lowbit
@@ -19,12 +19,7 @@ SEEDS = range(20)
 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_random_convolutions_are_bit_exact(seed):
-    g, feeds = graph_of_cases(seed, 75, conv_case)
-    ref = lowbit.run(g, feeds)
-    for isa in ISAS:
-        got = cpu.compile(g, isa=isa)(feeds)
-        for name, want in ref.items():
-            np.testing.assert_array_equal(got[name], want, err_msg=f"{name} on {isa}")
+    assert_bit_exact_on_every_isa(*graph_of_cases(seed, 75, conv_case))
 
 
 def _float_conv_transpose(g, rng, feeds, tag, shape, weight_shape, attrs):

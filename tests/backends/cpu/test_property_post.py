@@ -6,12 +6,19 @@ or end in a Mul that cannot be fused (a non-constant operand), so the fusion mus
 
 from __future__ import annotations
 
-import numpy as np
-from cpu_graphs import I8, I16, U8, add_node, codes, const, conv_case, graph_of_cases, qtype
-from cpu_kernels import ISAS
+from cpu_graphs import (
+    I8,
+    I16,
+    U8,
+    add_node,
+    assert_bit_exact_on_every_isa,
+    codes,
+    const,
+    conv_case,
+    graph_of_cases,
+    qtype,
+)
 
-import lowbit
-from lowbit.backends import cpu
 from lowbit.ir.types import TensorType
 
 
@@ -69,12 +76,6 @@ def post_case(g, rng, feeds, tag):
 def test_convolutions_with_epilogue_post_stages_are_bit_exact():
     fused = 0
     for seed in range(6):
-        g, feeds = graph_of_cases(1000 + seed, 60, post_case)
-        ref = lowbit.run(g, feeds)
-        for isa in ISAS:
-            exe = cpu.compile(g, isa=isa)
-            got = exe(feeds)
-            for name, want in ref.items():
-                np.testing.assert_array_equal(got[name], want, err_msg=f"{name} on {isa}")
+        exe = assert_bit_exact_on_every_isa(*graph_of_cases(1000 + seed, 60, post_case))
         fused += sum(" then " in s for s in exe.compiled()[0].steps)
     assert fused >= 20  # so many convolutions computed a table or Mul in their epilogue

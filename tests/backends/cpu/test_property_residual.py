@@ -7,13 +7,18 @@ reference's, bit for bit: real models cover the fused path only for their own sh
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
-from cpu_graphs import I8, U8, add_node, codes, conv_case, graph_of_cases, qtype, random_attrs
-from cpu_kernels import ISAS
-
-import lowbit
-from lowbit.backends import cpu
+from cpu_graphs import (
+    I8,
+    U8,
+    add_node,
+    assert_bit_exact_on_every_isa,
+    codes,
+    conv_case,
+    graph_of_cases,
+    qtype,
+    random_attrs,
+)
 
 
 def residual_case(g, rng, feeds, tag):
@@ -45,10 +50,4 @@ def residual_case(g, rng, feeds, tag):
 
 @pytest.mark.parametrize("seed", range(6))
 def test_random_convolutions_with_a_residual_are_bit_exact(seed):
-    g, feeds = graph_of_cases(3000 + seed, 60, residual_case)
-    ref = lowbit.run(g, feeds)
-    for isa in ISAS:
-        exe = cpu.compile(g, isa=isa)
-        got = exe(feeds)
-        for name, want in ref.items():
-            np.testing.assert_array_equal(got[name], want, err_msg=f"{name} on {isa}")
+    assert_bit_exact_on_every_isa(*graph_of_cases(3000 + seed, 60, residual_case))
