@@ -60,6 +60,26 @@ LB_V512 __m512 lb_exp_v(__m512 x) {
     return _mm512_mask_blend_ps(nan, y, x);
 }
 
+/* lb_exp_v for lanes x <= 0 or -inf, never NaN (x - max of a row whose max is finite): the
+ * NaN and overflow blends and the exponent clamp change no such lane (k >= -151 there), so
+ * they are left out; every other step is lb_exp_v's. */
+LB_V512 __m512 lb_exp_nonpos_v(__m512 x) {
+    const __m512 lo = _mm512_set1_ps(LB_EXP_MIN);
+    const __mmask16 under = _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ);
+    const __m512 hi = _mm512_max_ps(x, lo);
+    const __m512 zero = _mm512_setzero_ps();
+    __m512 k = _mm512_roundscale_ps(_mm512_mul_ps(_mm512_add_ps(hi, zero),
+                                                  _mm512_set1_ps(LB_LOG2E)), LB_RNE);
+    __m512 r = _mm512_sub_ps(hi, _mm512_mul_ps(k, _mm512_set1_ps(LB_LN2_HI)));
+    r = _mm512_add_ps(r, zero);
+    r = _mm512_sub_ps(r, _mm512_mul_ps(k, _mm512_set1_ps(LB_LN2_LO)));
+    __m512 p = lb_horner_v(r, lb_exp_c, 7);
+    __m512i ki = _mm512_cvtps_epi32(k);
+    __m512i k1 = _mm512_srai_epi32(ki, 1);
+    __m512 y = _mm512_mul_ps(_mm512_mul_ps(p, lb_pow2_v(k1)), lb_pow2_v(_mm512_sub_epi32(ki, k1)));
+    return _mm512_maskz_mov_ps((__mmask16)~under, y);
+}
+
 /* erfc_scaled's far branch on the lanes of `far` (elsewhere hi + lo are zeroed, since they may
  * leave exp's range), zero outside `inside` (z at or past ERFC_ZERO). */
 LB_V512 __m512 lb_erfc_far_part_v(__m512 a, __m512 z, __mmask16 far, __mmask16 inside) {
@@ -211,6 +231,21 @@ LB_TARGET_AVX512 void lb_softmax_rows_avx512(int64_t r0, int64_t r1, int64_t n, 
         float m = nan ? NAN : _mm512_reduce_max_ps(mv);
         const __m512 vm = _mm512_set1_ps(m);
         __m512 acc = _mm512_setzero_ps();
+        if (m - m == 0.0f) { /* finite max: lb_exp_v's steps that can change a lane */
+            int64_t i = 0;
+            for (; i + 16 <= n; i += 16) {
+                const __m512 e = lb_exp_nonpos_v(_mm512_sub_ps(_mm512_loadu_ps(xr + i), vm));
+                _mm512_storeu_ps(yr + i, e);
+                acc = _mm512_add_ps(acc, e);
+            }
+            if (i < n) {
+                __mmask16 k = lb_tf_mask(n - i);
+                __m512 e = lb_exp_nonpos_v(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, xr + i), vm));
+                e = _mm512_maskz_mov_ps(k, e);
+                _mm512_mask_storeu_ps(yr + i, k, e);
+                acc = _mm512_add_ps(acc, e);
+            }
+        } else
         for (int64_t i = 0; i < n; i += 16) {
             __mmask16 k = lb_tf_mask(n - i);
             __m512 e = lb_exp_v(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, xr + i), vm));
