@@ -194,10 +194,23 @@ LB_TARGET_AVX512 void lb_softmax_rows_avx512(int64_t r0, int64_t r1, int64_t n, 
     }
 }
 
+/* Rows of at most LB_LN_KEEP values keep x - mean (float64) from the second pass for the
+ * third, and gamma and beta are widened to float64 once per call: the same values enter the
+ * same operations. */
+#define LB_LN_KEEP 1024
+
 LB_TARGET_AVX512 void lb_layernorm_rows_avx512(int64_t r0, int64_t r1, int64_t n,
                                                const float *x, int64_t ldx, const float *gamma,
                                                const float *beta, double eps, float *y,
                                                int64_t ldy) {
+    const int keep = n <= LB_LN_KEEP;
+    double dk[LB_LN_KEEP], gk[LB_LN_KEEP], bk[LB_LN_KEEP];
+    const int64_t nfull = n / 16 * 16;
+    if (keep)
+        for (int64_t i = 0; i < n; i++) {
+            gk[i] = (double)gamma[i];
+            bk[i] = beta ? (double)beta[i] : 0.0;
+        }
     for (int64_t r = r0; r < r1; r++) {
         const float *xr = x + r * ldx;
         float *yr = y + r * ldy;
@@ -215,14 +228,38 @@ LB_TARGET_AVX512 void lb_layernorm_rows_avx512(int64_t r0, int64_t r1, int64_t n
             __m512 v = _mm512_maskz_loadu_ps(k, xr + i);
             __m512d d0 = _mm512_sub_pd(_mm512_cvtps_pd(_mm512_castps512_ps256(v)), vmean);
             __m512d d1 = _mm512_sub_pd(_mm512_cvtps_pd(_mm512_extractf32x8_ps(v, 1)), vmean);
-            /* lanes past n add exactly 0 */
-            d0 = _mm512_maskz_mov_pd((__mmask8)(k & 0xFF), d0);
-            d1 = _mm512_maskz_mov_pd((__mmask8)(k >> 8), d1);
+            if (i >= nfull) { /* lanes past n add exactly 0 */
+                d0 = _mm512_maskz_mov_pd((__mmask8)(k & 0xFF), d0);
+                d1 = _mm512_maskz_mov_pd((__mmask8)(k >> 8), d1);
+            }
+            if (keep) {
+                _mm512_mask_storeu_pd(dk + i, (__mmask8)(k & 0xFF), d0);
+                _mm512_mask_storeu_pd(dk + i + 8, (__mmask8)(k >> 8), d1);
+            }
             lo = _mm512_add_pd(lo, _mm512_mul_pd(d0, d0));
             hi = _mm512_add_pd(hi, _mm512_mul_pd(d1, d1));
         }
         const double inv = 1.0 / sqrt(lb_halve16_d(lo, hi) / (double)n + eps);
         const __m512d vinv = _mm512_set1_pd(inv);
+        if (keep) {
+            for (int64_t i = 0; i < n; i += 16) {
+                __mmask16 k = lb_tf_mask(n - i);
+                const __mmask8 k0 = (__mmask8)(k & 0xFF), k1 = (__mmask8)(k >> 8);
+                __m512d y0 = _mm512_mul_pd(_mm512_mul_pd(_mm512_maskz_loadu_pd(k0, dk + i), vinv),
+                                           _mm512_maskz_loadu_pd(k0, gk + i));
+                __m512d y1 = _mm512_mul_pd(
+                    _mm512_mul_pd(_mm512_maskz_loadu_pd(k1, dk + i + 8), vinv),
+                    _mm512_maskz_loadu_pd(k1, gk + i + 8));
+                if (beta) {
+                    y0 = _mm512_add_pd(y0, _mm512_maskz_loadu_pd(k0, bk + i));
+                    y1 = _mm512_add_pd(y1, _mm512_maskz_loadu_pd(k1, bk + i + 8));
+                }
+                __m512 out = _mm512_insertf32x8(_mm512_castps256_ps512(_mm512_cvtpd_ps(y0)),
+                                                _mm512_cvtpd_ps(y1), 1);
+                _mm512_mask_storeu_ps(yr + i, k, out);
+            }
+            continue;
+        }
         for (int64_t i = 0; i < n; i += 16) {
             __mmask16 k = lb_tf_mask(n - i);
             __m512 v = _mm512_maskz_loadu_ps(k, xr + i), g = _mm512_maskz_loadu_ps(k, gamma + i);
