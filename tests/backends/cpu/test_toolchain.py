@@ -119,3 +119,65 @@ def test_processes_wanting_one_library_build_it_once(tmp_path, monkeypatch):
         t.join()
     assert runs.read_text() == "x"
     assert got[0] == got[1] and got[0].read_text() == "library"
+
+
+def _python_build(size: int):
+    """A build command writing a `size`-byte library (no compiler needed)."""
+    def command(out: Path) -> list[str]:
+        return [sys.executable, "-c",
+                f"import sys; open(sys.argv[1], 'wb').write(bytes({size}))", str(out)]
+    return command
+
+
+def _entries(root: Path) -> set[str]:
+    return {p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")}
+
+
+@pytest.fixture
+def small_cache(tmp_path, monkeypatch):
+    from lowbit.backends.cpu import cache_limit
+
+    monkeypatch.setenv("LOWBIT_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("LOWBIT_CACHE_MAX_MB", "1")
+    monkeypatch.setattr(cache_limit, "CHECK_INTERVAL", 0.0)
+    return tmp_path / "cache" / "cpu"
+
+
+def test_the_cache_stays_under_its_limit_dropping_least_recently_used(small_cache):
+    """Entries of ~0.3 MB under a 1 MB limit: the fourth makes the cache too large, and it
+    shrinks to 3/4 of the limit by dropping the two entries used longest ago."""
+    keys = [f"{i:02d}" * 32 for i in range(4)]
+    build = _python_build(300_000)
+    for key in keys[:3]:
+        toolchain._cached_build(key, "lib.so", build, what="a test")
+    assert len(_entries(small_cache)) == 3
+    toolchain._cached_build(keys[0], "lib.so", build, what="a test")  # used again
+    toolchain._cached_build(keys[3], "lib.so", build, what="a test")
+    assert _entries(small_cache) == {keys[0][:32], keys[3][:32]}
+    # an evicted entry is simply built again
+    again = toolchain._cached_build(keys[1], "lib.so", build, what="a test")
+    assert again.stat().st_size == 300_000
+
+
+def test_lock_files_are_bounded_and_old_ones_removed(small_cache):
+    small_cache.mkdir(parents=True)
+    legacy = small_cache / f".{'ab' * 16}.lock"  # one per entry, as older versions left them
+    legacy.write_text("")
+    for i in range(5):
+        toolchain._cached_build(f"{i:x}0" * 32, "lib.so", _python_build(10), what="a test")
+    locks = sorted(p.name for p in small_cache.iterdir() if "lock" in p.name)
+    assert locks == [f".lock-{i:x}0" for i in range(5)] and not legacy.exists()
+
+
+@pytest.mark.parametrize("value", ["lots", "-5", "nan"])
+def test_a_malformed_cache_limit_is_refused_by_name(small_cache, monkeypatch, value):
+    monkeypatch.setenv("LOWBIT_CACHE_MAX_MB", value)
+    with pytest.raises(toolchain.LowbitError, match="LOWBIT_CACHE_MAX_MB"):
+        toolchain._cached_build("cd" * 32, "lib.so", _python_build(10), what="a test")
+
+
+def test_a_zero_cache_limit_keeps_everything(small_cache, monkeypatch):
+    monkeypatch.setenv("LOWBIT_CACHE_MAX_MB", "0")
+    for i in range(4):
+        toolchain._cached_build(f"{i:x}1" * 32, "lib.so", _python_build(400_000), what="a test")
+    assert len(_entries(small_cache)) == 4

@@ -11,8 +11,9 @@ sources, the flags, the compiler's identity and the CPU's features. An entry is 
 temporary folder and renamed into place; its `ok` file records the library's SHA-256, so a
 corrupted entry (truncated, edited, half-deleted) is detected and rebuilt. Processes that want
 the same entry at the same time (pytest-xdist workers, a Dask cluster's) take turns on a lock
-file beside it, so it is built once. A failed build raises `CompileError` naming the log file
-that holds the compiler's output.
+file (one of 256, chosen by the key), so it is built once. The cache's size is bounded
+(cache_limit: least recently used entries go first). A failed build raises `CompileError`
+naming the log file that holds the compiler's output.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from lowbit.backends.cpu import cache_limit
 from lowbit.errors import LowbitError
 
 RUNTIME_DIR = Path(__file__).resolve().parent / "runtime"
@@ -225,7 +227,7 @@ def _build_lock(root: Path, key: str):
     except ImportError:  # pragma: no cover - not POSIX
         yield
         return
-    with open(root / f".{key[:32]}.lock", "a") as f:
+    with open(root / f".lock-{key[:2]}", "a") as f:
         fcntl.flock(f, fcntl.LOCK_EX)
         try:
             yield
@@ -238,12 +240,15 @@ def _cached_build(key: str, filename: str, command, what: str) -> Path:
     entry = root / key[:32]
     lib = entry / filename
     if _valid(entry, lib):
+        cache_limit.touch(entry)
         return lib
     root.mkdir(parents=True, exist_ok=True)
     with _build_lock(root, key):
         if _valid(entry, lib):  # another process built it while this one waited
             return lib
-        return _build(root, entry, lib, key, filename, command, what)
+        lib = _build(root, entry, lib, key, filename, command, what)
+    cache_limit.shrink(root, keep=entry)
+    return lib
 
 
 def _build(root: Path, entry: Path, lib: Path, key: str, filename: str, command,
@@ -318,6 +323,7 @@ def load_artifact(key: str) -> tuple[dict, bytes] | None:
         meta = json.loads((entry / "meta.json").read_text())
         if meta.get("blob_sha256") != hashlib.sha256(data).hexdigest():
             return None
+        cache_limit.touch(entry)
         return meta, data
     except (OSError, ValueError):
         return None
@@ -342,6 +348,8 @@ def store_artifact(key: str, meta: dict, data: bytes) -> None:
         os.replace(tmp, entry)
     except OSError:
         shutil.rmtree(tmp, ignore_errors=True)
+        return
+    cache_limit.shrink(root, keep=entry)
 
 
 def invalidate(lib: Path) -> None:
