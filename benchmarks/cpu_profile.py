@@ -29,12 +29,14 @@ def quantized(name: str, cache: Path | None):
     from cpu_backend import model_data
 
     if cache is not None and cache.exists():
+        sys.setrecursionlimit(max(sys.getrecursionlimit(), 100_000))
         return pickle.loads(cache.read_bytes())
     src, input_name, calib, x = model_data(name)
     graph = lowbit.load(src)
     q = lowbit.quantize(graph, lowbit.profile(graph, calib, progress=False))
     found = (q, {input_name: x})
-    if cache is not None:
+    if cache is not None:  # a graph's value/node links nest deeply
+        sys.setrecursionlimit(max(sys.getrecursionlimit(), 100_000))
         cache.write_bytes(pickle.dumps(found))
     return found
 

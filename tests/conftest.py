@@ -30,6 +30,12 @@ def _worker_share() -> int | None:
 
 
 def pytest_configure(config) -> None:
+    # `--dist loadfile` hands out whole files; by default pytest-xdist hands out the files with
+    # the most tests first, which puts the real-model files (few tests, minutes each) last, where
+    # one of them runs alone while the other workers are idle. Files go out in the order of
+    # pytest_collection_modifyitems below instead: the real-model files first.
+    if getattr(config.option, "dist", "no") in ("loadfile", "loadscope"):
+        config.option.loadscopereorder = False
     share = _worker_share()
     if share is None:
         return
@@ -43,7 +49,53 @@ def pytest_configure(config) -> None:
     threadpool_limits(limits=share, user_api="blas")
 
 
+def pytest_collection_modifyitems(config, items) -> None:
+    """Files with real-model tests first (see pytest_configure), each file's tests together and
+    in their order; the others keep the collection's order after them."""
+    realmodel = {item.path for item in items if item.get_closest_marker("realmodel")}
+    first = {}
+    for i, item in enumerate(items):
+        first.setdefault(item.path, i)
+    items.sort(key=lambda item: (item.path not in realmodel, first[item.path]))
+
+
 @pytest.fixture(autouse=True)
 def _own_draws(request):
     if isinstance(getattr(request.module, "RNG", None), np.random.Generator):
         request.module.RNG = np.random.default_rng(zlib.crc32(request.node.name.encode()))
+
+
+# -- per-test CPU time (`--cpu-durations FILE`) ---------------------------------------------------
+# Wall-clock durations on a shared machine say more about the neighbours than about the test:
+# this records each test's CPU seconds (this process, its threads, and the subprocesses it waited
+# for: compilers, CLI runs) per phase, one JSON line per test appended to FILE by every worker.
+def pytest_addoption(parser) -> None:
+    parser.addoption("--cpu-durations", metavar="FILE", default=None,
+                     help="append each test's CPU seconds (self + waited-for children) to FILE")
+
+
+def _cpu_seconds() -> float:
+    import resource
+
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    import json
+    import time
+
+    path = item.config.getoption("--cpu-durations")
+    if not path:
+        yield
+        return
+    cpu, wall = _cpu_seconds(), time.perf_counter()
+    yield
+    line = {"test": item.nodeid, "cpu": round(_cpu_seconds() - cpu, 3),
+            "wall": round(time.perf_counter() - wall, 3),
+            "worker": os.environ.get("PYTEST_XDIST_WORKER", "main")}
+    with open(path, "a") as f:
+        f.write(json.dumps(line) + "\n")

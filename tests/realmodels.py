@@ -452,18 +452,24 @@ def ocr_photos(size: int = 320) -> np.ndarray:
 
 
 def ocr_quantized(name: str, data: np.ndarray, tmp: Path, configs: list[dict],
-                  third: int = 0) -> tuple[list[np.ndarray], np.ndarray]:
+                  third: int = 0, profile=None, cache=None) -> tuple[list[np.ndarray],
+                                                                    np.ndarray]:
     """A PP-OCR model's outputs on all of `data` quantized by lowbit with each of `configs`
     (QuantConfig dicts) and by ONNX Runtime's quantize_static (per channel), all calibrated
     on data[third::3]. lowbit's models run on the compiled cpu backend, checked bit for bit
     against the reference interpreter on the first input (the reference alone took most of
-    the detector test's time)."""
+    the detector test's time). `profile(graph, batches)` profiles (default: lowbit.profile
+    without progress) and `cache(compute, *key)` computes ONNX Runtime's outputs (default:
+    compute()); the tests pass tests/shared_profiles.py's cached ones."""
     import lowbit
     from lowbit.quant.config import QuantConfig
 
     graph = lowbit.load(ocr_model(name))
     calib = [{"x": data[i:i + 1]} for i in range(third, len(data), 3)]
-    profile = lowbit.profile(graph, calib, progress=False)
+    if profile is None:
+        profile = lowbit.profile(graph, calib, progress=False)
+    else:
+        profile = profile(graph, calib)
     output = graph.outputs[0].name
     ours = []
     for config in configs:
@@ -471,9 +477,18 @@ def ocr_quantized(name: str, data: np.ndarray, tmp: Path, configs: list[dict],
         run = lowbit.compile(quantized, "cpu")
         ours.append(np.concatenate([run({"x": d[None]})[output] for d in data]))
         np.testing.assert_array_equal(ours[-1][:1], lowbit.run(quantized, {"x": data[:1]})[output])
-    path = Path(tmp) / f"{name}_{third}.ort.onnx"
-    ort_quantize(ocr_model(name), path, calib, per_channel=True)
-    return ours, onnxruntime_outputs(path, data)
+    def peer() -> np.ndarray:
+        path = Path(tmp) / f"{name}_{third}.ort.onnx"
+        ort_quantize(ocr_model(name), path, calib, per_channel=True)
+        return onnxruntime_outputs(path, data)
+
+    if cache is None:
+        return ours, peer()
+    import onnx
+    import onnxruntime
+
+    return ours, cache(peer, "quantize_static QDQ per channel", onnxruntime.__version__,
+                       onnx.__version__, ocr_model(name), [b["x"] for b in calib], data)
 
 
 def ctc_strings(probs: np.ndarray) -> list[tuple[int, ...]]:

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from params_check import check_dump_matches_kernels
 from quant_checks import assert_within_5_percent, entropy_widths
-from shared_profiles import shared_profile
+from shared_profiles import shared_cpu_outputs, shared_profile
 
 import lowbit
 from lowbit.quant.static import quantize
@@ -47,9 +47,9 @@ def cpu_logits(graph, photos) -> np.ndarray:
 @pytest.fixture(scope="module")
 def efficientnet_float_logits(efficientnet_profile):
     """The float model's logits on every photo (cpu backend, checked against the reference on
-    one photo)."""
+    one photo; shared with test_realmodel_budget.py through tests/shared_profiles.py)."""
     photos, graph, _ = efficientnet_profile
-    logits = cpu_logits(graph, photos)
+    logits = shared_cpu_outputs(graph, photos)
     reference = lowbit.run(graph, {"input": photos[:1]})["logits"]
     np.testing.assert_allclose(logits[:1], reference, rtol=1e-5,
                                atol=1e-5 * float(np.abs(reference).max()))

@@ -9,6 +9,7 @@ import onnx
 import onnxruntime as ort
 import pytest
 from quant_checks import int8_codes
+from shared_profiles import shared_profile
 from test_realmodel_dynamic import TEXTS, _embed_each
 
 import lowbit
@@ -32,7 +33,7 @@ def minilm_static():
     """MiniLM and its static quantization with default settings, calibrated on 24 texts."""
     graph = lowbit.load(minilm("eager", "dynamo"))
     calib = [minilm_tokens([t]) for t in MINILM_CALIBRATION_TEXTS]
-    return graph, quantize(graph, lowbit.profile(graph, calib, progress=False))
+    return graph, quantize(graph, shared_profile(graph, calib))
 
 
 def test_minilm_static_defaults_keep_embeddings(tmp_path, minilm_static):

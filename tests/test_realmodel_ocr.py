@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 import onnxruntime as ort
 import pytest
+from shared_profiles import shared_profile, shared_result
 
 import lowbit
 from realmodels import (
@@ -32,9 +33,15 @@ pytestmark = pytest.mark.realmodel
 
 def _quantized(name: str, data: np.ndarray, tmp_path, *configs: dict):
     """(float outputs, lowbit W8A8 outputs for each config (defaults when none is given),
-    ONNX Runtime per-channel QDQ outputs), all calibrated on every third input."""
-    ours, peer = ocr_quantized(name, data, tmp_path, list(configs or ({},)))
-    return onnxruntime_outputs(ocr_model(name), data), ours, peer
+    ONNX Runtime per-channel QDQ outputs), all calibrated on every third input. The profile
+    and ONNX Runtime's outputs are computed once for every run of the same inputs, lowbit and
+    ONNX Runtime (tests/shared_profiles.py); lowbit's quantized models never are."""
+    ours, peer = ocr_quantized(name, data, tmp_path, list(configs or ({},)),
+                               profile=shared_profile, cache=shared_result)
+    model = ocr_model(name)
+    ref = shared_result(lambda: onnxruntime_outputs(model, data), "float outputs",
+                        ort.__version__, model, data)
+    return ref, ours, peer
 
 
 # HardSwish nodes each model spells out in elementwise ops.

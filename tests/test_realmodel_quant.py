@@ -10,6 +10,7 @@ import onnx
 import onnxruntime as ort
 import pytest
 from quant_checks import assert_within_5_percent, entropy_widths, int8_codes
+from shared_profiles import shared_profile
 
 import lowbit
 from lowbit.backends.reference.interpreter import Interpreter
@@ -34,7 +35,7 @@ def mnist_profile(digits):
     x, _ = digits
     graph = lowbit.load(mnistnet(False))
     calib = [{"input": x[i:i + 50]} for i in range(0, 500, 50)]  # disjoint from the test set
-    return graph, lowbit.profile(graph, calib, progress=False)
+    return graph, shared_profile(graph, calib)
 
 
 @pytest.fixture(scope="module")

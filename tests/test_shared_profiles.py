@@ -26,3 +26,27 @@ def test_a_cached_profile_quantizes_to_the_same_model():
     other[1]["input"][0, 0, 0, 0] += 1
     assert profile_key(graph, other, {}) != profile_key(graph, batches, {})
     assert profile_key(graph, batches, {"moments": False}) != profile_key(graph, batches, {})
+
+
+def test_a_shared_result_is_computed_once_per_key(tmp_path):
+    from shared_profiles import result_key, shared_result
+
+    model = tmp_path / "model.bin"
+    model.write_bytes(b"weights")
+    data = np.arange(6, dtype=np.float32).reshape(2, 3)
+    calls = []
+
+    def compute():
+        calls.append(1)
+        return data * 2
+
+    nonce = str(tmp_path)  # a key no other run has used
+    first = shared_result(compute, nonce, model, [data])
+    again = shared_result(compute, nonce, model, [data])
+    np.testing.assert_array_equal(again, first)
+    assert len(calls) == 1
+    key = result_key(nonce, model, [data])
+    assert result_key(nonce, model, [data.astype(np.float64)]) != key
+    assert result_key(nonce, model, [data, data]) != key
+    model.write_bytes(b"other weights")  # a file counts by its bytes
+    assert result_key(nonce, model, [data]) != key

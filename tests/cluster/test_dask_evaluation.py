@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from shared_profiles import shared_profile
 
 import lowbit
 from lowbit import Budget
@@ -28,8 +29,8 @@ COARSE = lowbit.QuantConfig().with_default(weight_rounding="nearest", calibratio
 @pytest.fixture(scope="module")
 def setup(mnist):
     graph, x = mnist
-    prof = lowbit.profile(graph, [{"input": x[i:i + 50]} for i in range(0, 200, 50)],
-                          progress=False, moments=False)
+    prof = shared_profile(graph, [{"input": x[i:i + 50]} for i in range(0, 200, 50)],
+                          moments=False)
     return graph, prof, [{"input": x[i:i + 10]} for i in range(200, 300, 10)]
 
 

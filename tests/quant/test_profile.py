@@ -216,3 +216,31 @@ def test_merging_profiles_equals_profiling_all_batches():
         assert first[name].count == whole[name].count
     with pytest.raises(InputError, match="different graphs"):
         first.merge(profile(small_graph(weight_offset=1.0), data[:1], progress=False))
+
+
+@pytest.mark.parametrize("failing", [1, 3])
+@pytest.mark.parametrize("backend", ["cpu", "reference"])
+def test_an_observer_error_names_its_own_batch(monkeypatch, backend, failing):
+    """On the cpu backend a batch's statistics are updated while the next batch runs: an
+    error of that update must still name its batch (the last one's surfaces after the loop)."""
+    from lowbit.quant import observers
+
+    g = Graph("conv")
+    x = g.add_input("x", TensorType(dtypes.FLOAT32, ("n", 2, 5, 5)))
+    w = g.add_constant(np.ones((3, 2, 1, 1), np.float32), "w")
+    g.outputs = [g.make_node("Conv", [x, w], {"group": 1}, name="conv").output]
+    infer_graph(g)
+    seen: list[int] = []
+    original = observers.StatsObserver.observe
+
+    def observe(self, array):
+        if self.name == g.outputs[0].name:
+            seen.append(1)
+            if len(seen) == failing + 1:
+                raise InputError("the observer failed")
+        return original(self, array)
+
+    monkeypatch.setattr(observers.StatsObserver, "observe", observe)
+    monkeypatch.setenv("LOWBIT_THREADS", "2")  # the updates overlap the next batch's run
+    with pytest.raises(InputError, match=f"^calibration batch {failing}: the observer failed$"):
+        profile(g, batches(4, shape=(2, 2, 5, 5)), progress=False, backend=backend)

@@ -28,6 +28,7 @@ OPTIMIZE_PIPELINE: list[Pass] = [
     constant_reshape_targets,  # Reshape targets over symbolic dims become 0 / -1 constants
     fold_batch_norm,  # BN after Conv/Gemm disappears into the weights (exact up to rounding)
     fold_channel_affine,  # so do per-channel Mul/Add/Sub/Div by constants after Conv/Gemm
+    fold_batch_norm,  # a BN that read such a Mul/Add (a bias spelled out) now reads the product
     fuse_layer_norms,  # layer norms spelled out in elementwise ops (opset < 17) become one op
     fuse_activations,  # Relu/Clip become output clamps, which quantization turns into ranges
     fuse_hard_swish,  # x * relu6(x + 3) / 6 spelled out becomes one HardSwish

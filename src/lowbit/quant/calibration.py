@@ -19,6 +19,7 @@ to at most `MAX_SEARCH_BINS` bins over the searched interval; candidate ends are
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 
@@ -365,6 +366,21 @@ class _SquaredError:
         step = (bf if self.symmetric else bf - af) / self.steps
         return below + above + (m0[b] - m0[a]) * step * step / 12.0
 
+    def search(self, a_max: int, b_lo: int) -> tuple[int, int] | None:
+        """The first window (a, b) in (a, b) order of least error, a in [0, a_max], b in
+        [b_lo, n], b > a (asymmetric), or None when there is none: `__call__`'s terms, those
+        of one end computed once, the rest in C (`lowbit.backends.cpu.searches.mse_search`),
+        bit for bit."""
+        from lowbit.backends.cpu import searches
+
+        m0, m1, m2 = self.m0, self.m1, self.m2
+        a = np.arange(a_max + 1)
+        b = np.arange(m0.size)
+        af, bf = a.astype(np.float64), b.astype(np.float64)
+        below = m2[a] - 2 * af * m1[a] + af * af * m0[a]
+        above = ((m2[-1] - m2[b]) - 2 * bf * (m1[-1] - m1[b]) + bf * bf * (m0[-1] - m0[b]))
+        return searches.mse_search(below, above, m0, bf / self.steps, a_max, b_lo)
+
 
 def mse(stats: StatsObserver, steps: int = 255, symmetric: bool = False) -> Range:
     """The range minimising the expected squared error between x and its quantized value.
@@ -373,7 +389,9 @@ def mse(stats: StatsObserver, steps: int = 255, symmetric: bool = False) -> Rang
     bin, rounding modelled as step^2/12 inside the range). Candidate ends are bin edges.
     Symmetric: exhaustive search of t over the |x| histogram, step t / steps. Asymmetric: the
     range contains 0 and every pair of ends (lo <= 0 <= hi, at least one bin apart) is scored,
-    step (hi - lo) / steps: a global, exhaustive search.
+    step (hi - lo) / steps: a global, exhaustive search; the first least error in (lo, hi)
+    order wins (in C when the cpu backend's library loads, `_SquaredError.search`, skipping
+    only rows of pairs that provably cannot win).
     """
     lo, hi = _require_data(stats)
     if steps < 1:
@@ -392,6 +410,10 @@ def mse(stats: StatsObserver, steps: int = 255, symmetric: bool = False) -> Rang
         return _clamp(stats, -t, t)
     his = np.arange(max(zero, first + 1), n + 1)
     a_max = min(zero, last)
+    if _native_searches():
+        found = err.search(a_max, int(his[0]) if his.size else n + 1)
+        best_ab = found if found is not None else (0, n)
+        return _clamp(stats, _edge(hist, best_ab[0]), _edge(hist, best_ab[1]))
     best, best_ab = math.inf, (0, n)
     for start in range(0, a_max + 1, 64):
         a = np.arange(start, min(start + 64, a_max + 1))[:, None]
@@ -400,6 +422,14 @@ def mse(stats: StatsObserver, steps: int = 255, symmetric: bool = False) -> Rang
         if e[i, j] < best:
             best, best_ab = float(e[i, j]), (int(a[i, 0]), int(his[j]))
     return _clamp(stats, _edge(hist, best_ab[0]), _edge(hist, best_ab[1]))
+
+
+@functools.cache
+def _native_searches() -> bool:
+    """Whether the MSE search runs in C (`lowbit.backends.cpu.searches`)."""
+    from lowbit.backends.cpu import searches
+
+    return searches.available()
 
 
 METHODS: dict[str, Callable[..., Range]] = {

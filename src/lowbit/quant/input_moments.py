@@ -21,10 +21,13 @@ output error of a weight error d is `d^T H d`. Memory is fixed (K^2 per group, K
 `MAX_SIZE`), whatever the number of batches, and the vectors are formed a bounded piece at a
 time (`CHUNK` numbers). Each piece's products are summed in the input's precision (float32 for
 float32 data, relative error about 1e-6, far below what changes a rounding decision) by a
-matrix product, except a 2-D depthwise Conv's (`depthwise_moments`: each batch's S summed in
-float64 in position order, by a C kernel when the cpu backend's library loads), and added
-to the totals exactly (`lowbit.numerics.exact_sum`, in C likewise: the same whatever the
-order, so moments profiled in shards merge into one pass's bit for bit).
+matrix product; with the cpu backend's library, the float32 vectors of a 1x1 Conv (stride 1,
+no padding) or a dense product are read in place by a C kernel instead (`stats.moments_upper`:
+the upper triangle only, blocks of 256 vectors summed in float32 by fused multiply-adds in
+order, the blocks in float64), and a 2-D depthwise Conv's (`depthwise_moments`: each
+batch's S summed in float64 in position order, by a C kernel when the cpu backend's library
+loads); each is added to the totals exactly (`lowbit.numerics.exact_sum`, in C likewise: the
+same whatever the order, so moments profiled in shards merge into one pass's bit for bit).
 """
 
 from __future__ import annotations
@@ -77,7 +80,12 @@ class InputMoments:
         """S: float64 [G, K, K]."""
         if self._second is None:
             assert self._exact is not None
-            self._second = unpack_upper(self._exact.value(), self.size)
+            if _native():  # the same values, in C
+                from lowbit.backends.cpu import searches
+
+                self._second = searches.unpack_upper_sum(self._exact, self.size)
+            else:
+                self._second = unpack_upper(self._exact.value(), self.size)
         return self._second
 
     def _add(self, second: np.ndarray) -> None:
@@ -101,13 +109,17 @@ class InputMoments:
     def add_upper(self, upper: np.ndarray, count: int) -> None:
         """Add S of `count` vectors given as its upper triangle [G, K (K + 1) / 2]."""
         self.count += count
-        if self._exact is not None and np.all(np.isfinite(upper)):
-            if _native():
-                from lowbit.backends.cpu import stats
+        if self._exact is not None and _native():
+            from lowbit.backends.cpu import stats
 
-                stats.gridsum_add(self._exact, upper)
-            else:
-                self._exact.add(upper)
+            try:
+                stats.gridsum_add(self._exact, upper)  # checks that every value is finite
+                self._second = None
+                return
+            except ValueError:
+                pass
+        elif self._exact is not None and np.all(np.isfinite(upper)):
+            self._exact.add(upper)
             self._second = None
             return
         self._second = self.second + unpack_upper(upper, self.size)
@@ -239,8 +251,37 @@ def observe_input(moments: InputMoments, node: Node, x: np.ndarray) -> None:
             upper = depthwise_moments(x, *depthwise)
         moments.add_upper(upper, x.shape[0] * depthwise[-1][0] * depthwise[-1][1])
         return
+    items = _row_vectors(node, x) if _native() else None
+    if items is not None:
+        from lowbit.backends.cpu import stats
+
+        upper = stats.zeroed_scratch((moments.groups, moments.size * (moments.size + 1) // 2))
+        for views in items:
+            for g, rows in enumerate(views):
+                stats.moments_upper(rows, upper[g])
+        moments.add_upper(upper, sum(views[0].shape[0] for views in items))
+        return
     for vectors in input_vectors(node, x):
         moments.observe(vectors)
+
+
+def _row_vectors(node: Node, x: np.ndarray) -> list[list[np.ndarray]] | None:
+    """The input vectors of `node` for float32 `x` as float32 [P, K] views, per batch item and
+    group, when they are rows of strided views (a dense product: one item; a 1x1 convolution
+    with stride 1 and no padding), else None."""
+    if x.dtype != np.float32 or x.size == 0:
+        return None
+    geometry = integer_product(node)
+    if not geometry.windowed:
+        return [[geometry.input_rows(x)]]
+    w = node.inputs[geometry.weight_input].const_value
+    window = window_from_attrs(node, w.shape[2:], x.ndim - 2)
+    if int(np.prod(window.kernel)) != 1 or any(window.resolved_pads(x.shape[2:])) or \
+            any(s != 1 for s in window.strides):
+        return None
+    groups = int(node.attrs.get("group", 1))
+    per_item = x.reshape(x.shape[0], groups, x.shape[1] // groups, -1)  # [N, G, K, P]
+    return [[item[g].T for g in range(groups)] for item in per_item]
 
 
 @functools.cache

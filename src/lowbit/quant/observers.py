@@ -186,7 +186,12 @@ class ChannelRange:
     def add_sums(self, total: np.ndarray, count: np.ndarray) -> None:
         """Add one array's per-channel sums and counts."""
         if self.exact is not None and np.all(np.isfinite(total)):
-            self.exact.add(total)
+            if _native():
+                from lowbit.backends.cpu import stats
+
+                stats.exactsum_add(self.exact, total)
+            else:
+                self.exact.add(total)
             self.sum = self.exact.value()
         else:
             self.exact = None

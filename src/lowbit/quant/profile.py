@@ -48,11 +48,13 @@ it for, or checking it against, another graph is refused.
 from __future__ import annotations
 
 import base64
+import functools
 import logging
 import math
 import os
 import zlib
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -254,16 +256,27 @@ class _Recorder:
             self.watched[v] = self.stats[v.name] = StatsObserver(v.name, self.bins, self.axes)
 
     def observe(self, value: Value, array: np.ndarray) -> None:
+        for _, task in self.tasks(value, array):
+            task()
+
+    def tasks(self, value: Value, array: np.ndarray) -> list[tuple[float, Callable[[], None]]]:
+        """The updates `array` (of `value`) makes, as (rough cost, function) pairs: each
+        touches its own statistics (the value's StatsObserver, or one product group's input
+        moments), so that the updates of different pairs may run at the same time."""
         obs = self.watched.get(value)
         if obs is None and value in self.untyped and _float_array(array):
             self.untyped.discard(value)
             obs = self.watched[value] = self.stats[value.name] = StatsObserver(
                 value.name, self.bins, self.axes)
+        out: list[tuple[float, Callable[[], None]]] = []
         if obs is not None:
-            obs.observe(array)
+            out.append((float(array.size), functools.partial(obs.observe, array)))
         if value in self.products and _float_array(array):
             for first, *_ in self.products[value].values():
-                observe_input(self.moments[first.name], first, array)
+                moments = self.moments[first.name]
+                out.append((float(array.size) * min(moments.size, 64), functools.partial(
+                    observe_input, moments, first, array)))
+        return out
 
     def all_moments(self) -> dict[str, InputMoments]:
         """The input moments of every product that saw data, by node name (one copy each)."""
@@ -344,20 +357,10 @@ def profile(graph: Graph, batches: Iterable[Mapping[str, np.ndarray]], *, progre
     recorder = _Recorder(graph, bins, channel_axis, moments)
     interpreter = _runner(graph, recorder, backend)
     result = Profile(graph_hash(graph))
-    total = len(batches) if hasattr(batches, "__len__") else None  # type: ignore[arg-type]
-    with _progress_bar(progress, total) as advance:
-        for index, batch in enumerate(batches):
-            arrays = _check_batch(graph, batch, index)
-            for value, array in zip(graph.inputs, arrays, strict=True):
-                recorder.observe(value, array)
-            try:
-                interpreter(batch)
-            except LowbitError as exc:
-                raise type(exc)(f"calibration batch {index}: {exc}") from exc
-            result.batches += 1
-            first = arrays[0] if arrays else None
-            result.samples += int(first.shape[0]) if first is not None and first.ndim else 1
-            advance()
+    try:
+        _profile_batches(graph, batches, recorder, interpreter, result, progress)
+    finally:
+        getattr(interpreter, "close", lambda: None)()
     if result.batches == 0:
         raise InputError("the calibration set is empty: no batches were given; pass an iterable "
                          "of {input name: array} with at least one batch")
@@ -372,6 +375,33 @@ def profile(graph: Graph, batches: Iterable[Mapping[str, np.ndarray]], *, progre
                 result.stats[node.output.name] = obs
                 result.constants.add(node.output.name)
     return result
+
+
+def _profile_batches(graph: Graph, batches: Iterable[Mapping[str, np.ndarray]],
+                     recorder: _Recorder, interpreter, result: Profile, progress: bool) -> None:
+    total = len(batches) if hasattr(batches, "__len__") else None  # type: ignore[arg-type]
+    with _progress_bar(progress, total) as advance:
+        for index, batch in enumerate(batches):
+            arrays = _check_batch(graph, batch, index)
+            for value, array in zip(graph.inputs, arrays, strict=True):
+                recorder.observe(value, array)
+            try:
+                interpreter(batch)
+            except LowbitError as exc:
+                if getattr(exc, "batch_named", False):  # an earlier batch's observer update
+                    raise
+                raise _batch_error(exc, index) from exc
+            result.batches += 1
+            first = arrays[0] if arrays else None
+            result.samples += int(first.shape[0]) if first is not None and first.ndim else 1
+            advance()
+
+
+def _batch_error(exc: LowbitError, index: int) -> LowbitError:
+    """`exc` with its message prefixed by the calibration batch it happened on."""
+    named = type(exc)(f"calibration batch {index}: {exc}")
+    named.batch_named = True  # type: ignore[attr-defined]
+    return named
 
 
 def _runner(graph: Graph, recorder: _Recorder, backend: str):
@@ -402,14 +432,57 @@ def _cpu_runner(graph: Graph, recorder: _Recorder):
                 if v.name in by_name and v.name not in inputs]
     names = {v.name for v in observed.outputs}
     observed.outputs = observed.outputs + [v for v in produced if v.name not in names]
-    exe = cpu.compile(observed)
+    exe = cpu.compile(observed, nhwc_outputs=True)  # observers read any element order
+    workers = _observer_threads(exe.context.threads)
+
+    pending: list = []
+    ran = [0]  # batches run so far: the pending updates are batch ran[0] - 1's
+
+    def finish() -> None:
+        """Wait for the previous batch's updates; the first error names that batch."""
+        try:
+            for future in pending:
+                future.result()
+        except LowbitError as exc:
+            raise _batch_error(exc, ran[0] - 1) from exc
+        finally:
+            pending.clear()
 
     def run(batch: Mapping[str, np.ndarray]) -> None:
-        outs = exe(batch)
-        for v in produced:
-            recorder.observe(by_name[v.name], outs[v.name])
+        outs = exe(batch)  # while the previous batch's statistics are updated
+        tasks = [t for v in produced for t in recorder.tasks(by_name[v.name], outs[v.name])]
+        if workers is None:
+            for _, task in tasks:
+                task()
+            return
+        # every update of the previous batch ends before this batch's begin, and each
+        # statistic is updated by one task a batch, so the results do not depend on the
+        # threads; costliest first
+        finish()
+        pending.extend(workers.submit(task) for _, task in sorted(tasks, key=lambda t: -t[0]))
+        ran[0] += 1
 
+    def close() -> None:
+        if workers is not None:
+            try:
+                finish()
+            finally:
+                workers.shutdown()
+
+    run.close = close  # type: ignore[attr-defined]
     return run
+
+
+def _observer_threads(threads: int) -> ThreadPoolExecutor | None:
+    """A pool of `threads` threads updating the statistics of one batch at once (their C
+    kernels release the GIL and run on one thread each: `stats.single_threaded`), or None for
+    one thread."""
+    if threads <= 1:
+        return None
+    from lowbit.backends.cpu import stats
+
+    return ThreadPoolExecutor(threads, thread_name_prefix="lowbit-profile",
+                              initializer=stats.single_threaded)
 
 
 class _progress_bar:

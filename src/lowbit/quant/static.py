@@ -266,6 +266,43 @@ class _Builder:
         return read
 
     def run(self) -> None:
+        with weight_rounding.RoundingPrefetch(self._rounding_ahead()):
+            self._run()
+
+    def _rounding_ahead(self) -> list[weight_rounding.Ahead]:
+        """The error-compensating roundings to do ahead, in the order of the nodes: those
+        whose input moments are used as they are (not smoothed first), with the weight type
+        each gets unless its bias needs larger weight scales (`_prepare_compute`)."""
+        out = []
+        for node in self.g.nodes:
+            moments = self.profile.moments.get(node.name)
+            if moments is None or _rule(node) != COMPUTE:
+                continue
+            s = self.config.settings_for(node)
+            if not s.quantized or s.weight_rounding == "nearest" or \
+                    self._float_reason(node, s) is not None or moments_problem(node) or \
+                    (moments.groups, moments.size) != moments_shape(node):
+                continue
+            if s.smoothing != 0 and smoothing.layernorm_ranges(node.inputs[0]) is not None:
+                continue  # smoothed: rounded with moments scaled first
+            geometry = integer_product(node)
+            w = node.inputs[geometry.weight_input]
+            axis = geometry.weight_channel_axis if s.per_channel else None
+            b = node.input_or_none(geometry.bias_input) \
+                if geometry.bias_input is not None else None
+            bias = b.const_value if b is not None else None
+
+            def weight_type(w=w, s=s, axis=axis, bias=bias) -> TensorType | None:
+                params = calibration.weight_params(w.const_value, dtype=s.weight_dtype,
+                                                   scheme=s.weight_scheme, axis=axis)
+                if bias is not None and _may_grow_for_bias(bias, params.scale):
+                    return None  # its scales depend on the input's: not foreseeable
+                return TensorType(s.weight_dtype, w.type.shape, params)
+
+            out.append(weight_rounding.Ahead(moments, geometry, w.const_value, weight_type))
+        return out
+
+    def _run(self) -> None:
         for node in list(self.g.nodes):
             if node.op_type == CONSTANT or node.domain == QUANT_DOMAIN:
                 continue
@@ -556,6 +593,7 @@ class _Builder:
                 if self.cache is None:
                     done[key] = weight_rounding.round_weight(node, weight, wt, moments)
                 else:
+                    weight_rounding.settle(moments)  # S is being unpacked ahead
                     done[key] = self.cache.rounded(
                         (node.name, wt.dtype.name, wt.quant.axis, key,
                          self.cache.digest(weight), self.cache.digest(moments.second)),
@@ -766,6 +804,19 @@ def _channels(node: Node) -> int | None:
     geometry = integer_product(node)
     w = node.inputs[geometry.weight_input]
     return geometry.output_channels(w.type.shape if w.type is not None else None)
+
+
+LEAST_INPUT_SCALE = 1e-4
+"""Below this input scale `_rounding_ahead` does not expect a product: a bias that would need
+larger weight scales for an input scale above it makes the weight type unforeseeable."""
+
+
+def _may_grow_for_bias(bias: np.ndarray, weight_scale: np.ndarray) -> bool:
+    """Whether `_fit_for_bias` could raise these weight scales for an input scale of at least
+    LEAST_INPUT_SCALE (dead channels: a bias over weights that are all nearly 0)."""
+    b = np.asarray(bias, np.float64).reshape(-1)
+    need = schemes.fit_weight_scale_for_bias(b, LEAST_INPUT_SCALE, weight_scale)
+    return not np.array_equal(need, np.asarray(weight_scale, np.float32))
 
 
 def _fit_for_bias(weight: np.ndarray, bias: np.ndarray, s_in, params: QuantParams,

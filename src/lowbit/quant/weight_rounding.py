@@ -14,6 +14,8 @@ are not changed, only which code each weight gets. Two solvers, by row length K:
   take the code below or above w / s + z (floor and floor + 1, each clamped to [qmin, qmax]);
   all 2^K choices are scored by d^T H d and the lowest is kept (ties: the first in binary order,
   all-floor first). The result is optimal and always within one code of nearest rounding.
+  d^T H d is summed in float64 over (k, l) row-major from 0, each term (d_k H_kl) d_l (the
+  order np.einsum used before the C kernel `lb_round_exhaustive`, which sums so too).
 - Larger K: GPTQ (Frantar et al., "GPTQ: Accurate Post-Training Quantization for Generative
   Pre-trained Transformers", 2022) in descending order of diag(H) ("act-order"). With
   H' = H + 0.01 * mean(diag H) * I (damping; an input that is always 0 first gets H_kk = 1) and
@@ -30,6 +32,15 @@ are not changed, only which code each weight gets. Two solvers, by row length K:
   quantizing again with the same profile (other settings, `lowbit sensitivity`'s one layer at
   a time) does not repeat them.
 
+Where the time goes, and how it is kept down (EfficientNet-Lite0: 3.2 GFLOP of factorisations,
+3.7 G multiply-adds of GPTQ updates): `RoundingPrefetch` unpacks each S, permutes it, factorises
+it and, when the weight's type can be foreseen, rounds the weight on a background thread while
+`lowbit.quant.static` calibrates ranges and rewrites the graph; the unpacking, permutation,
+exhaustive search and GPTQ's in-block loop are C kernels (`lowbit.backends.cpu.searches`,
+`stats.gptq_block`), each equal bit for bit to the numpy code here; the factorisation and the
+block updates stay numpy's (LAPACK's and BLAS's, one thread: the bits of both depend on how
+they are computed).
+
 With fewer input vectors than K, H is singular and the damping keeps the unseen directions
 near nearest rounding; measured, that still helps: MiniLM calibrated on 331 tokens (K = 384 and
 1536) gets single-word embedding cosines 0.978 / 0.971 with GPTQ, 0.972 / 0.961 with nearest
@@ -43,13 +54,16 @@ from __future__ import annotations
 import functools
 import hashlib
 import weakref
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from itertools import product
 
 import numpy as np
 
 from lowbit.ir.graph import Node
 from lowbit.ir.types import TensorType
-from lowbit.ops.product import integer_product
+from lowbit.ops.product import ProductGeometry, integer_product
 from lowbit.quant.input_moments import InputMoments
 
 EXHAUSTIVE_MAX = 9
@@ -77,11 +91,116 @@ _KNOWN: weakref.WeakKeyDictionary[InputMoments, _Known] = weakref.WeakKeyDiction
 
 
 def _known(moments: InputMoments) -> _Known:
-    """The entry of `moments`, new if they changed since (more data merged into them)."""
+    """The entry of `moments`, new if they changed since (more data merged into them); what
+    `RoundingPrefetch` derived from them ahead is waited for and taken."""
+    ahead = _PENDING.pop(moments, None)
+    built = ahead.result() if ahead is not None else None
     known = _KNOWN.get(moments)
     if known is None or known.count != moments.count or known.second is not moments.second:
         known = _KNOWN[moments] = _Known(moments.count, moments.second)
+    if built is not None and built.count == known.count and built.second is known.second:
+        if known.solver is None:
+            known.solver = built.solver
+        if built.key is not None and built.key not in known.codes:
+            _remember(known, built.key, built.codes)
     return known
+
+
+def settle(moments: InputMoments) -> None:
+    """Wait for (and take) what is being derived ahead from `moments`, if anything, before
+    reading `moments.second` elsewhere (the prefetch thread may be unpacking it)."""
+    if moments in _PENDING:
+        _known(moments)
+
+
+_PENDING: weakref.WeakKeyDictionary[InputMoments, Future] = weakref.WeakKeyDictionary()
+"""Work being done ahead (`RoundingPrefetch`), by the moments it is for."""
+
+
+@dataclass
+class Ahead:
+    """One product's rounding to do ahead: its moments and, to round its weight too, the
+    weight, its geometry and the function giving the weight type it will most likely get, or
+    None when that cannot be foreseen (run on the prefetch thread)."""
+
+    moments: InputMoments
+    geometry: ProductGeometry | None = None
+    weight: np.ndarray | None = None
+    weight_type: Callable[[], TensorType | None] | None = None
+
+
+@dataclass
+class _Built:
+    count: int
+    second: np.ndarray
+    solver: _Solver | None
+    key: tuple | None
+    codes: np.ndarray | None
+
+
+def _build(job: Ahead, count: int) -> _Built:
+    """S unpacked, the solver of S / count and the codes of the foreseen weight type, on the
+    prefetch thread: its C kernels run on that thread alone
+    (`lowbit.backends.cpu.searches.serial`)."""
+    from lowbit.backends.cpu import searches
+
+    m = job.moments
+    with searches.serial():
+        second = m.second
+        solver = _Solver(second, max(count, 1)) if m.size > EXHAUSTIVE_MAX else None
+        key = codes = None
+        if job.weight_type is not None and job.geometry is not None and \
+                job.weight is not None:
+            wt = job.weight_type()
+            if wt is not None:
+                rows, scale, zero = _weight_inputs(job.geometry, job.weight, wt)
+                key = _key(rows, scale, zero, wt)
+                codes = _codes(rows, scale, zero, wt, m, solver)
+        return _Built(count, second, solver, key, codes)
+
+
+class RoundingPrefetch:
+    """Error-compensating rounding done ahead, in order, on one background thread while
+    quantizing does the rest (activation ranges, graph rewriting): each product's S unpacked
+    from its exact sum, GPTQ's solver (S permuted and factorised) and, when the weight's type
+    can be foreseen, its codes. These are what `round_weight` would compute (the same
+    functions on the same inputs), taken by it when it reaches the moments; codes for a type
+    that turns out different (a bias that needed larger weight scales) are not used.
+    `close()` (always, before BLAS settings change) cancels the work not started and waits
+    for the one running."""
+
+    def __init__(self, jobs: list[Ahead]) -> None:
+        self._pool: ThreadPoolExecutor | None = None
+        self._mine: list[tuple[weakref.ref, Future]] = []
+        for job in jobs:
+            m = job.moments
+            if m in _PENDING:
+                continue
+            known = _KNOWN.get(m)
+            if known is not None and known.count == m.count and \
+                    (known.solver is not None or m.size <= EXHAUSTIVE_MAX):
+                continue  # derived by an earlier quantization (moments changed: again)
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(1, thread_name_prefix="lowbit-rounding")
+            future = self._pool.submit(_build, job, m.count)
+            _PENDING[m] = future
+            self._mine.append((weakref.ref(m), future))
+
+    def close(self) -> None:
+        if self._pool is None:
+            return
+        self._pool.shutdown(wait=True, cancel_futures=True)
+        for ref, future in self._mine:
+            m = ref()
+            if m is not None and _PENDING.get(m) is future and future.cancelled():
+                del _PENDING[m]
+        self._pool, self._mine = None, []
+
+    def __enter__(self) -> RoundingPrefetch:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
 
 def round_rows(rows: np.ndarray, scale: np.ndarray, zero_point: np.ndarray, qmin: int,
@@ -105,9 +224,15 @@ def _round_rows(rows, scale, zero_point, qmin, qmax, h, solver: _Solver | None) 
     if rows.shape[2] <= EXHAUSTIVE_MAX:
         return _exhaustive(rows, scale, zero, qmin, qmax, h)
     solver = solver or _Solver(h)
-    codes = _gptq(np.take_along_axis(rows, solver.order[:, None, :], 2), scale, zero, qmin,
-                  qmax, solver.ratios)
-    return np.take_along_axis(codes, solver.inverse[:, None, :], 2)
+    if rows.shape[0] == 1:  # columns [K, N] in order, in one copy
+        columns = rows[0].T[solver.order[0]][None]
+    else:
+        columns = np.take_along_axis(rows.transpose(0, 2, 1), solver.order[:, :, None], 1)
+    codes = _gptq(columns, scale, zero, qmin, qmax, solver.ratios)  # [G, K, N]
+    if rows.shape[0] == 1:
+        return codes[0][solver.inverse[0]].T.astype(np.int64)[None]
+    return np.take_along_axis(codes, solver.inverse[:, :, None], 1).transpose(0, 2, 1).astype(
+        np.int64)
 
 
 class _Solver:
@@ -121,13 +246,18 @@ class _Solver:
                                 kind="stable")
         self.inverse = np.argsort(self.order, axis=1)
         back = self.order[:, ::-1]  # H' is factorised in the reverse order (a copy of H)
-        if second.shape[0] == 1:
-            h = second[0][back[0]][:, back[0]][None]
+        if _native():  # the same values, in C
+            from lowbit.backends.cpu import searches
+
+            h = searches.gather_symmetric(second, back, count)
         else:
-            h = np.take_along_axis(np.take_along_axis(second, back[:, :, None], 1),
-                                   back[:, None, :], 2)
-        if count != 1:
-            h /= count
+            if second.shape[0] == 1:
+                h = second[0][back[0]][:, back[0]][None]
+            else:
+                h = np.take_along_axis(np.take_along_axis(second, back[:, :, None], 1),
+                                       back[:, None, :], 2)
+            if count != 1:
+                h /= count
         at = np.arange(h.shape[2])
         diag = h[:, at, at]
         diag[diag <= 0] = 1.0  # inputs that are always 0
@@ -150,6 +280,11 @@ def _exhaustive(rows, scale, zero, qmin, qmax, h) -> np.ndarray:
     if choices is None:
         choices = _CHOICES[k] = np.array(list(product((0.0, 1.0), repeat=k)))  # [2^K, K]
     flat, s, z = rows.reshape(-1, k), scale.reshape(-1, 1), zero.reshape(-1, 1)
+    if _native():  # the loop below in C, bit for bit
+        from lowbit.backends.cpu import searches
+
+        return searches.round_exhaustive(flat, s[:, 0], z[:, 0], h, n, qmin,
+                                         qmax).reshape(rows.shape)
     group = np.repeat(np.arange(groups), n)
     codes = np.empty(flat.shape, np.int64)
     chunk = max(1, (1 << 22) // (len(choices) * k))
@@ -158,18 +293,22 @@ def _exhaustive(rows, scale, zero, qmin, qmax, h) -> np.ndarray:
         cand = np.clip(np.floor(flat[part] / s[part] + z[part])[:, None, :] + choices, qmin,
                        qmax)  # [rows, 2^K, K]
         d = (cand - z[part, :, None]) * s[part, :, None] - flat[part, None, :]
-        cost = np.einsum("rck,rkl,rcl->rc", d, h[group[part]], d)
+        hp = h[group[part]]
+        cost = np.zeros(d.shape[:2])
+        for a in range(k):  # sum over (a, l) row-major, each term (d_a H_al) d_l
+            for b in range(k):
+                cost += (d[:, :, a] * hp[:, a, b, None]) * d[:, :, b]
         codes[part] = cand[np.arange(len(cand)), np.argmin(cost, axis=1)]
     return codes.reshape(rows.shape)
 
 
-def _gptq(rows, scale, zero, qmin, qmax, ratios) -> np.ndarray:
-    """rows [G, N, K], scale and zero [G, N, 1], columns already in order; `ratios` of
-    `_Solver`. Works on columns [G, K, N]: `w[:, j]` is column j's weights plus the corrections
-    of the columns rounded before it (module docstring), in-block ones added as each column is
-    rounded, the others a block at a time."""
-    k = rows.shape[2]
-    original = np.ascontiguousarray(rows.transpose(0, 2, 1))
+def _gptq(columns, scale, zero, qmin, qmax, ratios) -> np.ndarray:
+    """The codes [G, K, N] (float64) of the weights' columns [G, K, N] already in order,
+    scale and zero [G, N, 1]; `ratios` of `_Solver`. `w[:, j]` is column j's weights plus the
+    corrections of the columns rounded before it (module docstring), in-block ones added as
+    each column is rounded, the others a block at a time."""
+    k = columns.shape[1]
+    original = np.ascontiguousarray(columns)
     w = original.copy()
     s, z = scale[..., 0], zero[..., 0]
     codes = np.empty(original.shape)
@@ -196,15 +335,16 @@ def _gptq(rows, scale, zero, qmin, qmax, ratios) -> np.ndarray:
             w[:, j + 1:last] += ratios[:, j, j + 1:last, None] * err[:, None, :]
         # the same updates for the later columns, at once
         w[:, last:] += ratios[:, first:last, last:].transpose(0, 2, 1) @ errors[:, first:last]
-    return codes.transpose(0, 2, 1).astype(np.int64)
+    return codes
 
 
 @functools.cache
 def _native() -> bool:
-    """Whether GPTQ's column loop runs in C (`lowbit.backends.cpu.stats.gptq_block`)."""
-    from lowbit.backends.cpu import stats
+    """Whether GPTQ's column loop, the exhaustive search and H's permutation run in C
+    (`lowbit.backends.cpu.stats.gptq_block`, `lowbit.backends.cpu.searches`)."""
+    from lowbit.backends.cpu import searches, stats
 
-    return stats.available()
+    return stats.available() and searches.available()
 
 
 def weight_rows(node: Node, weight: np.ndarray) -> np.ndarray:
@@ -214,33 +354,57 @@ def weight_rows(node: Node, weight: np.ndarray) -> np.ndarray:
     return integer_product(node).weight_matrix(np.asarray(weight))
 
 
+def _weight_inputs(geometry: ProductGeometry, weight: np.ndarray, wt: TensorType
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The rows [N, K] (float64) of `weight` and their scales and zero points [N]."""
+    q = wt.quant
+    assert q is not None
+    rows = geometry.weight_matrix(np.asarray(weight, np.float64))
+    n = rows.shape[0]
+    scale = np.broadcast_to(np.asarray(q.scale, np.float64).reshape(-1), (n,))
+    zero = np.broadcast_to(np.asarray(q.zero_point, np.float64).reshape(-1), (n,))
+    return rows, scale, zero
+
+
+def _key(rows: np.ndarray, scale: np.ndarray, zero: np.ndarray, wt: TensorType) -> tuple:
+    return (hashlib.sha256(rows.tobytes()).hexdigest(), rows.shape, scale.tobytes(),
+            zero.tobytes(), wt.dtype.qmin, wt.dtype.qmax)
+
+
+def _codes(rows, scale, zero, wt: TensorType, moments: InputMoments,
+           solver: _Solver | None) -> np.ndarray:
+    """The codes `round_rows` picks for rows [N, K] (read-only), each group of output channels
+    with its own H."""
+    groups, n = moments.groups, rows.shape[0]
+    exhaustive = moments.size <= EXHAUSTIVE_MAX
+    codes = _round_rows(rows.reshape(groups, n // groups, -1), scale.reshape(groups, -1),
+                        zero.reshape(groups, -1), wt.dtype.qmin, wt.dtype.qmax,
+                        moments.correlation() if exhaustive else None,
+                        solver).reshape(rows.shape)
+    codes.setflags(write=False)
+    return codes
+
+
+def _remember(known: _Known, key: tuple, codes: np.ndarray) -> None:
+    while len(known.codes) >= _KEEP_CODES:
+        known.codes.pop(next(iter(known.codes)))
+    known.codes[key] = codes
+
+
 def round_weight(node: Node, weight: np.ndarray, wt: TensorType,
                  moments: InputMoments) -> np.ndarray:
     """`weight` (the constant weight of Conv/Gemm/MatMul `node`) as the real values
     `scale * (q - zero_point)` of the codes q that `round_rows` picks for type `wt`, in float64
     and `weight`'s shape; each group of output channels uses its own H."""
-    q = wt.quant
-    assert q is not None
-    rows = weight_rows(node, np.asarray(weight, np.float64))
-    n = rows.shape[0]
-    scale = np.broadcast_to(np.asarray(q.scale, np.float64).reshape(-1), (n,))
-    zero = np.broadcast_to(np.asarray(q.zero_point, np.float64).reshape(-1), (n,))
-    groups = moments.groups
+    geometry = integer_product(node)
+    rows, scale, zero = _weight_inputs(geometry, weight, wt)
     known = _known(moments)
-    key = (hashlib.sha256(rows.tobytes()).hexdigest(), rows.shape, scale.tobytes(),
-           zero.tobytes(), wt.dtype.qmin, wt.dtype.qmax)
+    key = _key(rows, scale, zero, wt)
     codes = known.codes.get(key)
     if codes is None:
-        exhaustive = moments.size <= EXHAUSTIVE_MAX
-        if known.solver is None and not exhaustive:
+        if known.solver is None and moments.size > EXHAUSTIVE_MAX:
             known.solver = _Solver(moments.second, max(moments.count, 1))
-        codes = _round_rows(rows.reshape(groups, n // groups, -1), scale.reshape(groups, -1),
-                            zero.reshape(groups, -1), wt.dtype.qmin, wt.dtype.qmax,
-                            moments.correlation() if exhaustive else None,
-                            known.solver).reshape(rows.shape)
-        codes.setflags(write=False)
-        while len(known.codes) >= _KEEP_CODES:
-            known.codes.pop(next(iter(known.codes)))
-        known.codes[key] = codes
+        codes = _codes(rows, scale, zero, wt, moments, known.solver)
+        _remember(known, key, codes)
     values = (codes - zero[:, None]) * scale[:, None]
-    return integer_product(node).weight_from_matrix(values, np.shape(weight))
+    return geometry.weight_from_matrix(values, np.shape(weight))

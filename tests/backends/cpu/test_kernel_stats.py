@@ -11,7 +11,7 @@ from cpu_kernels import ISAS
 
 from lowbit.backends.cpu import library as L
 from lowbit.backends.cpu import stats
-from lowbit.numerics.exact_sum import GridSum
+from lowbit.numerics.exact_sum import ExactSum, GridSum
 from lowbit.quant import input_moments
 
 
@@ -199,7 +199,7 @@ def test_gptq_columns_equal_python(isa, monkeypatch, seed):
     solver = wr._Solver(x @ x.transpose(0, 2, 1), 3 * k)
     scale = np.abs(rng.standard_normal((groups, n, 1))) * 0.02 + 1e-3
     zero = rng.integers(-3, 3, (groups, n, 1)).astype(np.float64)
-    ordered = np.take_along_axis(rows, solver.order[:, None, :], 2)
+    ordered = np.take_along_axis(rows, solver.order[:, None, :], 2).transpose(0, 2, 1)
     native = wr._gptq(ordered, scale, zero, -128, 127, solver.ratios)
     with monkeypatch.context() as m:
         m.setattr(wr, "_native", lambda: False)
@@ -216,3 +216,26 @@ def test_gridsum_add_upper_in_row_blocks_equals_python(isa, groups, k):
     assert stats.gridsum_add_upper(mine, square)
     ref.add(square.reshape(groups, -1)[:, input_moments.upper_flat(k)])
     assert mine.equals(ref)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_exactsum_add_equals_python(seed):
+    """ExactSum.add in C (the observers' per-channel sums): the same limbs and tops, top rising
+    between additions and per element, zeros and signed zeros kept out."""
+    rng = np.random.default_rng(300 + seed)
+    n = int(rng.choice([1, 3, 64, 1000]))
+    mine, ref = ExactSum((n,)), ExactSum((n,))
+    for step in range(5):
+        x = _values(rng, (n,), np.float64) * (2.0 ** (rng.integers(-60, 60, n) * (step % 2)))
+        x[rng.random(n) < 0.05] = -0.0
+        stats.exactsum_add(mine, x)
+        ref.add(x)
+        np.testing.assert_array_equal(mine.top, ref.top)
+        np.testing.assert_array_equal(mine.limbs, ref.limbs)
+    assert mine.adds == ref.adds == 5
+    np.testing.assert_array_equal(mine.value(), ref.value())
+    bad = np.zeros(n)
+    bad[-1] = np.inf
+    with pytest.raises(ValueError, match="finite"):
+        stats.exactsum_add(mine, bad)
+    assert mine.adds == 5 and np.array_equal(mine.limbs, ref.limbs)

@@ -161,6 +161,44 @@ def test_profile_on_the_cpu_backend_observes_the_same_values(mnist):
         lowbit.profile(graph, batches, progress=False, backend="gpu")
 
 
+def test_profile_is_the_same_with_nhwc_outputs_and_observer_threads(mnist, monkeypatch,
+                                                                    tmp_path):
+    """The default cpu profile (NHWC arrays handed to the observers, the observers of a batch
+    on a pool of threads) equals, bit for bit, one taken from plain arrays on one thread."""
+    from lowbit.backends import cpu
+    from lowbit.quant import profile as profile_module
+
+    graph, _, images = mnist
+    batches = [{"input": images[i:i + 30]} for i in range(0, 120, 30)]
+    fast = lowbit.profile(graph, batches, progress=False, backend="cpu")
+    compile_plain = cpu.compile
+    monkeypatch.setattr(cpu, "compile", lambda g, **kw: compile_plain(
+        g, **{**kw, "nhwc_outputs": False}))
+    monkeypatch.setattr(profile_module, "_observer_threads", lambda threads: None)
+    plain = lowbit.profile(graph, batches, progress=False, backend="cpu")
+    fast.save(tmp_path / "fast.yaml")
+    plain.save(tmp_path / "plain.yaml")
+    assert (tmp_path / "fast.yaml").read_text() == (tmp_path / "plain.yaml").read_text()
+    for name, m in fast.moments.items():
+        np.testing.assert_array_equal(m.second, plain.moments[name].second, err_msg=name)
+
+
+def test_nhwc_outputs_are_views_of_the_same_values(mnist):
+    graph, _, images = mnist
+    x = {"input": images[:7]}
+    observed = graph.copy()
+    observed.outputs = [v for n in observed.nodes for v in n.outputs
+                        if v.type is not None and v.type.dtype.is_float]
+    from lowbit.backends import cpu
+
+    plain = cpu.compile(observed)(x)
+    nhwc = cpu.compile(observed, nhwc_outputs=True)(x)
+    assert any(not a.flags.c_contiguous for a in nhwc.values())
+    for name, a in plain.items():
+        assert nhwc[name].shape == a.shape
+        np.testing.assert_array_equal(nhwc[name], a, err_msg=name)
+
+
 def test_profile_auto_falls_back_to_the_interpreter_only_for_auto():
     """A graph the cpu backend cannot compile: "auto" profiles on the interpreter, "cpu" raises
     the backend's error naming the op."""

@@ -5,9 +5,9 @@
     outputs = exe({"input": x})
 
 Integer results equal the reference interpreter's bit for bit; float results agree within
-float rounding (sums in double, rounded once). See executable.py for batch sizes and
-specialization, toolchain.py for the compiler and its cache, library.py for the ISA choice
-($LOWBIT_CPU_ISA) and threads.
+float rounding (products' sums in double in k order, rounded once). See executable.py for
+batch sizes and specialization, toolchain.py for the compiler and its cache, library.py for the
+ISA choice ($LOWBIT_CPU_ISA) and threads.
 """
 
 from lowbit.backends.cpu.executable import CpuExecutable, compile

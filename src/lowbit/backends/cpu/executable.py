@@ -76,6 +76,9 @@ class Compiled:
     errors: dict
     """Step number -> a function (detail, input arrays) -> message for its failure."""
     limits: list[Limit] = field(default_factory=list)
+    nhwc: list[int] = field(default_factory=list)
+    """Outputs whose arrays are physical NHWC (`nhwc_outputs`), handed out as [N, C, H, W]
+    views."""
 
 
 def _aligned(nbytes: int, align: int = 64) -> np.ndarray:
@@ -88,8 +91,11 @@ class CpuExecutable:
     """A graph compiled by the cpu backend; call it with {input name: array}."""
 
     def __init__(self, graph: Graph, threads: int | None = None, isa: str | None = None,
-                 name: str | None = None) -> None:
+                 name: str | None = None, nhwc_outputs: bool = False) -> None:
         self.graph = graph
+        self.nhwc_outputs = nhwc_outputs
+        """4-D float outputs the program computes in NHWC come back as [N, C, H, W] views of
+        NHWC arrays (not C-contiguous), saving the conversion."""
         self.name = name or "model"
         self.context = library.context(threads, isa)
         self.batch = batch_symbol(graph)
@@ -130,7 +136,8 @@ class CpuExecutable:
         if self._graph_hash is None:
             self._graph_hash = graph_hash(self.graph)
         return toolchain.artifact_key(self._graph_hash, repr((key, self.batch, self.name,
-                                                              self.runtime_dims)))
+                                                              self.runtime_dims,
+                                                              self.nhwc_outputs)))
 
     def _specialize(self, key: tuple) -> Compiled:
         found = self._compiled.get(key)
@@ -155,13 +162,15 @@ class CpuExecutable:
             _forget_shapes(graph, self.batch)
             infer_graph(graph)
         graph = prepare_for_lowering(graph)
-        lowering = Lowering(graph, self.name, self.batch, runtime_dims=self.runtime_dims)
+        lowering = Lowering(graph, self.name, self.batch, runtime_dims=self.runtime_dims,
+                            nhwc_outputs=self.nhwc_outputs)
         program = lowering.lower()
         liveness = program.make_liveness()
         source = program.render()
         data = program.blob.bytes()
-        outputs = [(v.name, lowering.shape(v), np.dtype(v.type.dtype.np_dtype))
-                   for v in graph.outputs]
+        nhwc = [i for i, layout in enumerate(lowering.output_layouts) if layout == "nhwc"]
+        outputs = [(v.name, _physical(lowering.shape(v), i in nhwc),
+                    np.dtype(v.type.dtype.np_dtype)) for i, v in enumerate(graph.outputs)]
         steps = [s.comment for s in program.steps]
         errors = {s.number: s.error for s in program.steps if s.error}
         path = toolchain.build_model(source, "model")
@@ -175,7 +184,7 @@ class CpuExecutable:
         compiled = Compiled(fn, str(path), _blob(data), liveness, list(program.dim_vars),
                             list(lowering.bindings), graph, outputs, source,
                             time.perf_counter() - start, steps, {}, errors,
-                            list(lowering.limits))
+                            list(lowering.limits), nhwc)
         if not errors and not any(r.size_fn for r in liveness.roots):
             toolchain.store_artifact(akey, {
                 "library": str(path), "dim_vars": compiled.dim_vars,
@@ -184,7 +193,8 @@ class CpuExecutable:
                 "first": liveness.first, "last": liveness.last,
                 "limits": [[lim.dim, lim.most, lim.what, lim.checked]
                            for lim in compiled.limits],
-                "outputs": [(n, list(s), d.str) for n, s, d in outputs], "steps": steps}, data)
+                "outputs": [(n, list(s), d.str) for n, s, d in outputs], "steps": steps,
+                "nhwc": nhwc}, data)
         self._compiled[key] = compiled
         return compiled
 
@@ -200,7 +210,8 @@ class CpuExecutable:
         return Compiled(fn, meta["library"], _blob(data), liveness, list(meta["dim_vars"]),
                         bindings, self.graph, outputs, "", time.perf_counter() - start,
                         list(meta["steps"]), {}, {},
-                        [Limit(*lim) for lim in meta.get("limits", [])])
+                        [Limit(*lim) for lim in meta.get("limits", [])],
+                        list(meta.get("nhwc", [])))
 
     def arena_bytes(self, inputs: Mapping[str, np.ndarray]) -> int:
         """Size of the arena for one inference on `inputs` (their shapes are what counts)."""
@@ -272,6 +283,8 @@ class CpuExecutable:
             status = fast.function(*fast.args)
             if status != 0:
                 self._failed(fast.compiled, status, fast.err, arrays)
+        for i in fast.compiled.nhwc:
+            outs[i] = outs[i].transpose(0, 3, 1, 2)
         return dict(zip(fast.names_out, outs, strict=True))
 
     def profile(self, inputs: Mapping[str, np.ndarray], runs: int = 10
@@ -308,6 +321,8 @@ class CpuExecutable:
             self._failed(compiled, status, err, arrays)
         if keep:
             return times
+        for i in compiled.nhwc:
+            outs[i] = outs[i].transpose(0, 3, 1, 2)
         return {name: o for (name, _, _), o in zip(compiled.outputs, outs, strict=True)}
 
     @staticmethod
@@ -511,9 +526,16 @@ def _name_batch(graph: Graph) -> Graph:
     return graph
 
 
+def _physical(shape: tuple, nhwc: bool) -> tuple:
+    """An output array's shape: [N, H, W, C] for an NHWC output of logical [N, C, H, W]."""
+    return (shape[0], shape[2], shape[3], shape[1]) if nhwc else shape
+
+
 def compile(graph: Graph, *, threads: int | None = None, isa: str | None = None,
-            name: str | None = None) -> CpuExecutable:
-    """Compile `graph` for the cpu backend (see the module docstring)."""
+            name: str | None = None, nhwc_outputs: bool = False) -> CpuExecutable:
+    """Compile `graph` for the cpu backend (see the module docstring). `nhwc_outputs`: 4-D
+    outputs computed in NHWC are returned as [N, C, H, W] views of NHWC arrays (no
+    conversion; for readers indifferent to the element order, such as calibration)."""
     from lowbit.backends.lowering import fold_quantized_constants, has_quantized_constants
 
     if any(v.type is None or v.type.shape is None for v in graph.inputs):
@@ -526,7 +548,8 @@ def compile(graph: Graph, *, threads: int | None = None, isa: str | None = None,
         graph = _fold_dequantized_constants(graph.copy())  # before runtime_capable looks
     if any(v.type.shape and v.type.shape[0] is None for v in graph.inputs):
         graph = _name_batch(graph)
-    return CpuExecutable(graph, threads=threads, isa=isa, name=name)
+    return CpuExecutable(graph, threads=threads, isa=isa, name=name,
+                         nhwc_outputs=nhwc_outputs)
 
 
 __all__ = ["CpuExecutable", "InputError", "compile"]

@@ -44,10 +44,15 @@ class AddParams(C.Structure):
                 ("r2", C.c_int32), ("sub", C.c_int32), ("out", Requant)]
 
 
+class Post(C.Structure):
+    _fields_ = [("table", C.c_void_p), ("table_type", C.c_int32), ("table_min", C.c_int32),
+                ("mul", i32p), ("z", C.c_int32), ("rq", Requant)]
+
+
 class Epilogue(C.Structure):
     _fields_ = [("col_offset", i32p), ("col_zb", i32p), ("rq", Requant),
                 ("out_type", C.c_int32), ("residual", C.c_void_p), ("ld_residual", C.c_int64),
-                ("add", C.POINTER(AddParams)), ("bounded", i32p)]
+                ("add", C.POINTER(AddParams)), ("bounded", i32p), ("post", C.POINTER(Post))]
 
 
 class WideParams(C.Structure):
@@ -88,10 +93,14 @@ def lib() -> C.CDLL:
     except OSError:
         toolchain.invalidate(path)  # a cache entry that does not load: build it again
         handle = C.CDLL(str(toolchain.runtime_library()))
-    for name, (restype, argtypes) in _SIGNATURES.items():
+    return with_signatures(handle, _SIGNATURES)
+
+
+def with_signatures(handle: C.CDLL, signatures: dict[str, tuple]) -> C.CDLL:
+    """`handle` with each named function's (restype, argtypes) set from `signatures`."""
+    for name, (restype, argtypes) in signatures.items():
         fn = getattr(handle, name)
-        fn.restype = restype
-        fn.argtypes = argtypes
+        fn.restype, fn.argtypes = restype, argtypes
     return handle
 
 

@@ -11,11 +11,12 @@ from __future__ import annotations
 import ctypes as C
 import functools
 import logging
+import threading
 
 import numpy as np
 
 from lowbit.errors import LowbitError
-from lowbit.numerics.exact_sum import LIMBS, GridSum
+from lowbit.numerics.exact_sum import LIMBS, MAX_ADDS, ExactSum, GridSum
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +35,9 @@ _SIGNATURES = {
     "lb_histogram_f32": (None, [C.c_void_p, C.c_int64, C.c_float, C.c_float, _i64p,
                                 C.c_int64]),
     "lb_gptq_block": (None, [C.c_void_p] * 7 + [C.c_int64] * 5 + [C.c_double] * 2),
+    "lb_moments_scratch": (C.c_int64, [C.c_int64]),
+    "lb_exactsum_add": (C.c_int, [_i64p, _i64p, C.c_int64, C.c_void_p]),
+    "lb_moments_f32": (None, [C.c_void_p, C.c_void_p] + [C.c_int64] * 4 + [C.c_void_p] * 2),
 }
 MAX_TAPS = 25
 """Largest depthwise kernel (taps) `depthwise_moments` takes (rt_stats.c LB_MOMENT_TAPS)."""
@@ -43,11 +47,7 @@ MAX_TAPS = 25
 def _lib():
     from lowbit.backends.cpu import library
 
-    handle = library.lib()
-    for name, (restype, argtypes) in _SIGNATURES.items():
-        fn = getattr(handle, name)
-        fn.restype, fn.argtypes = restype, argtypes
-    return handle
+    return library.with_signatures(library.lib(), _SIGNATURES)
 
 
 def available() -> bool:
@@ -61,19 +61,32 @@ def available() -> bool:
 
 
 def _ctx():
-    """The shared context of the ISA in effect ($LOWBIT_CPU_ISA), default threads."""
+    """The shared context of the ISA in effect ($LOWBIT_CPU_ISA), default threads (one thread
+    in a thread that called `single_threaded`)."""
     import os
 
     from lowbit.backends.cpu import library
 
-    key = os.environ.get(library.ISA_ENV, "")
+    single = getattr(_local, "single", False)
+    key = (os.environ.get(library.ISA_ENV, ""), single)
     handle = _contexts.get(key)
     if handle is None:
-        handle = _contexts[key] = library.context().handle
+        with _lock:
+            handle = _contexts.get(key)
+            if handle is None:
+                handle = _contexts[key] = library.context(1 if single else None).handle
     return handle
 
 
-_contexts: dict[str, object] = {}
+_contexts: dict[tuple[str, bool], object] = {}
+_local = threading.local()
+_lock = threading.Lock()
+
+
+def single_threaded() -> None:
+    """Run this thread's kernel calls on this thread alone (for threads that each update other
+    statistics at the same time: a context with one thread has no pool to share)."""
+    _local.single = True
 
 
 def _float(x: np.ndarray) -> tuple[np.ndarray, int]:
@@ -97,6 +110,24 @@ def gridsum_add(total: GridSum, values: np.ndarray) -> None:
     limbs = _limbs(total)
     _lib().lb_gridsum_add(_ctx(), limbs.ctypes.data_as(_i64p), x.size, x.ctypes.data, f64,
                           *factors)
+
+
+def exactsum_add(total: ExactSum, values: np.ndarray) -> None:
+    """`total.add(values)` (float32 or float64 of its shape; ValueError when a value is not
+    finite, nothing added), in C: the same limbs and tops."""
+    x = np.ascontiguousarray(values, np.float64)
+    if x.shape != total.shape:
+        raise ValueError(f"adding shape {x.shape} to a sum of shape {total.shape}")
+    if total.adds + 1 > MAX_ADDS and np.all(np.isfinite(x)):
+        raise OverflowError(f"an exact sum takes at most {MAX_ADDS} additions")
+    for name in ("limbs", "top"):
+        a = getattr(total, name)
+        if not (a.flags.c_contiguous and a.flags.writeable and a.dtype == np.int64):
+            setattr(total, name, np.ascontiguousarray(a, np.int64))
+    if not _lib().lb_exactsum_add(total.limbs.ctypes.data_as(_i64p),
+                                  total.top.ctypes.data_as(_i64p), x.size, x.ctypes.data):
+        raise ValueError("an exact sum takes finite values only")
+    total.adds += 1
 
 
 def gridsum_add_upper(total: GridSum, matrices: np.ndarray) -> bool:
@@ -139,7 +170,7 @@ def depthwise_moments(x: np.ndarray, kernel: tuple[int, int], strides: tuple[int
     hp, wp = (max(pads[i] + size, (out_size[i] - 1) * strides[i]
                   + (kernel[i] - 1) * dilations[i] + 1) for i, size in enumerate((h, w)))
     cp = -(-c // 8) * 8
-    padded = np.zeros((n, hp, wp, cp))
+    padded = zeroed_scratch((n, hp, wp, cp))
     padded[:, pads[0]:pads[0] + h, pads[1]:pads[1] + w, :c] = x.transpose(0, 2, 3, 1)
     out = np.empty((c, taps * (taps + 1) // 2))
     geometry = np.array([n, c, hp, wp, cp, *kernel, *strides, *dilations, *out_size],
@@ -151,16 +182,63 @@ def depthwise_moments(x: np.ndarray, kernel: tuple[int, int], strides: tuple[int
     return out
 
 
+def moments_upper(rows: np.ndarray, upper: np.ndarray) -> None:
+    """upper (float64 [C (C + 1) / 2], the row-major upper triangle with the diagonal) += that
+    of S = rows^T rows, for float32 `rows` [P, C] (any positive strides: one input vector a
+    row). Positions are summed in blocks of 256 in order: within a block each element of S in
+    float32, one fused multiply-add a product, in position order; each block's sums then added
+    to `upper` in float64 (runtime/rt_moments.c). The same bits on every ISA path."""
+    p, c = (int(d) for d in rows.shape)
+    assert rows.dtype == np.float32 and upper.dtype == np.float64 and upper.flags.c_contiguous
+    assert upper.shape == (c * (c + 1) // 2,)
+    if p == 0 or c == 0:
+        return
+    sp, si = (int(st) // 4 for st in rows.strides)
+    if min(sp, si) < 1 or any(st % 4 for st in rows.strides):
+        rows = np.ascontiguousarray(rows)
+        sp, si = c, 1
+    scratch = _scratch(int(_lib().lb_moments_scratch(c)))
+    _lib().lb_moments_f32(_ctx(), rows.ctypes.data, p, c, sp, si, scratch.ctypes.data,
+                          upper.ctypes.data)
+
+
+def _scratch(size: int) -> np.ndarray:
+    """This thread's float32 scratch of at least `size` elements."""
+    buf = getattr(_local, "scratch", None)
+    if buf is None or buf.size < size:
+        buf = _local.scratch = np.empty(size, np.float32)
+    return buf
+
+
+def zeroed_scratch(shape: tuple[int, ...]) -> np.ndarray:
+    """A float64 array of zeros of `shape` in this thread's reused buffer (valid until the
+    thread's next call: fresh pages of a new array cost more than clearing warm ones)."""
+    size = int(np.prod(shape))
+    buf = getattr(_local, "zeroed", None)
+    if buf is None or buf.size < size:
+        buf = _local.zeroed = np.empty(size)
+    out = buf[:size].reshape(shape)
+    out.fill(0.0)
+    return out
+
+
 def channel_stats(x: np.ndarray, axis: int | None
                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int] | None:
     """Per channel along `axis` (None: the whole tensor as one channel) of float32 `x`: minimum,
     maximum and sum (float64, the values added in order along the other axes, row-major), and
     the number of zeros; None when a value is NaN or infinite. The C form of
     `lowbit.quant.observers.channel_stats`."""
-    x = np.ascontiguousarray(x, np.float32)
-    if axis is None:
+    if axis in (1, None) and x.ndim == 4 and x.dtype == np.float32 and \
+            not x.flags.c_contiguous and x.transpose(0, 2, 3, 1).flags.c_contiguous:
+        # [N, C, H, W] viewing an NHWC array: each channel's values in the same order
+        x = x.transpose(0, 2, 3, 1)
+        outer, channels, inner = (1, 1, x.size) if axis is None else (x.size // x.shape[3],
+                                                                       x.shape[3], 1)
+    elif axis is None:
+        x = np.ascontiguousarray(x, np.float32)
         outer, channels, inner = 1, 1, x.size
     else:
+        x = np.ascontiguousarray(x, np.float32)
         outer = int(np.prod(x.shape[:axis]))
         channels = int(x.shape[axis])
         inner = int(np.prod(x.shape[axis + 1:]))
@@ -172,10 +250,20 @@ def channel_stats(x: np.ndarray, axis: int | None
     return lo, hi, total, zeros.value
 
 
+def _in_memory_order(x: np.ndarray) -> np.ndarray:
+    """`x` with its axes permuted so that it is C-contiguous when it is a permuted view of a
+    C-contiguous array (for reductions indifferent to the order), else `x`."""
+    if x.flags.c_contiguous or x.ndim < 2:
+        return x
+    y = x.transpose(np.argsort([-abs(st) for st in x.strides], kind="stable"))
+    return y if y.flags.c_contiguous else x
+
+
 def histogram_add(counts: np.ndarray, x: np.ndarray, scale: float, offset: float) -> None:
     """counts[floor(v * scale) - offset] += 1 for every v of float32 `x`, in float32 (the C
     form of `StatsObserver._add`; values outside the window are not counted)."""
     assert counts.dtype == np.int64 and counts.flags.c_contiguous
+    x = _in_memory_order(x)
     x = np.ascontiguousarray(x, np.float32)
     _lib().lb_histogram_f32(x.ctypes.data, x.size, scale, offset,
                             counts.ctypes.data_as(_i64p), counts.size)

@@ -159,8 +159,15 @@ class Lowering:
     target's); emitters leave out constants in layouts only other ISAs' kernels read."""
 
     def __init__(self, graph: Graph, name: str, batch: str | None = None,
-                 runtime_dims: bool = False, isas: frozenset[str] = ALL_ISAS) -> None:
+                 runtime_dims: bool = False, isas: frozenset[str] = ALL_ISAS,
+                 nhwc_outputs: bool = False) -> None:
         self.graph = graph
+        self.nhwc_outputs = nhwc_outputs
+        """4-D outputs computed in NHWC are handed out in NHWC (`output_layouts`), not
+        converted: for callers that read every element in any order (calibration)."""
+        self.output_layouts: list[str] = []
+        """Per graph output, the layout of its array ("plain", or "nhwc": physical [N, H, W,
+        C]), set by `finish`."""
         self.batch = batch if batch is not None else batch_symbol(graph)
         """The symbol of the batch dimension (the run-time N); without `runtime_dims`, other
         symbols are refused."""
@@ -365,7 +372,9 @@ class Lowering:
             dtype, stored_biased = stored_dtype(v.type)
             biased = stored_biased if biased is None else biased
         shape = self.shape(v)
-        direct = v in self.output_values and layout == "plain" and not biased and \
+        handed = layout == "plain" or (self.nhwc_outputs and layout == "nhwc" and
+                                       len(shape) == 4)
+        direct = v in self.output_values and handed and not biased and \
             v not in self.graph.inputs and self.graph.outputs.count(v) == 1
         if direct:
             t = self.prog.tensor(v.name, dtype, shape, layout=layout, biased=False,
@@ -383,10 +392,30 @@ class Lowering:
 
     def finish(self) -> None:
         """Copy or convert graph outputs that are not already in the caller's arrays."""
+        self.output_layouts = []
         for i, v in enumerate(self.graph.outputs):
             t = self.tensors.get(v) or self.tensor_of(v)
+            nhwc = len(t.shape) == 4 and t.layout == "nhwc" and not t.biased
+            self.output_layouts.append("nhwc" if nhwc and self.nhwc_outputs else "plain")
             if t.kind == "output" and t.index == i:
                 continue
+            if nhwc and self.nhwc_outputs:
+                out = self.prog.tensor(f"{v.name}.out", t.dtype, t.shape, layout="nhwc",
+                                       kind="output", index=i)
+                self.prog.step(f"output {i}: {v.name} (nhwc)", [
+                    f"lb_copy(ctx, {t.nbytes.c()}, {t.ptr}, {out.ptr});"], [t], [out])
+                continue
+            if len(t.shape) == 4 and t.layout == "nhwc" and not t.biased and \
+                    (t.id, "plain", False) not in self._views:
+                n, c, h, w = t.shape
+                if not ((h == 1 and w == 1) or c == 1):
+                    # converted straight into the caller's array (no copy of a plain tensor)
+                    out = self.prog.tensor(f"{v.name}.out", t.dtype, t.shape, kind="output",
+                                           index=i)
+                    hw = h * w
+                    self.permute(out, t, (n, c, h, w), (hw * c, 1, w * c, c),
+                                 f"{t.name}: layout nhwc -> plain, output {i}")
+                    continue
             src = self.operand(v, "plain" if len(t.shape) == 4 and t.layout != "plain" else
                                t.layout, biased=False)
             out = self.prog.tensor(f"{v.name}.out", src.dtype, src.shape, kind="output",

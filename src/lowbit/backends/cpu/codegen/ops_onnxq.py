@@ -144,7 +144,8 @@ def _float_epilogue(lw: Lowering, m_values: np.ndarray, channels: int, out: Tens
     arrays = packing.float32_arrays(m_values, zero + sh, lo + sh, hi + sh, channels)
     zb_c = cexpr.int_array(lw.prog, zb) if zb is not None else "NULL"
     return (f"const lb_epilogue ep = {{{cexpr.int_array(lw.prog, offset)}, {zb_c}, "
-            f"{cexpr.requant(lw.prog, arrays)}, {tname(lw, out)}, NULL, 0, NULL, NULL}};")
+            f"{cexpr.requant(lw.prog, arrays)}, {tname(lw, out)}, NULL, 0, NULL, NULL, "
+            f".post = NULL}};")
 
 
 def _stored_weights(w: np.ndarray, zw) -> tuple[np.ndarray, np.ndarray]:

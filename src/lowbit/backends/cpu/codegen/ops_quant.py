@@ -18,6 +18,7 @@ from lowbit.backends.cpu.codegen import cexpr
 from lowbit.backends.cpu.codegen.column_arrays import ceil_bound, column_arrays
 from lowbit.backends.cpu.codegen.lower import Lowering, emitter, stored_dtype
 from lowbit.backends.cpu.codegen.ops_shape import concat_into, logical_strides, pool_setup
+from lowbit.backends.cpu.codegen.post_stage import PostStage, post_stage
 from lowbit.backends.cpu.codegen.program import Size, Tensor, dim_c, dim_size, is_batch, numel
 from lowbit.backends.cpu.codegen.unary_chain import emit_unary_chain
 from lowbit.backends.reference.kernels import is_quantized
@@ -191,22 +192,25 @@ def residual_of(lw: Lowering, node, layout: str) -> Residual | None:
 
 def epilogue(lw: Lowering, p: params.Product, out_t: TensorType, channels: int,
              offset: np.ndarray, zb: np.ndarray | None, out: Tensor,
-             residual: Residual | None = None, raw_bound: int | None = None) -> list[str]:
+             residual: Residual | None = None, raw_bound: int | None = None,
+             post: PostStage | None = None) -> list[str]:
     """C lines declaring `ep`, the lb_epilogue of a product into `out` (with a residual Add:
     `out` is the Add's result). `raw_bound`: a bound of |sum a w| over the stored operands
     the kernel multiplies (before the folded offset), for the VNNI kernels' bounded form of
-    the requantization (packing.bounded_arrays); None when the kernel has no such form."""
+    the requantization (packing.bounded_arrays); None when the kernel has no such form.
+    `post`: nodes after the product computed on each code before the store (`out` is then
+    the last one's result, `out_t` still the product's type)."""
     if p.requant is None:
         arrays = packing.dequant_arrays(p.scale, channels, *p.clip)
     else:
         arrays = cexpr.requant_arrays(p.requant, channels, shift_of(out_t))
     bounded = None
     if raw_bound is not None and residual is None and zb is None and "vnni" in lw.isas and \
-            p.requant is not None and tname(lw, out) == "LB_U8":
+            p.requant is not None and tname(lw, out) == "LB_U8" and post is None:
         bounded = packing.bounded_arrays(arrays, offset, channels, raw_bound)
     bounded_c = lw.prog.data(bounded, "bounded") if bounded is not None else "NULL"
     zb_c = cexpr.int_array(lw.prog, zb) if zb is not None else "NULL"
-    lines = []
+    lines = list(post.lines) if post is not None else []
     fused = "NULL, 0, NULL"
     if residual is not None:
         *add, out_arrays = residual.add
@@ -215,8 +219,15 @@ def epilogue(lw: Lowering, p: params.Product, out_t: TensorType, channels: int,
         fused = f"{residual.other.ptr}, {channels}, &add"
     lines.append(f"const lb_epilogue ep = {{{cexpr.int_array(lw.prog, offset)}, {zb_c}, "
                  f"{cexpr.requant(lw.prog, arrays)}, {tname(lw, out)}, {fused}, "
-                 f"{bounded_c}}};")
+                 f"{bounded_c}, .post = {'&post' if post is not None else 'NULL'}}};")
     return lines
+
+
+def post_names(post: PostStage | None) -> str:
+    """A step description's note of the nodes fused after a product."""
+    if post is None:
+        return ""
+    return " then " + " + ".join(n.op_type for n in post.nodes)
 
 
 def raw_bound(w8: np.ndarray) -> int:
@@ -277,9 +288,18 @@ def conv(lw: Lowering, node) -> None:
     pads = win.resolved_pads((ih, iw))
     residual = residual_of(lw, node, "nhwc") if out_t.quant is not None and \
         out_t.dtype.bits == 8 and fast_product(tx, w, p) else None
+    taps = kh * kw
+    dw = cg == 1 and mg == 1 and taps <= 64
+    # not after depthwise convolutions: their fast kernels have no post stage, and the
+    # general one cost more than the separate steps (PP-OCR, per-step profiles)
+    post = post_stage(lw, node, m, group) \
+        if residual is None and not dw and fast_product(tx, w, p) else None
     if residual is not None:
         lw.fused.add(residual.node)
         out = lw.result(residual.node.outputs[0], "nhwc")
+    elif post is not None:
+        lw.fused.update(post.nodes)
+        out = lw.result(post.value, "nhwc")
     else:
         out = lw.result(node.outputs[0], "nhwc")
     oh, ow = out.shape[2], out.shape[3]
@@ -287,10 +307,9 @@ def conv(lw: Lowering, node) -> None:
     za = p.x_zero + shift_of(tx)
     if not fast_product(tx, w, p):
         return wide_conv(lw, node, x, tx, w, p, out, out_t, wdesc, group, za)
-    taps = kh * kw
     reads = [x] + ([residual.other] if residual else [])
-    if cg == 1 and mg == 1 and taps <= 64:
-        return depthwise(lw, node, x, w, p, out, out_t, wdesc, za, taps, residual, reads)
+    if dw:
+        return depthwise(lw, node, x, w, p, out, out_t, wdesc, za, taps, residual, reads, post)
     # weights as rows [m, taps * cg] in (tap, channel) order, matching im2col, whose rows
     # are padded to a multiple of 4 with the zero point (zero weights there)
     w2 = w.transpose(0, 2, 3, 1).reshape(m, taps * cg)
@@ -306,13 +325,13 @@ def conv(lw: Lowering, node) -> None:
     sums = lw.prog.scratch(rows * 4, "row_sums") if zb is not None else None
     code = [pack_groups(lw, w2, p.w_zero, group),
             *epilogue(lw, p, out_t, m, offset, zb, out, residual,
-                      raw_bound(folded_weights(w2, p.w_zero)) if group == 1 else None),
+                      raw_bound(folded_weights(w2, p.w_zero)) if group == 1 else None, post),
             f"const lb_qconv conv = {{{wdesc}, {group}, {cg}, {mg}, {za}, packed, ep}};",
             f"lb_qconv_run(ctx, &conv, {x.ptr}, {out.ptr}, "
             f"{scratch.ptr if scratch else 'NULL'}, "
             f"{f'(int32_t *){sums.ptr}' if sums else 'NULL'});"]
     lw.prog.step(f"{node.name}: Conv {kh}x{kw} /{win.strides[0]} group {group}, {c} -> {m}"
-                 f"{' + ' + residual.node.name if residual else ''}",
+                 f"{' + ' + residual.node.name if residual else ''}{post_names(post)}",
                  code, reads, [out], [s for s in (scratch, sums) if s is not None])
 
 
@@ -356,18 +375,20 @@ def quad_weights(centred: np.ndarray) -> np.ndarray:
 
 
 def depthwise(lw: Lowering, node, x, w, p: params.Product, out, out_t, wdesc, za, taps,
-              residual: Residual | None, reads: list[Tensor]) -> None:
+              residual: Residual | None, reads: list[Tensor],
+              post: PostStage | None = None) -> None:
     c = w.shape[0]
     centred = (w.reshape(c, taps).astype(np.int64) - p.w_zero[:, None]).T  # [taps, c]
     offset = -za * centred.sum(axis=0)
     if p.bias is not None:
         offset = offset + p.bias
     code = [*epilogue(lw, p, out_t, c, packing.wrap_int32(offset), None, out, residual,
-                      raw_bound(centred.T)),
+                      raw_bound(centred.T), post),
             *depthwise_code(lw, centred, c, za, wdesc, x, out)]
     kh, kw = w.shape[2:]
     lw.prog.step(f"{node.name}: depthwise Conv {kh}x{kw}, {c} channels"
-                 f"{' + ' + residual.node.name if residual else ''}", code, reads, [out])
+                 f"{' + ' + residual.node.name if residual else ''}{post_names(post)}", code,
+                 reads, [out])
 
 
 def depthwise_code(lw: Lowering, centred: np.ndarray, c: int, za: int, wdesc: str, x: Tensor,
@@ -532,7 +553,7 @@ def activation_matmul(lw: Lowering, node) -> None:
             f"const lb_qmatmul mm = {{{batch.c()}, {dim_c(m)}, {dim_c(n)}, {dim_c(k)}, {sa}, "
             f"{sb}, {sc}, {tname(lw, a)}, {tname(lw, b)}, 1, {za}, {zb}, {wide}, "
             f"{p.narrow_shift}, {zb_raw}, {{NULL, {zb_c}, {rq}, {tname(lw, out)}, NULL, 0, "
-            f"NULL, NULL}}}};",
+            f"NULL, NULL, .post = NULL}}}};",
             f"lb_qmatmul_run(ctx, &mm, {a.ptr}, {b.ptr}, {out.ptr}, (int8_t *){packed.ptr}, "
             f"(int32_t *){offsets.ptr}, (int32_t *){sums.ptr});"]
     lw.prog.step(f"{node.name}: MatMul of activations, {batch.c()} x [{m}x{k}] [{k}x{n}]"

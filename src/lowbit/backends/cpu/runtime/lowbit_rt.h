@@ -151,6 +151,23 @@ typedef struct lb_add_params {
     lb_requant out;
 } lb_add_params;
 
+/* An elementwise function of each requantized code, applied before it is stored: a chain of
+ * one-input quantized ops (a lookup table) and/or a quantized Mul by a per-channel constant
+ * that read the product's result alone, fused by the code generator (ops_quant.post_stage).
+ * With y the code the epilogue's rq gives (and its residual Add, if any):
+ *   t = table ? table[y - table_min] : y      (entries of table_type: LB_U8, LB_I16, LB_U16;
+ *                                               the table is readable 4 bytes past its end)
+ *   out = mul ? requant(rq, 0, (t - z) * mul[c]) : t      (lowbit's quantized Mul, rq per
+ *                                                          tensor, |(t - z) * mul[c]| < 2**31)
+ * stored as the epilogue's out_type. */
+typedef struct lb_post {
+    const void *table;
+    int32_t table_type, table_min;
+    const int32_t *mul; /* NULL, or the constant's centred codes per channel (padded to 16) */
+    int32_t z;
+    lb_requant rq;
+} lb_post;
+
 typedef struct lb_epilogue {
     const int32_t *col_offset; /* bias and zero-point corrections, wrapped to int32 */
     const int32_t *col_zb;     /* weight zero point per channel for the row-sum term, or NULL */
@@ -167,6 +184,7 @@ typedef struct lb_epilogue {
      * clip, zero point or final clamp (the bounds are where the codes saturate). Only set
      * without col_zb, residual or groups. */
     const int32_t *bounded;
+    const lb_post *post; /* NULL, or a function of each code before it is stored (lb_post) */
 } lb_epilogue;
 
 /* C[m, n] = epilogue(sum_k A[m, k] * B[k, n]) for m < M, n < N, with A uint8 (row stride lda)

@@ -1,6 +1,8 @@
 /* The AVX-512 path of the non-overlapping ConvTranspose (rt_convt_impl.h): 8, 16 or 24 output
  * channels' double sums of 8 pixels in registers (each input value broadcast once for all),
- * the same IEEE products and additions in the same order as the portable block. */
+ * the same IEEE products and additions in the same order as the portable block (each
+ * product and its addition as one fused multiply-add: the product of two floats is exact in
+ * double, so rounding once is rounding the same sum). */
 #include "rt_internal.h"
 
 #if LB_HAVE_AVX512
@@ -22,7 +24,7 @@
             for (int q = 0; q < 8; q++) {                                                      \
                 __m512d x = _mm512_set1_pd((double)xs[q][ci]);                                 \
                 for (int v = 0; v < NV; v++)                                                   \
-                    a[q][v] = _mm512_add_pd(a[q][v], _mm512_mul_pd(x, wd[v]));                 \
+                    a[q][v] = _mm512_fmadd_pd(x, wd[v], a[q][v]); /* exact product */         \
             }                                                                                  \
         }                                                                                      \
         for (int q = 0; q < 8; q++)                                                            \
@@ -45,6 +47,7 @@ LB_TARGET_AVX512 static inline void lb_fconvt_block_avx512(const float *const *x
 }
 
 #define LB_CT_BLOCK lb_fconvt_block_avx512
+#define LB_CT_MADD(acc, x, w) __builtin_fma((x), (w), (acc)) /* see rt_convt_impl.h */
 #define LB_CT_SUFFIX avx512
 #define LB_CT_TARGET LB_TARGET_AVX512
 #include "rt_convt_impl.h"

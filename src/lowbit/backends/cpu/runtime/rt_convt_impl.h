@@ -11,6 +11,14 @@
  * blocks of LB_CT_PIX input pixels are transposed so that a vector holds neighbouring
  * pixels' sums. */
 
+/* acc + x * w for doubles x and w converted from floats: their product is exact in double
+ * (at most 48 significant bits, far from overflow or underflow), so a fused multiply-add,
+ * which rounds once, gives the same double as the product then the sum (rt_convt_avx512.c
+ * uses one). */
+#ifndef LB_CT_MADD
+#define LB_CT_MADD(acc, x, w) ((acc) + (x) * (w))
+#endif
+
 #ifndef LB_CT_QB
 #define LB_CT_QB 4 /* pixels per block with 8 output channels or more (AVX-512: 8) */
 #endif
@@ -119,7 +127,8 @@ LB_CT_TARGET static void LB_CT_FN(lb_fconvt_row1_)(const lb_fconvt *p, const flo
                     double *vv = v[kx * M + m];
                     for (int64_t ci = 0; ci < cn; ci++) {
                         const double w = (double)wt[(c0 + ci) * M + m];
-                        for (int64_t k = 0; k < LB_CT_PIX; k++) vv[k] = vv[k] + xt[ci][k] * w;
+                        for (int64_t k = 0; k < LB_CT_PIX; k++)
+                            vv[k] = LB_CT_MADD(vv[k], xt[ci][k], w);
                     }
                 }
             }

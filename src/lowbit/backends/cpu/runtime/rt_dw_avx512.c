@@ -223,10 +223,11 @@ LB_V512 __m512i lb_dwbq_apply(const lb_dwbq *v, __m512i x) {
                              v->post);
 }
 
-/* One output row (or a chunk of its channels), uint8 results without a residual. METHOD:
- * LB_RQ_Q31, LB_RQ_PRESCALE, or LB_DW_BOUNDED (the epilogue's bounded form of prescale). */
+/* One output row (or a chunk of its channels), results without a residual or post stage.
+ * METHOD: LB_RQ_Q31, LB_RQ_PRESCALE, or LB_DW_BOUNDED (the epilogue's bounded form of
+ * prescale, uint8 only); OUT: LB_U8, LB_I16 or LB_U16. */
 #define LB_DW_BOUNDED 2
-LB_V512 void lb_dwq_row(const lb_dw512_job *j, int64_t t, const int METHOD) {
+LB_V512 void lb_dwq_row(const lb_dw512_job *j, int64_t t, const int METHOD, const int OUT) {
     const lb_dwconv *p = j->p;
     const lb_window *w = &p->win;
     const lb_epilogue *ep = &p->ep;
@@ -247,6 +248,19 @@ LB_V512 void lb_dwq_row(const lb_dw512_job *j, int64_t t, const int METHOD) {
     int rows_inside = iy0 >= 0 && iy1 < w->ih;
     const __m512i qmin = _mm512_set1_epi32(ep->rq.qmin), qmax = _mm512_set1_epi32(ep->rq.qmax);
     const __m512i order = _mm512_setr_epi32(0, 8, 1, 9, 4, 12, 5, 13, 2, 3, 6, 7, 10, 11, 14, 15);
+    /* 16-bit results: after one saturating pack of (y01, y23), word 8L + u of 128-bit lane L
+     * holds y01's int32 lane 4L + u (u < 4) or y23's lane 4L + u - 4; int32 lane i of
+     * accumulator pair X (x01: X = 0, 1; x23: X = 2, 3) is channel 16 (j / 4) + 4 X + j % 4
+     * with X = 2 (pair) + i / 8, j = i % 8 (quad_weights' lane order). order16[ch] is the
+     * word holding channel ch. */
+    int16_t pos16[32];
+    for (int wd = 0; wd < 32; wd++) {
+        int lane = wd / 8, u = wd % 8, pair = u < 4 ? 0 : 2, i = 4 * lane + u % 4;
+        int x = pair + i / 8, jj = i % 8;
+        pos16[16 * (jj / 4) + 4 * x + jj % 4] = (int16_t)wd;
+    }
+    const __m512i order16 = _mm512_loadu_si512(pos16);
+    uint16_t *const out16 = (uint16_t *)j->tile.C;
     for (int64_t ox0 = 0; ox0 < w->ow; ox0 += 32) {
         int64_t count = LB_MIN(32, w->ow - ox0);
         for (int64_t i = 0; i < count; i++) {
@@ -313,6 +327,14 @@ LB_V512 void lb_dwq_row(const lb_dw512_job *j, int64_t t, const int METHOD) {
                     y01 = lb_dwrq_apply(&r01, x01, qmin, qmax, METHOD);
                     y23 = lb_dwrq_apply(&r23, x23, qmin, qmax, METHOD);
                 }
+                int64_t m = (n * w->oh + oy) * w->ow + ox0 + i;
+                if (OUT != LB_U8) { /* codes inside the 16-bit type: one exact pack */
+                    __m512i w16 = OUT == LB_I16 ? _mm512_packs_epi32(y01, y23)
+                                                : _mm512_packus_epi32(y01, y23);
+                    _mm512_mask_storeu_epi16(out16 + m * c + c0, k,
+                                             _mm512_permutexvar_epi16(order16, w16));
+                    continue;
+                }
                 /* codes 0..255: two saturating packs (exact) leave in 128-bit lane L the
                  * dwords (4 channels each) of y01's and y23's lane L, i.e. dword 4L holds
                  * channels (0, 16, 4, 20) + L's four and dword 4L+1 (8, 24, 12, 28); one
@@ -320,27 +342,24 @@ LB_V512 void lb_dwq_row(const lb_dw512_job *j, int64_t t, const int METHOD) {
                 __m512i w16 = _mm512_packus_epi32(y01, y23);
                 __m256i y = _mm512_castsi512_si256(
                     _mm512_permutexvar_epi32(order, _mm512_packus_epi16(w16, w16)));
-                int64_t m = (n * w->oh + oy) * w->ow + ox0 + i;
                 _mm256_mask_storeu_epi8(out + m * c + c0, k, y);
             }
         }
     }
 }
 
-LB_TARGET_AVX512 static void lb_dwq_q31(void *arg, int64_t t, int worker) {
-    (void)worker;
-    lb_dwq_row((const lb_dw512_job *)arg, t, LB_RQ_Q31);
-}
-
-LB_TARGET_AVX512 static void lb_dwq_prescale(void *arg, int64_t t, int worker) {
-    (void)worker;
-    lb_dwq_row((const lb_dw512_job *)arg, t, LB_RQ_PRESCALE);
-}
-
-LB_TARGET_AVX512 static void lb_dwq_bounded(void *arg, int64_t t, int worker) {
-    (void)worker;
-    lb_dwq_row((const lb_dw512_job *)arg, t, LB_DW_BOUNDED);
-}
+#define LB_DWQ_FN(NAME, METHOD, OUT)                                            \
+    LB_TARGET_AVX512 static void NAME(void *arg, int64_t t, int worker) {       \
+        (void)worker;                                                           \
+        lb_dwq_row((const lb_dw512_job *)arg, t, METHOD, OUT);                  \
+    }
+LB_DWQ_FN(lb_dwq_q31, LB_RQ_Q31, LB_U8)
+LB_DWQ_FN(lb_dwq_prescale, LB_RQ_PRESCALE, LB_U8)
+LB_DWQ_FN(lb_dwq_bounded, LB_DW_BOUNDED, LB_U8)
+LB_DWQ_FN(lb_dwq_q31_i16, LB_RQ_Q31, LB_I16)
+LB_DWQ_FN(lb_dwq_prescale_i16, LB_RQ_PRESCALE, LB_I16)
+LB_DWQ_FN(lb_dwq_q31_u16, LB_RQ_Q31, LB_U16)
+LB_DWQ_FN(lb_dwq_prescale_u16, LB_RQ_PRESCALE, LB_U16)
 
 /* Other epilogues (float or int32 results, ONNX Runtime's float requantization): per pixel
  * through the general epilogue. */
@@ -409,13 +428,18 @@ LB_TARGET_AVX512 void lb_dwconv_avx512(const lb_ctx *ctx, const lb_dwconv *p,
     int method = ep->rq.method, otype = ep->out_type;
     lb_task_fn fn = lb_dw512_task;
     if ((method == LB_RQ_Q31 || method == LB_RQ_PRESCALE) &&
-        (otype == LB_U8 || otype == LB_I16 || otype == LB_U16))
+        (otype == LB_U8 || otype == LB_I16 || otype == LB_U16) && !ep->post)
         fn = lb_dw512_fns[method][otype != LB_U8][ep->residual != NULL];
-    if (p->w_quads && otype == LB_U8 && !ep->residual && w->kh * w->kw <= LB_DW_MAX_TAPS)
+    if (p->w_quads && otype == LB_U8 && !ep->residual && !ep->post &&
+        w->kh * w->kw <= LB_DW_MAX_TAPS)
         fn = method == LB_RQ_Q31                          ? lb_dwq_q31
              : method == LB_RQ_PRESCALE && ep->bounded ? lb_dwq_bounded
              : method == LB_RQ_PRESCALE                ? lb_dwq_prescale
                                                        : fn;
+    if (p->w_quads && (otype == LB_I16 || otype == LB_U16) && !ep->residual && !ep->post &&
+        w->kh * w->kw <= LB_DW_MAX_TAPS && (method == LB_RQ_Q31 || method == LB_RQ_PRESCALE))
+        fn = otype == LB_I16 ? (method == LB_RQ_Q31 ? lb_dwq_q31_i16 : lb_dwq_prescale_i16)
+                             : (method == LB_RQ_Q31 ? lb_dwq_q31_u16 : lb_dwq_prescale_u16);
     /* few output rows (7 x 7 images): channel blocks split too, for 4 tasks per thread */
     int64_t rows = w->n * w->oh, blocks = (w->c + 31) / 32, want = 4 * (int64_t)ctx->threads;
     int64_t split = ctx->threads > 1 && rows < want ? LB_MIN(blocks, (want + rows - 1) / rows) : 1;

@@ -48,32 +48,42 @@ static inline void lb_fdw_store(const lb_fdw_job *j, float *out, int64_t ch, dou
 #define LB_FL_CONTRACT __attribute__((optimize("fp-contract=fast")))
 #endif
 
+/* The product's blocks: rows a task (a multiple of every LB_FL_MR), steps of k packed at once. */
+#define LB_FG_ROWS 96
+#define LB_FG_KC 256
+
 #define LB_FL_SUFFIX scalar
 #define LB_FL_TARGET
 #define LB_FL_LANES 2
+#define LB_FL_MR 4
 #include "rt_float_impl.h"
 #undef LB_FL_SUFFIX
 #undef LB_FL_TARGET
 #undef LB_FL_LANES
+#undef LB_FL_MR
 
 #if LB_HAVE_AVX2
 #define LB_FL_SUFFIX avx2
 #define LB_FL_TARGET LB_TARGET_AVX2
 #define LB_FL_LANES 4
+#define LB_FL_MR 4
 #include "rt_float_impl.h"
 #undef LB_FL_SUFFIX
 #undef LB_FL_TARGET
 #undef LB_FL_LANES
+#undef LB_FL_MR
 #endif
 
 #if LB_HAVE_AVX512
 #define LB_FL_SUFFIX avx512
 #define LB_FL_TARGET LB_TARGET_AVX512
 #define LB_FL_LANES 8
+#define LB_FL_MR 12
 #include "rt_float_impl.h"
 #undef LB_FL_SUFFIX
 #undef LB_FL_TARGET
 #undef LB_FL_LANES
+#undef LB_FL_MR
 #endif
 
 static void lb_fgemm_task(void *arg, int64_t task, int worker) {
@@ -105,12 +115,13 @@ void lb_fgemm(const lb_ctx *ctx, int64_t M, int64_t N, int64_t K, const float *A
               int64_t ldc) {
     if (M <= 0 || N <= 0) return;
     lb_fgemm_job j = {M, N, K, A, lda, B, ldb, bias, lo, hi, C, ldc, 0, 0, 0};
-    j.rows_per_task = LB_MIN(M, 64);
+    /* B is packed once a task: longer tasks when no partial sums are kept between blocks */
+    j.rows_per_task = LB_MIN(M, K <= LB_FG_KC ? 4 * LB_FG_ROWS : LB_FG_ROWS);
     j.mtasks = (M + j.rows_per_task - 1) / j.rows_per_task;
     j.cols_per_task = N;
     int64_t want = ctx->threads > 1 ? 4 * (int64_t)ctx->threads : 1;
     while (j.mtasks * ((N + j.cols_per_task - 1) / j.cols_per_task) < want && j.cols_per_task > 16)
-        j.cols_per_task = (j.cols_per_task / 2 + 3) / 4 * 4;
+        j.cols_per_task = (j.cols_per_task / 2 + 15) / 16 * 16;
     int64_t ntasks = j.mtasks * ((N + j.cols_per_task - 1) / j.cols_per_task);
     const void *args[2] = {&j, &ctx->isa};
     lb_parallel_for(ctx, ntasks, lb_fgemm_task, (void *)args);

@@ -176,6 +176,11 @@ static void lb_funary_task(void *arg, int64_t t, int worker) {
         for (int64_t i = t * LB_FCHUNK; i < i1; i++) o[i] = x[i] < 0 ? 0.0f : x[i];
         return;
     }
+    if (j->op == LB_FCLIP) { /* a fused Relu/Clip after a float product: vectorised */
+        const float lo = j->alpha, hi = j->beta;
+        for (int64_t i = t * LB_FCHUNK; i < i1; i++) o[i] = lb_clampf(x[i], lo, hi);
+        return;
+    }
     for (int64_t i = t * LB_FCHUNK; i < i1; i++) o[i] = lb_fu_one(j, x[i]);
 }
 

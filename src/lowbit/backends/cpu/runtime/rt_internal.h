@@ -185,6 +185,16 @@ static inline int32_t lb_add_scalar(const lb_add_params *p, int32_t y1, int32_t 
     return lb_requant_scalar(&p->out, 0, p->sub ? a1 - a2 : a1 + a2);
 }
 
+/* lb_post on the code y of channel c (the epilogue's code before it is stored). */
+static inline int32_t lb_post_scalar(const lb_post *p, int64_t c, int32_t y) {
+    if (p->table) y = (int32_t)lb_load_int(p->table, p->table_type, (int64_t)y - p->table_min);
+    if (p->mul) {
+        int64_t prod = (int64_t)(y - p->z) * p->mul[c];
+        y = lb_requant_scalar(&p->rq, 0, lb_clamp32(prod, INT32_MIN, INT32_MAX));
+    }
+    return y;
+}
+
 /* ---- per-ISA entry points (defined in rt_*_avx2.c / rt_*_avx512.c) ---------------------- */
 
 typedef struct lb_gemm_tile {
@@ -229,6 +239,7 @@ void lb_quantize_nhwc3_avx512(const float *x, int64_t hw, int64_t np, const floa
                               float nanv, uint8_t *out);
 void lb_qbinary_row_avx512(const lb_qbinary *op, const void *a, int64_t sa, const void *b,
                            int64_t sb, void *out, int64_t n);
+void lb_lookup_u8_avx512(int64_t n, const uint8_t *q, const uint8_t *table, uint8_t *out);
 #endif
 
 /* ---- depthwise convolution helpers (rt_qconv.c) ------------------------------------------ */

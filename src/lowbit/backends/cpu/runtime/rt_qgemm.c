@@ -65,6 +65,7 @@ void lb_epilogue_row(const lb_gemm_tile *t, int64_t m, int64_t n0, int64_t n,
         } else {
             int32_t y = lb_requant_scalar(&ep->rq, c, x);
             if (ep->residual) y = lb_add_scalar(ep->add, y, ep->residual[m * ep->ld_residual + c]);
+            if (ep->post) y = lb_post_scalar(ep->post, c, y);
             lb_store(t->C, ep->out_type, at, y);
         }
     }

@@ -185,12 +185,136 @@ LB_TARGET_AVX512 __attribute__((noinline)) static void lb_epi_i32(
     }
 }
 
+/* An epilogue with a post stage (lb_post) for q31 or prescale into 8- or 16-bit codes: the
+ * product's codes, then the table (TT: 0 none, 1 uint8 entries, 2 int16, 3 uint16) and the
+ * per-channel Mul (MUL), every parameter loaded once per tile or column block. */
+LB_V512 void lb_tile_epilogue_post(const lb_gemm_tile *t, int64_t m, int64_t nb, int mr, int nv,
+                                   const __m512i *acc, const int METHOD, const int TT,
+                                   const int MUL) {
+    const lb_epilogue *ep = t->ep;
+    const lb_post *post = ep->post;
+    const lb_requant *rq = &ep->rq;
+    const __m512i qmin = _mm512_set1_epi32(rq->qmin), qmax = _mm512_set1_epi32(rq->qmax);
+    const __m512i one = _mm512_set1_epi32(1), zero = _mm512_setzero_si512();
+    const __m512i tmin = _mm512_set1_epi32(post->table_min), pz = _mm512_set1_epi32(post->z);
+    const void *const table = post->table;
+    lb_rq512 prv;
+    memset(&prv, 0, sizeof(prv));
+    if (MUL) prv = lb_rq512_broadcast(&post->rq);
+    char *const C = (char *)t->C;
+    const int64_t ldc = t->ldc, N = t->N;
+    const int32_t *const row_sums = t->row_sums;
+    const int out_type = ep->out_type;
+    lb_add512 addv;
+    memset(&addv, 0, sizeof(addv));
+    if (ep->residual) addv = lb_add512_load(ep->add);
+    for (int v = 0; v < nv; v++) {
+        int64_t n0 = (nb + v) * 16;
+        if (n0 >= N) break;
+        __mmask16 k = lb_tail_mask(N - n0);
+        __m512i off = _mm512_loadu_si512(ep->col_offset + n0);
+        __m512i zp = _mm512_loadu_si512(rq->zero_point + n0);
+        __m512i p0 = _mm512_loadu_si512(rq->p0 + n0), p1 = _mm512_loadu_si512(rq->p1 + n0);
+        __m512i p2 = _mm512_loadu_si512(rq->p2 + n0), clip = zero, negclip = zero, rnd = zero;
+        if (METHOD == LB_RQ_PRESCALE) {
+            clip = _mm512_loadu_si512(rq->p3 + n0);
+            negclip = _mm512_sub_epi32(zero, clip);
+            rnd = _mm512_sllv_epi32(one, _mm512_sub_epi32(p2, one));
+        }
+        __m512i zb = ep->col_zb ? _mm512_loadu_si512(ep->col_zb + n0) : zero;
+        __m512i mulv = MUL ? _mm512_loadu_si512(post->mul + n0) : zero;
+        for (int r = 0; r < mr; r++) {
+            __m512i x = _mm512_add_epi32(_mm512_load_si512(acc + r * LB_NV + v), off);
+            if (ep->col_zb)
+                x = _mm512_sub_epi32(x, _mm512_mullo_epi32(zb, _mm512_set1_epi32(row_sums[m + r])));
+            __m512i y;
+            if (METHOD == LB_RQ_PRESCALE) {
+                __m512i q = _mm512_max_epi32(_mm512_min_epi32(_mm512_srav_epi32(x, p0), clip),
+                                             negclip);
+                y = _mm512_srav_epi32(_mm512_add_epi32(_mm512_mullo_epi32(q, p1), rnd), p2);
+            } else {
+                y = lb_q31_v512(x, p0, p1, p2);
+            }
+            y = _mm512_min_epi32(_mm512_max_epi32(_mm512_add_epi32(y, zp), qmin), qmax);
+            if (ep->residual) {
+                __m512i res = _mm512_cvtepu8_epi32(
+                    _mm_maskz_loadu_epi8(k, ep->residual + (m + r) * ep->ld_residual + n0));
+                y = lb_add_v512(ep->add, &addv, y, res);
+            }
+            if (TT) {
+                __m512i idx = _mm512_sub_epi32(y, tmin);
+                if (TT == 1) {
+                    y = _mm512_mask_i32gather_epi32(zero, k, idx, table, 1);
+                    y = _mm512_and_si512(y, _mm512_set1_epi32(0xFF));
+                } else {
+                    y = _mm512_mask_i32gather_epi32(zero, k, idx, table, 2);
+                    y = TT == 2 ? _mm512_srai_epi32(_mm512_slli_epi32(y, 16), 16)
+                                : _mm512_and_si512(y, _mm512_set1_epi32(0xFFFF));
+                }
+            }
+            if (MUL)
+                y = lb_requant_v512(&post->rq, &prv,
+                                    _mm512_mullo_epi32(_mm512_sub_epi32(y, pz), mulv));
+            lb_store_v512(C, out_type, (m + r) * ldc + n0, y, k);
+        }
+    }
+}
+
+#define LB_POST_FN(METHOD, TT, MUL)                                                          \
+    LB_TARGET_AVX512 __attribute__((noinline)) static void lb_post_##METHOD##_##TT##_##MUL(  \
+        const lb_gemm_tile *t, int64_t m, int64_t nb, int mr, int nv, const __m512i *acc) {   \
+        lb_tile_epilogue_post(t, m, nb, mr, nv, acc, METHOD, TT, MUL);                       \
+    }
+#define LB_POST_TT(M, TT) LB_POST_FN(M, TT, 0) LB_POST_FN(M, TT, 1)
+#define LB_POST_M(M) LB_POST_TT(M, 0) LB_POST_TT(M, 1) LB_POST_TT(M, 2) LB_POST_TT(M, 3)
+LB_POST_M(0) /* q31 */
+LB_POST_M(1) /* prescale */
+#define LB_POST_NAMES_TT(M, TT) {lb_post_##M##_##TT##_0, lb_post_##M##_##TT##_1}
+#define LB_POST_NAMES(M)                                                                   \
+    {LB_POST_NAMES_TT(M, 0), LB_POST_NAMES_TT(M, 1), LB_POST_NAMES_TT(M, 2),                \
+     LB_POST_NAMES_TT(M, 3)}
+static const lb_epi_fn lb_posts[2][4][2] = {LB_POST_NAMES(0), LB_POST_NAMES(1)};
+
+/* The table kind of a post stage for lb_posts: 0 none, 1 uint8, 2 int16, 3 uint16. */
+static int lb_post_tt(const lb_post *p) {
+    if (!p->table) return 0;
+    return p->table_type == LB_U8 ? 1 : p->table_type == LB_I16 ? 2 : 3;
+}
+
+/* Other post-stage epilogues: the general epilogue per 16 columns, then the post stage. */
+LB_TARGET_AVX512 __attribute__((noinline)) static void lb_epi_post(
+    const lb_gemm_tile *t, int64_t m, int64_t nb, int mr, int nv, const __m512i *acc) {
+    const lb_epilogue *ep = t->ep;
+    lb_add512 addv;
+    memset(&addv, 0, sizeof(addv));
+    if (ep->residual) addv = lb_add512_load(ep->add);
+    for (int v = 0; v < nv; v++) {
+        int64_t n0 = (nb + v) * 16;
+        if (n0 >= t->N) break;
+        lb_rq512 rv;
+        memset(&rv, 0, sizeof(rv));
+        if (ep->out_type != LB_I32 && ep->out_type != LB_F32) rv = lb_rq512_load(&ep->rq, n0);
+        for (int r = 0; r < mr; r++)
+            lb_epilogue_v512(t, m + r, n0, _mm512_load_si512(acc + r * LB_NV + v), &rv, &addv);
+    }
+}
+
 LB_TARGET_AVX512 __attribute__((noinline)) static void lb_tile_epilogue(
     const lb_gemm_tile *t, int64_t m, int64_t nb, int mr, int nv, const __m512i *acc) {
     const lb_epilogue *ep = t->ep;
     int method = ep->rq.method, out = ep->out_type;
     if (out == LB_I32) {
         lb_epi_i32(t, m, nb, mr, nv, acc);
+        return;
+    }
+    if (ep->post) { /* the product's codes, then the post stage */
+        if ((method == LB_RQ_Q31 || method == LB_RQ_PRESCALE) &&
+            (out == LB_U8 || out == LB_I16 || out == LB_U16) &&
+            (!ep->post->mul || ep->post->rq.method == LB_RQ_Q31 ||
+             ep->post->rq.method == LB_RQ_PRESCALE))
+            lb_posts[method][lb_post_tt(ep->post)][ep->post->mul != NULL](t, m, nb, mr, nv, acc);
+        else
+            lb_epi_post(t, m, nb, mr, nv, acc);
         return;
     }
     if (ep->bounded && method == LB_RQ_PRESCALE && out == LB_U8 && !ep->residual &&
@@ -332,7 +456,7 @@ LB_TARGET_AVX512 void lb_gemm_block_avx512(const lb_gemm_tile *t, int64_t m0, in
     __attribute__((aligned(64))) __m512i acc[LB_MR * LB_NV];
     const lb_epilogue *ep = t->ep;
     /* the bounded epilogue straight from the K loop's registers */
-    const int fused = ep->bounded && ep->rq.method == LB_RQ_PRESCALE && ep->out_type == LB_U8 &&
+    const int fused = ep->bounded && !ep->post && ep->rq.method == LB_RQ_PRESCALE && ep->out_type == LB_U8 &&
                       !ep->residual && !ep->col_zb && t->K % 4 == 0;
     for (int64_t nb = nb0; nb < nb1; nb += LB_NV) {
         int nv = (int)LB_MIN(LB_NV, nb1 - nb);

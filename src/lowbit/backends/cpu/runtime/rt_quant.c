@@ -45,6 +45,8 @@ static void lb_quantize_task(void *arg, int64_t t, int worker) {
     const lb_q_job *j = (const lb_q_job *)arg;
     int64_t i = t * LB_CHUNK, i1 = LB_MIN(j->n, i + LB_CHUNK);
     const float lo = (float)j->qmin, hi = (float)j->qmax;
+    /* in locals: the byte stores below may alias the job, which would reload them */
+    const float pinf = j->pinf, ninf = j->ninf, nanv = j->nanv;
     while (i < i1) {
         int64_t c = lb_channel(j->ax, i);
         int64_t run = j->ax.channels == 1 ? i1 - i : LB_MIN(i1 - i, j->ax.inner - i % j->ax.inner);
@@ -52,13 +54,16 @@ static void lb_quantize_task(void *arg, int64_t t, int worker) {
         const float *x = j->x + i;
         if (j->out_type == LB_U8) {
             uint8_t *o = (uint8_t *)j->out + i;
-            for (int64_t k = 0; k < run; k++) o[k] = (uint8_t)(int32_t)lb_quantize_one(x[k], s, zp, lo, hi, j->pinf, j->ninf, j->nanv);
+            for (int64_t k = 0; k < run; k++)
+                o[k] = (uint8_t)(int32_t)lb_quantize_one(x[k], s, zp, lo, hi, pinf, ninf, nanv);
         } else if (j->out_type == LB_I16) {
             int16_t *o = (int16_t *)j->out + i;
-            for (int64_t k = 0; k < run; k++) o[k] = (int16_t)(int32_t)lb_quantize_one(x[k], s, zp, lo, hi, j->pinf, j->ninf, j->nanv);
+            for (int64_t k = 0; k < run; k++)
+                o[k] = (int16_t)(int32_t)lb_quantize_one(x[k], s, zp, lo, hi, pinf, ninf, nanv);
         } else {
             for (int64_t k = 0; k < run; k++)
-                lb_store(j->out, j->out_type, i + k, (int32_t)lb_quantize_one(x[k], s, zp, lo, hi, j->pinf, j->ninf, j->nanv));
+                lb_store(j->out, j->out_type, i + k,
+                         (int32_t)lb_quantize_one(x[k], s, zp, lo, hi, pinf, ninf, nanv));
         }
         i += run;
     }
@@ -154,6 +159,19 @@ static void lb_dequantize_task(void *arg, int64_t t, int worker) {
         /* channels along the last axis (or one): runs of consecutive channels, a loop the
          * compiler vectorises; the same expression */
         const int64_t C = j->ax.channels;
+        if (C == 1) { /* per tensor: parameters in locals (out may alias the scale array) */
+            const int32_t z = j->zp[0];
+            const float s = j->scale[0];
+            float *out = j->out;
+            if (j->in_type == LB_I8) {
+                const int8_t *q = (const int8_t *)j->q;
+                for (int64_t i = t * LB_CHUNK; i < i1; i++) out[i] = (float)((int32_t)q[i] - z) * s;
+            } else {
+                const uint8_t *q = (const uint8_t *)j->q;
+                for (int64_t i = t * LB_CHUNK; i < i1; i++) out[i] = (float)((int32_t)q[i] - z) * s;
+            }
+            return;
+        }
         for (int64_t i = t * LB_CHUNK; i < i1;) {
             const int64_t c0 = C == 1 ? 0 : i % C, run = C == 1 ? i1 - i : LB_MIN(i1 - i, C - c0);
             const int64_t cs = C == 1 ? 0 : 1;
@@ -223,6 +241,7 @@ typedef struct lb_lut_job {
     int32_t out_type;
     void *out;
     int32_t lo, hi;
+    int isa;
 } lb_lut_job;
 
 /* A typed loop per (input, output) type: the table holds output codes. */
@@ -252,6 +271,14 @@ static void lb_lookup_task(void *arg, int64_t t, int worker) {
     (void)worker;
     const lb_lut_job *j = (const lb_lut_job *)arg;
     int64_t i0 = t * LB_CHUNK, i1 = LB_MIN(j->n, i0 + LB_CHUNK);
+#if LB_HAVE_AVX512
+    if (j->isa == LB_ISA_AVX512VNNI && j->in_type == LB_U8 && j->in_min == 0 &&
+        (j->out_type == LB_U8 || j->out_type == LB_I8)) {
+        lb_lookup_u8_avx512(i1 - i0, (const uint8_t *)j->q + i0, (const uint8_t *)j->table,
+                            (uint8_t *)j->out + i0);
+        return;
+    }
+#endif
     switch (j->in_type) {
     case LB_U8:
         LB_LUT_OUT(uint8_t)
@@ -276,7 +303,7 @@ static void lb_lookup_task(void *arg, int64_t t, int worker) {
 
 void lb_lookup(const lb_ctx *ctx, int64_t n, const void *q, int32_t in_type, int32_t in_min,
                const void *table, int32_t out_type, void *out) {
-    lb_lut_job j = {n, q, in_type, in_min, table, out_type, out, 0, 0};
+    lb_lut_job j = {n, q, in_type, in_min, table, out_type, out, 0, 0, ctx->isa};
     lb_parallel_for(ctx, lb_chunks(n), lb_lookup_task, &j);
 }
 
@@ -297,7 +324,7 @@ static void lb_clamp_task(void *arg, int64_t t, int worker) {
 
 void lb_clamp(const lb_ctx *ctx, int64_t n, const void *q, int32_t type, int32_t lo,
               int32_t hi, void *out) {
-    lb_lut_job j = {n, q, type, 0, NULL, type, out, lo, hi};
+    lb_lut_job j = {n, q, type, 0, NULL, type, out, lo, hi, ctx->isa};
     lb_parallel_for(ctx, lb_chunks(n), lb_clamp_task, &j);
 }
 
@@ -310,6 +337,10 @@ typedef struct lb_qb_job {
     void *out;
     int64_t rows, last;
     int isa;
+    /* Add/Sub of two 8-bit operands off the AVX-512 path: each operand's aligned term
+     * q31((q - z) << shift) for its 256 codes (lb_add_scalar's a_1 and a_2), or NULL (on
+     * AVX-512 the two gathers per 16 results cost more than the arithmetic) */
+    const int32_t *ta, *tb;
 } lb_qb_job;
 
 static inline int32_t lb_qbinary_one(const lb_qbinary *op, int32_t x, int32_t y) {
@@ -333,6 +364,15 @@ static inline int32_t lb_qbinary_one(const lb_qbinary *op, int32_t x, int32_t y)
 static void lb_qbinary_span(const lb_qb_job *j, const void *a, int64_t oa, int64_t sa,
                             const void *b, int64_t ob, int64_t sb, void *out, int64_t base,
                             int64_t len) {
+    if (j->ta) { /* 8-bit Add/Sub: the aligned terms looked up */
+        const uint8_t *pa = (const uint8_t *)a + oa, *pb = (const uint8_t *)b + ob;
+        for (int64_t i = 0; i < len; i++) {
+            int32_t t1 = j->ta[pa[i * sa]], t2 = j->tb[pb[i * sb]];
+            int32_t acc = j->op->p.sub ? t1 - t2 : t1 + t2;
+            lb_store(out, j->op->out_type, base + i, lb_requant_scalar(&j->op->p.out, 0, acc));
+        }
+        return;
+    }
 #if LB_HAVE_AVX512
     if (j->isa == LB_ISA_AVX512VNNI && j->op->narrow && j->op->op != LB_QTABLE2 && sa <= 1 &&
         sb <= 1 && j->op->out_type != LB_I32) {
@@ -509,7 +549,18 @@ void lb_qbinary_run(const lb_ctx *ctx, const lb_bcast *bc, const lb_qbinary *op,
     for (int d = 0; d < bc->nd - 1; d++) rows *= bc->shape[d];
     int64_t last = bc->shape[bc->nd - 1];
     if (rows * last == 0) return;
-    lb_qb_job j = {bc, op, a, b, out, rows, last, ctx->isa};
+    lb_qb_job j = {bc, op, a, b, out, rows, last, ctx->isa, NULL, NULL};
+    int32_t ta[256], tb[256];
+    if ((op->op == LB_QADD || op->op == LB_QSUB) && op->a_type == LB_U8 &&
+        op->b_type == LB_U8 && rows * last >= 4096 && ctx->isa != LB_ISA_AVX512VNNI) {
+        const lb_add_params *p = &op->p;
+        for (int32_t c = 0; c < 256; c++) { /* as lb_add_scalar */
+            ta[c] = lb_q31((int32_t)((uint32_t)(c - p->z1) << p->shift), p->m1, p->l1, p->r1);
+            tb[c] = lb_q31((int32_t)((uint32_t)(c - p->z2) << p->shift), p->m2, p->l2, p->r2);
+        }
+        j.ta = ta;
+        j.tb = tb;
+    }
     int64_t total = rows * ((last + LB_QB_PIECE - 1) / LB_QB_PIECE);
     int64_t per = (total + LB_QB_TASKS - 1) / LB_QB_TASKS;
     lb_parallel_for_sized(ctx, (total + per - 1) / per, rows * last * 3, lb_qbinary_task, &j);

@@ -24,6 +24,28 @@ LB_V512 __m512i lb_load16(const void *p, int32_t type, int64_t stride, __mmask16
 
 static int64_t lb_tsize(int32_t type) { return type == LB_U8 ? 1 : 2; }
 
+/* out[i] = table[q[i]] for 8-bit codes and a 256-entry table of bytes: the table widened to
+ * 16 bits in 8 registers, each code looked up in the four 64-entry quarters by
+ * vpermt2w (bits 0-5) and the quarter chosen by bits 6 and 7; 32 codes a step. */
+LB_TARGET_AVX512 void lb_lookup_u8_avx512(int64_t n, const uint8_t *q, const uint8_t *table,
+                                          uint8_t *out) {
+    __m512i t[8];
+    for (int i = 0; i < 8; i++)
+        t[i] = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(table + 32 * i)));
+    const __m512i bit6 = _mm512_set1_epi16(64), bit7 = _mm512_set1_epi16(128);
+    for (int64_t i = 0; i < n; i += 32) {
+        __mmask32 k = n - i >= 32 ? (__mmask32)0xFFFFFFFFu : (__mmask32)((1u << (n - i)) - 1u);
+        __m512i idx = _mm512_cvtepu8_epi16(_mm256_maskz_loadu_epi8(k, q + i));
+        __mmask32 b6 = _mm512_test_epi16_mask(idx, bit6), b7 = _mm512_test_epi16_mask(idx, bit7);
+        __m512i lo = _mm512_mask_blend_epi16(b6, _mm512_permutex2var_epi16(t[0], idx, t[1]),
+                                             _mm512_permutex2var_epi16(t[2], idx, t[3]));
+        __m512i hi = _mm512_mask_blend_epi16(b6, _mm512_permutex2var_epi16(t[4], idx, t[5]),
+                                             _mm512_permutex2var_epi16(t[6], idx, t[7]));
+        _mm256_mask_storeu_epi8(out + i, k,
+                                _mm512_cvtepi16_epi8(_mm512_mask_blend_epi16(b7, lo, hi)));
+    }
+}
+
 /* lb_q31_v512 with a left shift of 0: its saturation step is skipped for such lanes. */
 LB_V512 __m512i lb_q31_l0_v512(__m512i x, __m512i m, __m512i r) {
     return lb_q31_v512(x, m, _mm512_setzero_si512(), r);
@@ -93,12 +115,16 @@ LB_TARGET_AVX512 void lb_qbinary_row_avx512(const lb_qbinary *op, const void *a,
                 lb_store_v512(out, op->out_type, i, lb_requant_v512(&p->out, &av.out, acc), k);
                 continue;
             }
-        } else if (l0 && p->l1 == 0 && p->l2 == 0) {
+        } else if (p->l1 == 0 && p->l2 == 0) {
             __m512i t1 = lb_q31_l0_v512(_mm512_sllv_epi32(_mm512_sub_epi32(x, av.z1), av.shift),
                                         av.m1, av.r1);
             __m512i t2 = lb_q31_l0_v512(_mm512_sllv_epi32(_mm512_sub_epi32(y, av.z2), av.shift),
                                         av.m2, av.r2);
             acc = p->sub ? _mm512_sub_epi32(t1, t2) : _mm512_add_epi32(t1, t2);
+            if (!l0) { /* prescale (or q31 with a left shift) for the result */
+                lb_store_v512(out, op->out_type, i, lb_requant_v512(&p->out, &av.out, acc), k);
+                continue;
+            }
         } else {
             lb_store_v512(out, op->out_type, i, lb_add_v512(p, &av, x, y), k);
             continue;

@@ -185,6 +185,46 @@ LB_API void lb_gridsum_add_upper(const lb_ctx *ctx, int64_t *limbs, const void *
     }
 }
 
+/* ---- per-element exact sums ------------------------------------------------------------------ */
+
+LB_API int lb_exactsum_add(int64_t *limbs, int64_t *top, int64_t n, const double *x);
+
+#define LB_EXACT_NONE (INT64_MIN / 2)
+
+/* lowbit.numerics.exact_sum.ExactSum.add of n finite float64 values: limbs [3][n], top [n].
+ * Per element: its top window rises to the one holding x's leading bit (limbs shifted down
+ * whole windows, the lowest dropped), then x, scaled to units of the lowest kept window and
+ * truncated, is cut into three 32-bit windows, each added to its limb. Returns 0 (nothing
+ * changed) when a value is NaN or infinite. */
+LB_API int lb_exactsum_add(int64_t *limbs, int64_t *top, int64_t n, const double *x) {
+    for (int64_t i = 0; i < n; i++)
+        if (!(x[i] - x[i] == 0.0)) return 0;
+    for (int64_t i = 0; i < n; i++) {
+        const double v = x[i];
+        if (v != 0.0) {
+            int e;
+            (void)frexp(v, &e);
+            const int64_t t = e - 1 >= 0 ? (e - 1) / 32 : -((32 - e) / 32); /* floor((e-1)/32) */
+            if (t > top[i]) {
+                const int64_t shift = t - top[i];
+                for (int64_t j = 0; j < 3; j++)
+                    limbs[j * n + i] = j + shift < 3 ? limbs[(j + shift) * n + i] : 0;
+                top[i] = t;
+            }
+        }
+        const int64_t kept = top[i] == LB_EXACT_NONE ? 2 : top[i];
+        const int base = (int)((kept - 2) * 32);
+        double rest = trunc(ldexp(v, -base));
+        for (int j = 2; j > 0; j--) {
+            const double part = trunc(ldexp(rest, -32 * j));
+            limbs[j * n + i] += (int64_t)part;
+            rest = rest - ldexp(part, 32 * j);
+        }
+        limbs[i] += (int64_t)rest;
+    }
+    return 1;
+}
+
 /* ---- depthwise input moments --------------------------------------------------------------- */
 
 /* The input is given zero-padded and channel-last in float64: xp [N][Hp][Wp][Cp] (Cp a
@@ -274,15 +314,17 @@ LB_INLINE void lb_dwm_portable(const lb_dwm_job *j, int64_t task, const int R) {
    channels a vector, each lane a float64 sum in position order. Inlined with R a constant (3 or
    5) so the R * R sums stay in registers. */
 LB_TARGET_AVX512 static inline __attribute__((always_inline)) void lb_dwm_tile_avx512(
-    const int R, const double *p, int64_t ow, int64_t step, const int64_t *oa,
-    const int64_t *ob, double (*acc)[LB_MOMENT_LANES]) {
+    const int R, const int diagonal, const double *p, int64_t ow, int64_t step,
+    const int64_t *oa, const int64_t *ob, double (*acc)[LB_MOMENT_LANES]) {
     __m512d s[25], b[5];
     for (int q = 0; q < R * R; q++) s[q] = _mm512_loadu_pd(acc[q]);
     for (int64_t ox = 0; ox < ow; ox++, p += step) {
         for (int k = 0; k < R; k++) b[k] = _mm512_loadu_pd(p + ob[k]);
         for (int i = 0; i < R; i++) {
             const __m512d a = _mm512_loadu_pd(p + oa[i]);
-            for (int k = 0; k < R; k++) s[i * R + k] = _mm512_fmadd_pd(a, b[k], s[i * R + k]);
+            /* on the diagonal, pairs below it (dropped by lb_dwm_store) are not summed */
+            for (int k = diagonal ? i : 0; k < R; k++)
+                s[i * R + k] = _mm512_fmadd_pd(a, b[k], s[i * R + k]);
         }
     }
     for (int q = 0; q < R * R; q++) _mm512_storeu_pd(acc[q], s[q]);
@@ -304,10 +346,14 @@ LB_TARGET_AVX512 static void lb_dwm_avx512(const lb_dwm_job *j, int64_t task, co
             for (int64_t ra = 0; ra < nt; ra++) {
                 for (int64_t rb = ra; rb < nt; rb++, tile++) {
                     const int64_t *oa = off + ra * R, *ob = off + rb * R;
-                    if (R == 5)
-                        lb_dwm_tile_avx512(5, row, j->ow, step, oa, ob, acc[tile]);
+                    if (R == 5 && ra == rb)
+                        lb_dwm_tile_avx512(5, 1, row, j->ow, step, oa, ob, acc[tile]);
+                    else if (R == 5)
+                        lb_dwm_tile_avx512(5, 0, row, j->ow, step, oa, ob, acc[tile]);
+                    else if (ra == rb)
+                        lb_dwm_tile_avx512(3, 1, row, j->ow, step, oa, ob, acc[tile]);
                     else
-                        lb_dwm_tile_avx512(3, row, j->ow, step, oa, ob, acc[tile]);
+                        lb_dwm_tile_avx512(3, 0, row, j->ow, step, oa, ob, acc[tile]);
                 }
             }
         }
@@ -371,8 +417,54 @@ LB_API int lb_observe_f32(const float *x, int64_t outer, int64_t channels, int64
         chmax[c] = -INFINITY;
         chsum[c] = 0.0;
     }
+    if (inner == 1) { /* channels last: the channels of one position side by side */
+        for (int64_t o = 0; o < outer; o++) {
+            const float *p = x + o * channels;
+            for (int64_t c = 0; c < channels; c++) {
+                const float v = p[c];
+                const double d = (double)v;
+                chsum[c] = chsum[c] + d;
+                chmin[c] = d < chmin[c] ? d : chmin[c];
+                chmax[c] = d > chmax[c] ? d : chmax[c];
+                z += v == 0.0f;
+            }
+        }
+        for (int64_t c = 0; c < channels; c++) finite &= chsum[c] - chsum[c] == 0.0;
+        *zeros = z;
+        return finite;
+    }
     for (int64_t o = 0; o < outer; o++) {
-        for (int64_t c = 0; c < channels; c++) {
+        int64_t c = 0;
+        if (inner > 1)
+            for (; c + 4 <= channels; c += 4) {
+                /* four channels at once: four sums in flight, each still in order */
+                const float *p = x + (o * channels + c) * inner;
+                float lo[4], hi[4];
+                double s[4];
+                int64_t zc = 0;
+                for (int u = 0; u < 4; u++) {
+                    lo[u] = INFINITY;
+                    hi[u] = -INFINITY;
+                    s[u] = chsum[c + u];
+                }
+                for (int64_t i = 0; i < inner; i++) {
+                    for (int u = 0; u < 4; u++) {
+                        float v = p[u * inner + i];
+                        lo[u] = v < lo[u] ? v : lo[u];
+                        hi[u] = v > hi[u] ? v : hi[u];
+                        zc += v == 0.0f;
+                        s[u] = s[u] + (double)v;
+                    }
+                }
+                for (int u = 0; u < 4; u++) {
+                    finite &= s[u] - s[u] == 0.0;
+                    chsum[c + u] = s[u];
+                    chmin[c + u] = (double)lo[u] < chmin[c + u] ? (double)lo[u] : chmin[c + u];
+                    chmax[c + u] = (double)hi[u] > chmax[c + u] ? (double)hi[u] : chmax[c + u];
+                }
+                z += zc;
+            }
+        for (; c < channels; c++) {
             const float *p = x + (o * channels + c) * inner;
             float lo = INFINITY, hi = -INFINITY;
             double s = chsum[c];

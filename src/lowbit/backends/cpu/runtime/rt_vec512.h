@@ -161,6 +161,28 @@ LB_V512 __mmask16 lb_tail_mask(int64_t n) {
     return n >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << n) - 1u);
 }
 
+/* lb_post on 16 codes of channels c.. (lanes outside mask k are not read from the table). */
+LB_V512 __m512i lb_post_v512(const lb_post *p, int64_t c, __m512i y, __mmask16 k) {
+    if (p->table) {
+        __m512i idx = _mm512_sub_epi32(y, _mm512_set1_epi32(p->table_min));
+        if (p->table_type == LB_U8) {
+            y = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), k, idx, p->table, 1);
+            y = _mm512_and_si512(y, _mm512_set1_epi32(0xFF));
+        } else {
+            y = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), k, idx, p->table, 2);
+            y = p->table_type == LB_I16 ? _mm512_srai_epi32(_mm512_slli_epi32(y, 16), 16)
+                                        : _mm512_and_si512(y, _mm512_set1_epi32(0xFFFF));
+        }
+    }
+    if (p->mul) {
+        __m512i prod = _mm512_mullo_epi32(_mm512_sub_epi32(y, _mm512_set1_epi32(p->z)),
+                                          _mm512_loadu_si512(p->mul + c));
+        lb_rq512 rv = lb_rq512_broadcast(&p->rq);
+        y = lb_requant_v512(&p->rq, &rv, prod);
+    }
+    return y;
+}
+
 /* The epilogue of lb_qgemm on 16 accumulators of row m, columns n0.. (rv: the requantization
  * parameters of these columns, av: the fused Add's). */
 LB_V512 void lb_epilogue_v512(const lb_gemm_tile *t, int64_t m, int64_t n0, __m512i x,
@@ -199,6 +221,7 @@ LB_V512 void lb_epilogue_v512(const lb_gemm_tile *t, int64_t m, int64_t n0, __m5
             _mm_maskz_loadu_epi8(k, ep->residual + m * ep->ld_residual + n0));
         y = lb_add_v512(ep->add, av, y, r);
     }
+    if (ep->post) y = lb_post_v512(ep->post, n0, y, k);
     lb_store_v512(t->C, ep->out_type, at, y, k);
 }
 

@@ -70,7 +70,8 @@ static inline void lb_epilogue_row_neon(const lb_gemm_tile *t, int64_t m, int64_
                                         const int32_t *acc) {
     const lb_epilogue *ep = t->ep;
     int out = ep->out_type;
-    if (!lb_rq_vector_method(ep->rq.method) || (out != LB_U8 && out != LB_I16 && out != LB_U16) ||
+    if (ep->post || !lb_rq_vector_method(ep->rq.method) ||
+        (out != LB_U8 && out != LB_I16 && out != LB_U16) ||
         (ep->residual && !lb_rq_vector_method(ep->add->out.method))) {
         lb_epilogue_row(t, m, n0, n, acc);
         return;

@@ -1,0 +1,190 @@
+"""The float product kernel (lb_fgemm, runtime/rt_float_impl.h) and the input moments kernel
+(lb_moments_f32, runtime/rt_moments.c) on random shapes, strides and thread counts, on every
+ISA path the machine runs.
+
+lb_fgemm's definition (docs/cpu_backend.md): each result is its products, exact in double,
+added in k order to one double, plus the bias, rounded once to float, then clamped. A numpy
+loop over k reproduces it bit for bit. lb_moments_f32 sums float32 blocks of 256 positions
+(one fused multiply-add a product) into float64: checked against float64 to 1e-5 of the
+diagonal, and bit for bit across ISAs and threads."""
+
+from __future__ import annotations
+
+import ctypes as C
+
+import numpy as np
+import pytest
+from cpu_kernels import ISAS
+
+from lowbit.backends.cpu import library as L
+from lowbit.backends.cpu import stats
+
+_F = C.c_float
+
+
+def _fgemm(ctx: L.Context, a: np.ndarray, b: np.ndarray, bias, lo: float, hi: float,
+           ldc: int) -> np.ndarray:
+    """lb_fgemm on A [M, lda >= K] and B [N, ldb >= K] (the first K columns), into C with row
+    stride ldc (the first N columns returned)."""
+    fn = L.lib().lb_fgemm
+    fn.restype = None
+    fn.argtypes = [C.c_void_p, C.c_int64, C.c_int64, C.c_int64, C.c_void_p, C.c_int64,
+                   C.c_void_p, C.c_int64, C.c_void_p, _F, _F, C.c_void_p, C.c_int64]
+    m, n = a.shape[0], b.shape[0]
+    k = min(a.shape[1], b.shape[1])
+    out = np.full((m, ldc), np.nan, np.float32)
+    fn(ctx.handle, m, n, k, a.ctypes.data, a.shape[1], b.ctypes.data, b.shape[1],
+       None if bias is None else bias.ctypes.data, lo, hi, out.ctypes.data, ldc)
+    assert np.isnan(out[:, n:]).all(), "wrote past the N columns"
+    return out[:, :n]
+
+
+def _reference(a: np.ndarray, b: np.ndarray, bias, lo: float, hi: float) -> np.ndarray:
+    """The definition: products in double added in k order, the bias, one rounding, clamp."""
+    k = min(a.shape[1], b.shape[1])
+    a64, b64 = a[:, :k].astype(np.float64), b[:, :k].astype(np.float64)
+    acc = np.zeros((a.shape[0], b.shape[0]))
+    for i in range(k):
+        acc += a64[:, i, None] * b64[None, :, i]
+    if bias is not None:
+        acc += bias.astype(np.float64)
+    y = acc.astype(np.float32)
+    return np.minimum(np.maximum(y, np.float32(lo)), np.float32(hi))
+
+
+def _case(rng: np.random.Generator):
+    m = int(rng.choice([1, 2, 5, 11, 12, 13, 40, 97, 400]))
+    n = int(rng.choice([1, 3, 15, 16, 17, 33, 100]))
+    k = int(rng.choice([0, 1, 7, 16, 255, 256, 257, 600]))
+    a = rng.standard_normal((m, k + int(rng.integers(0, 3)))).astype(np.float32)
+    b = rng.standard_normal((n, k + int(rng.integers(0, 3)))).astype(np.float32)
+    a[rng.random(a.shape) < 0.1] = 0.0
+    bias = rng.standard_normal(n).astype(np.float32) if rng.random() < 0.7 else None
+    lo, hi = (-np.inf, np.inf) if rng.random() < 0.5 else (-1.0, 6.0)
+    return a, b, bias, lo, hi, n + int(rng.integers(0, 4))
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("seed", range(10))
+def test_fgemm_equals_its_definition(isa, seed):
+    rng = np.random.default_rng(seed)
+    a, b, bias, lo, hi, ldc = _case(rng)
+    want = _reference(a, b, bias, lo, hi)
+    for threads in (1, 2):
+        got = _fgemm(L.context(threads, isa), a, b, bias, lo, hi, ldc)
+        np.testing.assert_array_equal(got, want, err_msg=f"{isa}, {threads} threads, "
+                                      f"{a.shape} x {b.shape}")
+    if a.shape[1] and b.shape[1]:  # and so within float rounding of a float64 product
+        k = min(a.shape[1], b.shape[1])
+        exact = a[:, :k].astype(np.float64) @ b[:, :k].T.astype(np.float64)
+        exact = np.clip(exact + (0 if bias is None else bias), lo, hi)
+        np.testing.assert_allclose(want, exact, rtol=1e-5, atol=1e-5 * np.abs(exact).max())
+
+
+def test_fgemm_keeps_signed_zeros_and_nan():
+    a = np.array([[-0.0, -0.0], [np.nan, 1.0]], np.float32)
+    b = np.array([[1.0, 1.0]], np.float32)
+    for isa in ISAS:
+        got = _fgemm(L.context(1, isa), a, b, None, -np.inf, np.inf, 1)
+        want = _reference(a, b, None, -np.inf, np.inf)
+        assert np.signbit(got[0, 0]) == np.signbit(want[0, 0]) and np.isnan(got[1, 0])
+
+
+@pytest.fixture(params=ISAS)
+def isa(request, monkeypatch):
+    monkeypatch.setenv(L.ISA_ENV, request.param)
+    return request.param
+
+
+def _moments(rows: np.ndarray) -> np.ndarray:
+    c = rows.shape[1]
+    upper = np.zeros(c * (c + 1) // 2)
+    stats.moments_upper(rows, upper)
+    return upper
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_moments_upper_is_the_product_of_the_rows(isa, seed):
+    rng = np.random.default_rng(50 + seed)
+    p = int(rng.choice([1, 5, 255, 256, 257, 700]))
+    c = int(rng.choice([1, 2, 6, 13, 16, 17, 40, 97]))
+    x = (rng.standard_normal((p, c)) * np.exp2(rng.integers(-6, 6, (1, c)))).astype(np.float32)
+    x[rng.random(x.shape) < 0.2] = 0.0
+    layouts = {"rows": x, "columns": np.ascontiguousarray(x.T).T,
+               "strided": np.repeat(x, 2, axis=1)[:, ::2]}
+    exact = (x.astype(np.float64).T @ x.astype(np.float64))[np.triu_indices(c)]
+    scale = float(np.max(np.diag(x.astype(np.float64).T @ x.astype(np.float64)), initial=0))
+    first = None
+    for name, rows in layouts.items():
+        got = _moments(rows)
+        np.testing.assert_allclose(got, exact, rtol=0, atol=1e-5 * scale + 1e-30,
+                                   err_msg=f"{isa} {name} {x.shape}")
+        first = got if first is None else first
+        np.testing.assert_array_equal(got, first, err_msg=f"{isa} {name}: layout changed bits")
+    upper = np.ones_like(first)
+    stats.moments_upper(x, upper)  # adds to what is there
+    np.testing.assert_array_equal(upper, first + 1.0)
+
+
+def test_moments_upper_same_bits_on_every_isa_and_thread_count(monkeypatch):
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((1000, 70)).astype(np.float32)
+    results = []
+    for name in ISAS:
+        monkeypatch.setenv(L.ISA_ENV, name)
+        results.append(_moments(x))
+        stats.single_threaded()  # this thread's later calls: one thread
+        results.append(_moments(x))
+        stats._local.single = False
+    for got in results[1:]:
+        np.testing.assert_array_equal(got, results[0])
+
+
+def _float_conv_model(path, rng: np.random.Generator, groups: int, cin: int, cout: int,
+                      kernel: int, stride: int, pad: int, size: int, clip: bool):
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = rng.standard_normal((cout, cin // groups, kernel, kernel)).astype(np.float32)
+    b = rng.standard_normal(cout).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], name="conv", group=groups,
+                              strides=[stride, stride], pads=[pad] * 4)]
+    if clip:
+        nodes.append(helper.make_node("Relu", ["c"], ["y"], name="relu"))
+    else:
+        nodes.append(helper.make_node("Identity", ["c"], ["y"], name="same"))
+    g = helper.make_graph(nodes, "conv", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, [None, cin, size, size])], [helper.make_tensor_value_info(
+            "y", TensorProto.FLOAT, None)], [numpy_helper.from_array(w, "w"),
+                                             numpy_helper.from_array(b, "b")])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_float_convolutions_same_bits_on_every_isa(tmp_path, seed):
+    """Float Conv (1x1, k x k, grouped, depthwise: the tiled product and the depthwise
+    kernel): within 1e-5 of the reference interpreter, and the same bits on every ISA."""
+    import lowbit
+    from lowbit.backends import cpu
+
+    rng = np.random.default_rng(900 + seed)
+    kind = ["pointwise", "dense", "grouped", "depthwise"][seed % 4]
+    cin = int(rng.choice([3, 8, 16, 33, 70]))
+    groups = {"grouped": 1 if cin % 2 else 2, "depthwise": cin}.get(kind, 1)
+    cout = cin if kind == "depthwise" else int(rng.choice([5, 16, 40]))
+    kernel = 1 if kind == "pointwise" else int(rng.choice([3, 5]))
+    stride, pad = (1, 0) if kind == "pointwise" else (int(rng.integers(1, 3)), kernel // 2)
+    path = tmp_path / "conv.onnx"
+    _float_conv_model(path, rng, groups, cin, cout, kernel, stride, pad,
+                      int(rng.integers(5, 20)), bool(seed % 2))
+    graph = lowbit.load(path)
+    x = {"x": rng.standard_normal((int(rng.integers(1, 3)), cin, *graph.inputs[0].type.shape[2:])
+                                  ).astype(np.float32)}
+    want = lowbit.run(graph, x)["y"]
+    first = None
+    for name in ISAS:
+        got = cpu.compile(graph, isa=name)(x)["y"]
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * float(np.abs(want).max()),
+                                   err_msg=f"{kind} on {name}")
+        first = got if first is None else first
+        np.testing.assert_array_equal(got, first, err_msg=f"{kind}: {name} differs")
