@@ -164,11 +164,13 @@ def _same_stats(a, b) -> None:
 @pytest.mark.parametrize("seed", range(8))
 def test_observers_equal_python(isa, monkeypatch, seed):
     """StatsObserver.observe through the C kernels equals the Python path: ranges, zeros,
-    histogram bins (the window moving and widening between arrays) and channel sums."""
+    histogram bins (the window moving and widening between arrays) and channel sums, along no
+    axis, one axis or every axis (a constant's statistics)."""
     rng = np.random.default_rng(300 + seed)
     ndim = int(rng.integers(1, 5))
     shape = tuple(int(d) for d in rng.integers(1, 9, ndim))
-    axes = () if seed % 4 == 0 else (int(rng.integers(-ndim, ndim)),)
+    axes = () if seed % 4 == 0 else tuple(range(ndim)) if seed % 4 == 1 else (
+        int(rng.integers(-ndim, ndim)),)
     arrays = []
     for step in range(4):
         x = rng.standard_normal(shape) * 10.0 ** rng.integers(-3, 4) + step
