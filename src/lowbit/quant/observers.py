@@ -313,10 +313,11 @@ class StatsObserver:
             found = [(None, stats.channel_stats(x, None))]
         if any(f is None for _, f in found):
             return False
-        for a, (lo, hi, total, zeros) in found:  # type: ignore[misc]
+        for a, (lo, hi, total, _) in found:  # type: ignore[misc]
             if a is not None:
                 self._update_channel(a, lo, hi, total,
                                      np.full(lo.shape, x.size // max(lo.size, 1), np.float64))
+        zeros = found[-1][1][3]  # type: ignore[index]
         low, high = float(lo.min()), float(hi.max())
         self.min = low if self.min is None else min(self.min, low)
         self.max = high if self.max is None else max(self.max, high)
