@@ -96,9 +96,14 @@ _KNOWN: weakref.WeakKeyDictionary[InputMoments, _Known] = weakref.WeakKeyDiction
 
 def _known(moments: InputMoments) -> _Known:
     """The entry of `moments`, new if they changed since (more data merged into them); what
-    `RoundingPrefetch` derived from them ahead is waited for and taken."""
+    `RoundingPrefetch` derived from them ahead is waited for and taken, or derived here when
+    no background thread has started on it yet (rather than waiting for the jobs queued before
+    it)."""
     ahead = _PENDING.pop(moments, None)
-    built = ahead.result() if ahead is not None else None
+    built = None
+    if ahead is not None:
+        built = _build(ahead.job, ahead.count) if ahead.future.cancel() else \
+            ahead.future.result()
     known = _KNOWN.get(moments)
     if known is None or known.count != moments.count or known.second is not moments.second:
         known = _KNOWN[moments] = _Known(moments.count, moments.second)
@@ -117,7 +122,14 @@ def settle(moments: InputMoments) -> None:
         _known(moments)
 
 
-_PENDING: weakref.WeakKeyDictionary[InputMoments, Future] = weakref.WeakKeyDictionary()
+@dataclass
+class _Pending:
+    future: Future
+    job: Ahead
+    count: int
+
+
+_PENDING: weakref.WeakKeyDictionary[InputMoments, _Pending] = weakref.WeakKeyDictionary()
 """Work being done ahead (`RoundingPrefetch`), by the moments it is for."""
 
 
@@ -163,32 +175,51 @@ def _build(job: Ahead, count: int) -> _Built:
         return _Built(count, second, solver, key, codes)
 
 
+def _cost(job: Ahead) -> float:
+    """About how many multiply-adds `_build` does for `job`: the factorisation of each group's
+    H (K^3 / 3) and GPTQ's updates (K per weight), or the exhaustive search's 2^K choices of
+    K^2 terms per row."""
+    groups, k = job.moments.groups, job.moments.size
+    size = job.weight.size if job.weight is not None and job.weight_type is not None else 0
+    if k <= EXHAUSTIVE_MAX:
+        return size / max(k, 1) * 2.0 ** k * k * k
+    return groups * k ** 3 / 3 + size * k
+
+
 class RoundingPrefetch:
-    """Error-compensating rounding done ahead, in order, on `PREFETCH_THREADS` background
-    threads while quantizing does the rest (activation ranges, graph rewriting): each product's
-    S unpacked from its exact sum, GPTQ's solver (S permuted and factorised) and, when the
-    weight's type can be foreseen, its codes. These are what `round_weight` would compute (the same
-    functions on the same inputs), taken by it when it reaches the moments; codes for a type
-    that turns out different (a bias that needed larger weight scales) are not used.
+    """Error-compensating rounding done ahead, the longest jobs first, on `PREFETCH_THREADS`
+    background threads while quantizing does the rest (activation ranges, graph rewriting):
+    each product's S unpacked from its exact sum, GPTQ's solver (S permuted and factorised)
+    and, when the weight's type can be foreseen, its codes. These are what `round_weight` would
+    compute (the same functions on the same inputs), taken by it when it reaches the moments,
+    or derived there when no thread has started on them yet (the short jobs, queued last);
+    codes for a type that turns out different (a bias that needed larger weight scales) are
+    not used.
     `close()` (always, before BLAS settings change) cancels the work not started and waits
     for the jobs running."""
 
     def __init__(self, jobs: list[Ahead]) -> None:
         self._pool: ThreadPoolExecutor | None = None
         self._mine: list[tuple[weakref.ref, Future]] = []
+        queue: dict[InputMoments, Ahead] = {}
         for job in jobs:
             m = job.moments
-            if m in _PENDING:
+            if m in _PENDING or m in queue:
                 continue
             known = _KNOWN.get(m)
             if known is not None and known.count == m.count and \
                     (known.solver is not None or m.size <= EXHAUSTIVE_MAX):
                 continue  # derived by an earlier quantization (moments changed: again)
+            queue[m] = job
+        # the longest first, so that the threads end together (the quantizing thread derives
+        # the short ones itself when it reaches them before a thread has: `_known`)
+        for job in sorted(queue.values(), key=_cost, reverse=True):
+            m = job.moments
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(PREFETCH_THREADS,
                                                 thread_name_prefix="lowbit-rounding")
             future = self._pool.submit(_build, job, m.count)
-            _PENDING[m] = future
+            _PENDING[m] = _Pending(future, job, m.count)
             self._mine.append((weakref.ref(m), future))
 
     def close(self) -> None:
@@ -197,7 +228,8 @@ class RoundingPrefetch:
         self._pool.shutdown(wait=True, cancel_futures=True)
         for ref, future in self._mine:
             m = ref()
-            if m is not None and _PENDING.get(m) is future and future.cancelled():
+            pending = _PENDING.get(m) if m is not None else None
+            if pending is not None and pending.future is future and future.cancelled():
                 del _PENDING[m]
         self._pool, self._mine = None, []
 
