@@ -261,10 +261,13 @@ class GridSum:
             raise OverflowError(f"an exact sum takes at most {MAX_ADDS} additions")
 
     def _raise_top(self, top: int) -> None:
+        """Move the limbs down to a higher top window, in place (no value yet: every limb is
+        0, nothing moves; a fresh array's pages stay untouched until values arrive)."""
         if top <= self.top:
             return
-        shift = top - self.top if self.top != NONE else LIMBS
-        moved = np.zeros_like(self.limbs)
-        for j in range(max(0, LIMBS - shift)):
-            moved[j] = self.limbs[j + shift]
-        self.limbs, self.top = moved, top
+        if self.top != NONE:
+            keep = max(0, LIMBS - (top - self.top))
+            for j in range(keep):  # ascending: limb j + shift is read before it is written
+                self.limbs[j] = self.limbs[j + top - self.top]
+            self.limbs[keep:] = 0
+        self.top = top

@@ -90,7 +90,7 @@ class Gemm(OpDef):
 
     def work(self, node: Node, in_types: list[TensorType | None],
              out_types: list[TensorType | None]) -> Work:
-        return product_work(out_types[0], inner_dim(in_types[0], node.attrs.get("transA", 0)))
+        return product_work(out_types[0], inner_dim(in_types[0], self.product(node).trans_a))
 
     def product(self, node: Node) -> ProductGeometry:
         """B (input 1) is (K, N), or (N, K) with transB; C (input 2) the bias."""
@@ -135,7 +135,7 @@ class MatMul(OpDef):
         return matrix_product(node, 1, None)
 
 
-def inner_dim(a: TensorType | None, transposed: int = 0) -> Dim:
+def inner_dim(a: TensorType | None, transposed: bool = False) -> Dim:
     """K of a product whose left operand has type `a` (its last dim, or its first when
     transposed), None when unknown."""
     if a is None or not a.shape:

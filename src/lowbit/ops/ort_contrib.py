@@ -101,5 +101,5 @@ class QGemm(OpDef):
 
     def work(self, node: Node, in_types: list[TensorType | None],
              out_types: list[TensorType | None]) -> Work:
-        return product_work(out_types[0], inner_dim(in_types[0], node.attrs["transA"]))
+        return product_work(out_types[0], inner_dim(in_types[0], self.product(node).trans_a))
 

@@ -76,6 +76,10 @@ BLOCK = 128
 _CHOICES: dict[int, np.ndarray] = {}
 _KEEP_CODES = 4
 """Rounded weights kept per input moments (bias correction may ask for two weight scales)."""
+PREFETCH_THREADS = 2
+"""Background threads of `RoundingPrefetch`: the quantizing thread mostly waits for them, so
+two keep both cores of a small machine busy (each job is a pure function of its moments and
+weight, so the results do not depend on this)."""
 
 
 class _Known:
@@ -160,14 +164,14 @@ def _build(job: Ahead, count: int) -> _Built:
 
 
 class RoundingPrefetch:
-    """Error-compensating rounding done ahead, in order, on one background thread while
-    quantizing does the rest (activation ranges, graph rewriting): each product's S unpacked
-    from its exact sum, GPTQ's solver (S permuted and factorised) and, when the weight's type
-    can be foreseen, its codes. These are what `round_weight` would compute (the same
+    """Error-compensating rounding done ahead, in order, on `PREFETCH_THREADS` background
+    threads while quantizing does the rest (activation ranges, graph rewriting): each product's
+    S unpacked from its exact sum, GPTQ's solver (S permuted and factorised) and, when the
+    weight's type can be foreseen, its codes. These are what `round_weight` would compute (the same
     functions on the same inputs), taken by it when it reaches the moments; codes for a type
     that turns out different (a bias that needed larger weight scales) are not used.
     `close()` (always, before BLAS settings change) cancels the work not started and waits
-    for the one running."""
+    for the jobs running."""
 
     def __init__(self, jobs: list[Ahead]) -> None:
         self._pool: ThreadPoolExecutor | None = None
@@ -181,7 +185,8 @@ class RoundingPrefetch:
                     (known.solver is not None or m.size <= EXHAUSTIVE_MAX):
                 continue  # derived by an earlier quantization (moments changed: again)
             if self._pool is None:
-                self._pool = ThreadPoolExecutor(1, thread_name_prefix="lowbit-rounding")
+                self._pool = ThreadPoolExecutor(PREFETCH_THREADS,
+                                                thread_name_prefix="lowbit-rounding")
             future = self._pool.submit(_build, job, m.count)
             _PENDING[m] = future
             self._mine.append((weakref.ref(m), future))

@@ -28,6 +28,7 @@ from lowbit.backends.reference.kernels import is_quantized
 from lowbit.errors import KernelError, UnsupportedError
 from lowbit.ir.graph import CONSTANT, Graph, Node, Value
 from lowbit.ir.types import TensorType
+from lowbit.ops.product import product_of
 from lowbit.ops.symbolic import as_monomial
 
 Emitter = Callable[["Lowering", Node], None]
@@ -275,6 +276,16 @@ class Lowering:
         if a is None:
             raise KernelError(f"value '{v.name}' must be a constant here")
         return np.asarray(a)
+
+    def dense_weight_rows(self, node: Node) -> np.ndarray:
+        """The constant weight of a Gemm-like node (Gemm, QGemm) as rows [N, K]
+        (`ProductGeometry.weight_matrix`, the one reading of transB), refusing transA and a
+        weight or bias that is not constant."""
+        g = product_of(node)
+        bv, cv = node.inputs[g.weight_input], node.input_or_none(g.bias_input)
+        if g.trans_a or not bv.is_constant or (cv is not None and not cv.is_constant):
+            raise UnsupportedError(f"{node.op_type} with transA or a non-constant B or C")
+        return g.weight_matrix(self.const_array(bv))
 
     def tensor_of(self, v: Value) -> Tensor:
         t = self.tensors.get(v)

@@ -79,13 +79,10 @@ def _fgemm(lw: Lowering, node, av, w_rows: np.ndarray, bias: np.ndarray | None) 
 @emitter("Gemm")
 def gemm(lw: Lowering, node) -> None:
     _float_only(node, 3)
-    av, bv, cv = node.inputs[0], node.inputs[1], node.input_or_none(2)
-    if node.attrs["transA"] or not bv.is_constant or (cv is not None and not cv.is_constant):
-        raise UnsupportedError("Gemm with transA or a non-constant B or C")
+    av, cv = node.inputs[0], node.input_or_none(2)
+    w_rows = lw.dense_weight_rows(node)
     if float(node.attrs["alpha"]) != 1.0 or (cv is not None and float(node.attrs["beta"]) != 1):
         raise UnsupportedError("Gemm with alpha or beta other than 1")
-    b = lw.const_array(bv)
-    w_rows = b if node.attrs["transB"] else b.T
     bias = lw.const_array(cv) if cv is not None else None
     if bias is not None and bias.size not in (1, w_rows.shape[0]):
         raise UnsupportedError("Gemm with a C that is not one value per column")
@@ -156,7 +153,7 @@ def clamp_result(lw: Lowering, node, out) -> None:
     """A fused Relu/Clip on a float result, clamped in place (the interpreter clamps after the
     kernel)."""
     clip = node.attrs.get(FUSED_CLIP)
-    if clip is None or node.op_type in ("Conv", "Gemm", "MatMul"):
+    if clip is None:
         return
     lw.prog.step(f"{node.name}: fused clamp", [
         f"lb_funary(ctx, {numel(out.shape).c()}, LB_FCLIP, {cexpr.flt(clip[0])}, "

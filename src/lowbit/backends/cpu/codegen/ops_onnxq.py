@@ -241,13 +241,10 @@ def qlinear_matmul(lw: Lowering, node) -> None:
 
 @emitter("QGemm", domain=MS)
 def qgemm(lw: Lowering, node) -> None:
-    av, _a_s, a_z, bv, _b_s, b_z = node.inputs[:6]
+    av, _a_s, a_z, _b, _b_s, b_z = node.inputs[:6]
     cv, _y_s, y_z = (list(node.inputs[6:]) + [None] * 3)[:3]
-    if node.attrs["transA"] or not bv.is_constant or (cv is not None and not cv.is_constant):
-        raise UnsupportedError("QGemm with transA or a non-constant B or C")
+    w_rows = lw.dense_weight_rows(node)
     m = params.of(node).multiplier
-    b = lw.const_array(bv)
-    w_rows = b if node.attrs["transB"] else b.T
     bias = lw.const_array(cv).astype(np.int64).ravel() if cv is not None else None
     if bias is not None and bias.size not in (1, w_rows.shape[0]):
         raise UnsupportedError("QGemm with a C that is not one value per column")

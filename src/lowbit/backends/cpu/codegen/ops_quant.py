@@ -27,6 +27,7 @@ from lowbit.ir.graph import Node
 from lowbit.ir.types import TensorType
 from lowbit.numerics.arith import Requant
 from lowbit.ops.conv_geometry import Window, window_from_attrs
+from lowbit.ops.product import product_of
 from lowbit.ops.registry import QUANT_DOMAIN, TABLE, all_ops
 
 INT32_LIMIT = 2**31
@@ -512,14 +513,11 @@ def _gemm_like(lw: Lowering, node, a_value, w_rows: np.ndarray, tw: TensorType,
 @emitter("Gemm", quantized=True, dynamic=True)
 def gemm(lw: Lowering, node) -> None:
     av, bv, cv = node.inputs[0], node.inputs[1], node.input_or_none(2)
-    if node.attrs["transA"] or not bv.is_constant or (cv is not None and not cv.is_constant):
-        raise UnsupportedError("quantized Gemm with transA or non-constant B/C")
+    w_rows = lw.dense_weight_rows(node)
     if float(node.attrs["alpha"]) != 1.0 or (cv is not None and float(node.attrs["beta"]) != 1.0):
         raise KernelError("quantized Gemm needs alpha = beta = 1")
-    b = lw.const_array(bv)
-    trans_b = bool(node.attrs["transB"])
-    w_rows = b if trans_b else b.T
-    _gemm_like(lw, node, av, np.ascontiguousarray(w_rows), bv.type, 0 if trans_b else 1, cv)
+    _gemm_like(lw, node, av, np.ascontiguousarray(w_rows), bv.type,
+               product_of(node).weight_channel_axis, cv)
 
 
 def batched(lw: Lowering, node) -> tuple[Size, int, int, int, int, int, int]:

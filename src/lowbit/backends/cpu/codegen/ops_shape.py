@@ -10,6 +10,7 @@ from lowbit.backends.cpu.codegen.lower import Lowering, emitter, stored_dtype
 from lowbit.backends.cpu.codegen.program import Size, dim_c, dim_size, is_batch, numel
 from lowbit.errors import UnsupportedError
 from lowbit.ops.pool import pool_window
+from lowbit.ops.product import product_of
 
 
 def _reshape(lw: Lowering, node) -> None:
@@ -30,7 +31,7 @@ def _flatten_nhwc(lw: Lowering, node) -> bool:
     out = node.outputs[0]
     user = lw.sole_user(out)
     if t is None or t.layout != "nhwc" or len(t.shape) != 4 or user is None or \
-            user.op_type != "Gemm" or user.inputs[0] is not out or user.attrs.get("transA") or \
+            user.op_type != "Gemm" or user.inputs[0] is not out or product_of(user).trans_a or \
             not user.inputs[1].is_constant or out.type is None or out.type.quant is None:
         return False
     if t.biased != stored_dtype(out.type)[1]:

@@ -164,18 +164,30 @@ static void lb_attn_prepare(void *arg, int64_t bh, int worker) {
 }
 
 #if LB_HAVE_X86
-/* A-side dwords of rows [0, rows) of codes (stride ld) with per (row, group) zero points. */
-static void lb_attn_aside(int64_t rows, int64_t k, int64_t group, const uint8_t *codes,
-                          int64_t ld, const uint8_t *zero, int64_t ldz, int32_t *azc) {
+/* A-side dwords of rows [0, rows) of codes (stride ld) with per (row, group) zero points
+ * (the group sums by lb_sums32_avx512 for whole groups of 32 on AVX-512). */
+static void lb_attn_aside(int isa, int64_t rows, int64_t k, int64_t group,
+                          const uint8_t *codes, int64_t ld, const uint8_t *zero, int64_t ldz,
+                          int32_t *azc) {
     int64_t G = lb_ceil(k, group);
-    for (int64_t r = 0; r < rows; r++)
+    const int fast = LB_HAVE_AVX512 && isa == LB_ISA_AVX512VNNI && group == 32 && k % 32 == 0;
+    (void)isa;
+    for (int64_t r = 0; r < rows; r++) {
+#if LB_HAVE_AVX512
+        if (fast) lb_sums32_avx512(codes + r * ld, G, azc + r * G);
+#endif
         for (int64_t g = 0; g < G; g++) {
             int32_t ra = 0;
-            for (int64_t i = g * group; i < LB_MIN(k, (g + 1) * group); i++) ra += codes[r * ld + i];
+            if (fast)
+                ra = azc[r * G + g];
+            else
+                for (int64_t i = g * group; i < LB_MIN(k, (g + 1) * group); i++)
+                    ra += codes[r * ld + i];
             int32_t za = zero[r * ldz + g];
             azc[r * G + g] = (int32_t)((uint32_t)(uint16_t)(int16_t)(-za) |
                                        ((uint32_t)(uint16_t)(int16_t)(-ra) << 16));
         }
+    }
 }
 #endif
 
@@ -217,14 +229,14 @@ static void lb_attn_product(int isa, int64_t rows, int64_t n, int64_t k, int64_t
     t.asa = ascale;
 #if LB_HAVE_AVX512
     if (isa == LB_ISA_AVX512VNNI && group % 4 == 0 && group <= 128) {
-        lb_attn_aside(rows, k, group, a, lda, azero, G, azc);
+        lb_attn_aside(isa, rows, k, group, a, lda, azero, G, azc);
         lb_dmm_tile_avx512(&t);
         return;
     }
 #endif
 #if LB_HAVE_AVX2
     if (isa == LB_ISA_AVX2 && group % 4 == 0 && group <= 128) {
-        lb_attn_aside(rows, k, group, a, lda, azero, G, azc);
+        lb_attn_aside(isa, rows, k, group, a, lda, azero, G, azc);
         lb_dmm_tile_avx2(&t);
         return;
     }

@@ -255,6 +255,19 @@ void lb_dmm_pack_run_one(const lb_dmm_pack *p, uint8_t *base, lb_dmm_b *d, int64
                                  (int8_t)((w >> 16) & 0xFF) + (int8_t)(w >> 24);
                     }
                 }
+            if (p->s_n == 1 && kb % 4 == 0 && nc == 16) /* 4 rows of 16 contiguous codes */
+                for (; kk + 4 <= ke; kk += 4) {
+                    uint32_t w[16];
+                    const uint8_t *r0 = src + kk * p->s_k + n0, *r1 = r0 + p->s_k,
+                                  *r2 = r1 + p->s_k, *r3 = r2 + p->s_k;
+                    for (int i = 0; i < 16; i++) {
+                        w[i] = ((uint32_t)r0[i] | (uint32_t)r1[i] << 8 | (uint32_t)r2[i] << 16 |
+                                (uint32_t)r3[i] << 24) ^ ((uint32_t)fl * 0x01010101u);
+                        cs[i] += (int8_t)(r0[i] ^ fl) + (int8_t)(r1[i] ^ fl) +
+                                 (int8_t)(r2[i] ^ fl) + (int8_t)(r3[i] ^ fl);
+                    }
+                    memcpy(blk + (kk / 4) * 64, w, 64);
+                }
             for (; kk < ke; kk++) {
                 int8_t *dst = blk + (kk / 4) * 64 + kk % 4;
                 const uint8_t *row = src + kk * p->s_k + n0 * p->s_n;

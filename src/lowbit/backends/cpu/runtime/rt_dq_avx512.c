@@ -213,8 +213,99 @@ LB_TARGET_AVX512 static void lb_dq_rows_batched(const lb_dq_rows *p, int64_t r0,
     }
 }
 
+/* Groups of 32 values filling whole rows (k a multiple of 32, the default grouped case):
+ * lb_dq_rows_batched's operations without its general bookkeeping. Blocks of 16 slices in
+ * order (row, group); a slice is two vectors, no masks. NaN lanes leave the range as
+ * vminps/vmaxps return their second operand when the first is NaN (the range starts at 0,
+ * which a NaN counts as); they get the code `zero` as in lb_dq_codes. Parameters of 16
+ * consecutive slices are stored as one vector when they are contiguous (ldp == G). */
+LB_TARGET_AVX512 static void lb_dq_rows_g32(const lb_dq_rows *p, int64_t r0, int64_t r1) {
+    const int64_t k = p->k, ldx = p->ldx, ldq = p->ldq, ldp = p->ldp, G = k / 32;
+    const float *const xbase = p->x, *const csbase = p->channel_scale;
+    const int symmetric = p->symmetric;
+    float *const pscale = p->scale;
+    uint8_t *const pzero = (uint8_t *)p->zero, *const qbase = (uint8_t *)p->q;
+    const int64_t total = (r1 - r0) * G;
+    const __m512 top = _mm512_set1_ps((float)p->qmax);
+    const __m512 zero_v = _mm512_setzero_ps();
+    const __m512 qlo = symmetric ? _mm512_set1_ps(-(float)p->qmax) : zero_v;
+    float kept[16 * 32]; /* x / cs of pass 1, for pass 2 */
+    int64_t r = r0, j = 0;
+    for (int64_t s0 = 0; s0 < total; s0 += 16) {
+        const int64_t count = LB_MIN(16, total - s0);
+        __m512 lo[16], hi[16];
+        const float *src[16];
+        uint8_t *dst[16];
+        for (int64_t i = 0; i < 16; i++) {
+            __m512 l = zero_v, h = zero_v;
+            if (i < count) {
+                const float *x = xbase + r * ldx + j * 32;
+                dst[i] = qbase + r * ldq + j * 32;
+                __m512 v0 = _mm512_loadu_ps(x), v1 = _mm512_loadu_ps(x + 16);
+                if (csbase) {
+                    v0 = _mm512_div_ps(v0, _mm512_loadu_ps(csbase + j * 32));
+                    v1 = _mm512_div_ps(v1, _mm512_loadu_ps(csbase + j * 32 + 16));
+                    _mm512_storeu_ps(kept + i * 32, v0);
+                    _mm512_storeu_ps(kept + i * 32 + 16, v1);
+                    src[i] = kept + i * 32;
+                } else {
+                    src[i] = x;
+                }
+                if (symmetric) {
+                    v0 = _mm512_abs_ps(v0);
+                    v1 = _mm512_abs_ps(v1);
+                }
+                l = _mm512_min_ps(v1, _mm512_min_ps(v0, l));
+                h = _mm512_max_ps(v1, _mm512_max_ps(v0, h));
+                if (++j == G) {
+                    j = 0;
+                    r++;
+                }
+            }
+            lo[i] = l;
+            hi[i] = h;
+        }
+        const __m512 vlo = lb_dq_fold16(lo, 0), vhi = lb_dq_fold16(hi, 1);
+        __m512 scale, zero;
+        lb_dq_params16(vlo, vhi, symmetric, top, &scale, &zero);
+        float sc[16], zf[16];
+        _mm512_storeu_ps(sc, scale);
+        _mm512_storeu_ps(zf, zero);
+        const __m128i zb = _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(zero));
+        const int64_t first = (r0 + s0 / G) * ldp + s0 % G; /* slice s0's parameters */
+        if (ldp == G) {
+            const __mmask16 m = lb_dq_mask(count);
+            _mm512_mask_storeu_ps(pscale + first, m, scale);
+            _mm_mask_storeu_epi8(pzero + first, m, symmetric ? _mm_setzero_si128() : zb);
+        } else {
+            for (int64_t i = 0; i < count; i++) {
+                const int64_t s = s0 + i, at = (r0 + s / G) * ldp + s % G;
+                pscale[at] = sc[i];
+                pzero[at] = symmetric ? 0 : (uint8_t)(int32_t)zf[i];
+            }
+        }
+        for (int64_t i = 0; i < count; i++) {
+            const __m512 vs = _mm512_set1_ps(sc[i]), vz = _mm512_set1_ps(zf[i]);
+            const float *x = src[i];
+            for (int c = 0; c < 2; c++) {
+                const __m512 v = _mm512_loadu_ps(x + c * 16);
+                const __mmask16 ok = _mm512_cmp_ps_mask(v, v, _CMP_ORD_Q);
+                __m512 q = _mm512_maskz_roundscale_ps(ok, _mm512_div_ps(v, vs), LB_RNE);
+                q = _mm512_min_ps(_mm512_max_ps(_mm512_add_ps(q, vz), qlo), top);
+                __m128i bytes = _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(q));
+                __asm__("" : "+v"(bytes));
+                _mm_storeu_si128((__m128i *)(dst[i] + c * 16), bytes);
+            }
+        }
+    }
+}
+
 LB_TARGET_AVX512 void lb_dq_rows_avx512(const lb_dq_rows *p, int64_t r0, int64_t r1) {
     int64_t G = (p->k + p->group - 1) / p->group;
+    if (p->group == 32 && p->k % 32 == 0 && r1 > r0) {
+        lb_dq_rows_g32(p, r0, r1);
+        return;
+    }
     if (p->group <= 128 && (r1 - r0) * G >= 8) {
         lb_dq_rows_batched(p, r0, r1);
         return;

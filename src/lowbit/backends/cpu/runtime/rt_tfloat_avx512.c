@@ -26,12 +26,6 @@ LB_V512 __m512 lb_pow2_v(__m512i e) {
 
 static const float lb_exp_c[7] = {LB_EXP_C0, LB_EXP_C1, LB_EXP_C2, LB_EXP_C3,
                                   LB_EXP_C4, LB_EXP_C5, LB_EXP_C6};
-static const float lb_erf_c[6] = {LB_ERF_C0, LB_ERF_C1, LB_ERF_C2,
-                                  LB_ERF_C3, LB_ERF_C4, LB_ERF_C5};
-static const float lb_erfc_c[10] = {LB_ERFC_C0, LB_ERFC_C1, LB_ERFC_C2, LB_ERFC_C3,
-                                    LB_ERFC_C4, LB_ERFC_C5, LB_ERFC_C6, LB_ERFC_C7,
-                                    LB_ERFC_C8, LB_ERFC_C9};
-
 /* lb_exp_parts on 16 lanes (hi + lo must lie in [-104, 89] where the result is used). */
 LB_V512 __m512 lb_exp_parts_v(__m512 hi, __m512 lo) {
     __m512 k = _mm512_roundscale_ps(_mm512_mul_ps(_mm512_add_ps(hi, lo),
@@ -60,33 +54,50 @@ LB_V512 __m512 lb_exp_v(__m512 x) {
     return _mm512_mask_blend_ps(nan, y, x);
 }
 
-/* erfc_scaled's far branch on the lanes of `far` (elsewhere hi + lo are zeroed, since they may
- * leave exp's range), zero outside `inside` (z at or past ERFC_ZERO). */
-LB_V512 __m512 lb_erfc_far_part_v(__m512 a, __m512 z, __mmask16 far, __mmask16 inside) {
-    const __m512 one = _mm512_set1_ps(1.0f), half = _mm512_set1_ps(0.5f);
-    __m512 t = _mm512_div_ps(one, _mm512_add_ps(one, _mm512_mul_ps(half, z)));
-    __m512 ah = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(a),
-                                                     _mm512_set1_epi32((int)LB_SPLIT_MASK)));
-    __m512 hi = _mm512_mul_ps(_mm512_sub_ps(_mm512_setzero_ps(), _mm512_mul_ps(ah, ah)), half);
-    __m512 lo = _mm512_sub_ps(lb_horner_v(t, lb_erfc_c, 10),
-                              _mm512_mul_ps(_mm512_mul_ps(_mm512_sub_ps(a, ah),
-                                                          _mm512_add_ps(a, ah)), half));
-    hi = _mm512_maskz_mov_ps(far, hi);
-    lo = _mm512_maskz_mov_ps(far, lo);
-    __m512 farv = _mm512_mul_ps(t, lb_exp_parts_v(hi, lo));
-    return _mm512_mask_blend_ps(inside, _mm512_setzero_ps(), farv);
+/* lb_exp_v for lanes x <= 0 or -inf, never NaN (x - max of a row whose max is finite): the
+ * NaN and overflow blends and the exponent clamp change no such lane (k >= -151 there), so
+ * they are left out; every other step is lb_exp_v's. */
+LB_V512 __m512 lb_exp_nonpos_v(__m512 x) {
+    const __m512 lo = _mm512_set1_ps(LB_EXP_MIN);
+    const __mmask16 under = _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ);
+    const __m512 hi = _mm512_max_ps(x, lo);
+    const __m512 zero = _mm512_setzero_ps();
+    __m512 k = _mm512_roundscale_ps(_mm512_mul_ps(_mm512_add_ps(hi, zero),
+                                                  _mm512_set1_ps(LB_LOG2E)), LB_RNE);
+    __m512 r = _mm512_sub_ps(hi, _mm512_mul_ps(k, _mm512_set1_ps(LB_LN2_HI)));
+    r = _mm512_add_ps(r, zero);
+    r = _mm512_sub_ps(r, _mm512_mul_ps(k, _mm512_set1_ps(LB_LN2_LO)));
+    __m512 p = lb_horner_v(r, lb_exp_c, 7);
+    __m512i ki = _mm512_cvtps_epi32(k);
+    __m512i k1 = _mm512_srai_epi32(ki, 1);
+    __m512 y = _mm512_mul_ps(_mm512_mul_ps(p, lb_pow2_v(k1)), lb_pow2_v(_mm512_sub_epi32(ki, k1)));
+    return _mm512_maskz_mov_ps((__mmask16)~under, y);
 }
 
-LB_V512 __m512 lb_erfc_scaled_v(__m512 a) {
-    const __m512 one = _mm512_set1_ps(1.0f);
-    __m512 z = _mm512_mul_ps(a, _mm512_set1_ps(LB_INV_SQRT2));
-    __mmask16 nearm = _mm512_cmp_ps_mask(z, _mm512_set1_ps(LB_ERF_SWITCH), _CMP_LT_OQ);
-    __mmask16 inside = _mm512_cmp_ps_mask(z, _mm512_set1_ps(LB_ERFC_ZERO), _CMP_LT_OQ);
-    __m512 near = _mm512_sub_ps(one, _mm512_mul_ps(z, lb_horner_v(_mm512_mul_ps(z, z),
-                                                                  lb_erf_c, 6)));
-    __m512 y = lb_erfc_far_part_v(a, z, inside & ~nearm, inside);
-    y = _mm512_mask_blend_ps(nearm, y, near);
-    return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, a, _CMP_UNORD_Q), y, a);
+/* elementary.gauss_tail on 16 lanes: the interval's coefficients picked from the 32-entry
+ * tables by vpermt2ps (lanes past the end, and NaN, take interval 31 and are zeroed after). */
+LB_V512 __m512 lb_gauss_tail_v(__m512 a) {
+    const __m512 end = _mm512_set1_ps(LB_GELU_TAIL_END);
+    const __m512i j = _mm512_min_epi32(
+        _mm512_cvttps_epi32(_mm512_mul_ps(_mm512_min_ps(a, end), _mm512_set1_ps(4.0f))),
+        _mm512_set1_epi32(31));
+    const __m512 centre = _mm512_add_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(j),
+                                                      _mm512_set1_ps(0.25f)),
+                                        _mm512_set1_ps(0.125f));
+    const __m512 u = _mm512_sub_ps(a, centre);
+#define LB_TAIL_C(k) \
+    _mm512_permutex2var_ps(_mm512_loadu_ps(lb_gelu_tail_c[k]), j, \
+                           _mm512_loadu_ps(lb_gelu_tail_c[k] + 16))
+    __m512 p = LB_TAIL_C(7);
+    p = _mm512_add_ps(_mm512_mul_ps(p, u), LB_TAIL_C(6));
+    p = _mm512_add_ps(_mm512_mul_ps(p, u), LB_TAIL_C(5));
+    p = _mm512_add_ps(_mm512_mul_ps(p, u), LB_TAIL_C(4));
+    p = _mm512_add_ps(_mm512_mul_ps(p, u), LB_TAIL_C(3));
+    p = _mm512_add_ps(_mm512_mul_ps(p, u), LB_TAIL_C(2));
+    p = _mm512_add_ps(_mm512_mul_ps(p, u), LB_TAIL_C(1));
+    p = _mm512_add_ps(_mm512_mul_ps(p, u), LB_TAIL_C(0));
+#undef LB_TAIL_C
+    return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(a, end, _CMP_LT_OQ), p);
 }
 
 LB_V512 __m512 lb_gelu_v(__m512 x, int32_t tanh_form) {
@@ -98,72 +109,14 @@ LB_V512 __m512 lb_gelu_v(__m512 x, int32_t tanh_form) {
         __m512 e = lb_exp_v(_mm512_mul_ps(_mm512_set1_ps(-2.0f), u));
         return _mm512_div_ps(x, _mm512_add_ps(_mm512_set1_ps(1.0f), e));
     }
-    __m512 h = _mm512_mul_ps(_mm512_set1_ps(0.5f), lb_erfc_scaled_v(_mm512_abs_ps(x)));
+    __m512 h = lb_gauss_tail_v(_mm512_abs_ps(x));
     __mmask16 pos = _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_GE_OQ);
     __m512 phi = _mm512_mask_blend_ps(pos, h, _mm512_sub_ps(_mm512_set1_ps(1.0f), h));
     return _mm512_mul_ps(x, phi);
 }
 
-/* erfc_scaled's far branch (z >= ERF_SWITCH, and NaN) alone: lb_erfc_scaled_v's operations
- * for lanes outside the near range, where its `far` mask is `inside`. */
-LB_V512 __m512 lb_erfc_far_v(__m512 a) {
-    __m512 z = _mm512_mul_ps(a, _mm512_set1_ps(LB_INV_SQRT2));
-    __mmask16 inside = _mm512_cmp_ps_mask(z, _mm512_set1_ps(LB_ERFC_ZERO), _CMP_LT_OQ);
-    __m512 y = lb_erfc_far_part_v(a, z, inside, inside);
-    return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, a, _CMP_UNORD_Q), y, a);
-}
-
-#define LB_GELU_CHUNK 512
-
-/* The erf form in chunks: erfc_scaled's near branch (a short polynomial) on every lane, the
- * far branch (division, exponential) only on the lanes that take it, gathered 16 to a vector
- * (compress), its results put back in place (expand); then y = x * phi. Every lane gets the
- * operations lb_gelu_v would give it. */
-LB_TARGET_AVX512 static void lb_gelu_erf_chunk(int64_t n, const float *x, float *y) {
-    float e[LB_GELU_CHUNK], fa[LB_GELU_CHUNK + 16], fr[LB_GELU_CHUNK + 16];
-    const __m512 one = _mm512_set1_ps(1.0f), half = _mm512_set1_ps(0.5f);
-    int64_t nf = 0;
-    for (int64_t i = 0; i < n; i += 16) {
-        __mmask16 m = lb_tf_mask(n - i);
-        __m512 a = _mm512_abs_ps(_mm512_maskz_loadu_ps(m, x + i));
-        __m512 z = _mm512_mul_ps(a, _mm512_set1_ps(LB_INV_SQRT2));
-        __mmask16 nearm = _mm512_cmp_ps_mask(z, _mm512_set1_ps(LB_ERF_SWITCH), _CMP_LT_OQ);
-        __m512 near = _mm512_sub_ps(one, _mm512_mul_ps(z, lb_horner_v(_mm512_mul_ps(z, z),
-                                                                      lb_erf_c, 6)));
-        _mm512_storeu_ps(e + i, near);
-        __mmask16 far = (__mmask16)(~nearm & m);
-        _mm512_storeu_ps(fa + nf, _mm512_maskz_compress_ps(far, a));
-        nf += __builtin_popcount(far);
-    }
-    for (int64_t i = 0; i < nf; i += 16) {
-        __mmask16 m = lb_tf_mask(nf - i);
-        _mm512_storeu_ps(fr + i, lb_erfc_far_v(_mm512_maskz_loadu_ps(m, fa + i)));
-    }
-    int64_t at = 0;
-    for (int64_t i = 0; i < n; i += 16) {
-        __mmask16 m = lb_tf_mask(n - i);
-        __m512 xv = _mm512_maskz_loadu_ps(m, x + i);
-        __m512 a = _mm512_abs_ps(xv);
-        __m512 z = _mm512_mul_ps(a, _mm512_set1_ps(LB_INV_SQRT2));
-        __mmask16 far = (__mmask16)(
-            ~_mm512_cmp_ps_mask(z, _mm512_set1_ps(LB_ERF_SWITCH), _CMP_LT_OQ) & m);
-        __m512 er = _mm512_mask_expand_ps(_mm512_loadu_ps(e + i), far,
-                                          _mm512_loadu_ps(fr + at));
-        at += __builtin_popcount(far);
-        __m512 h = _mm512_mul_ps(half, er);
-        __mmask16 pos = _mm512_cmp_ps_mask(xv, _mm512_setzero_ps(), _CMP_GE_OQ);
-        __m512 phi = _mm512_mask_blend_ps(pos, h, _mm512_sub_ps(one, h));
-        _mm512_mask_storeu_ps(y + i, m, _mm512_mul_ps(xv, phi));
-    }
-}
-
 LB_TARGET_AVX512 void lb_gelu_span_avx512(int64_t n, const float *x, int32_t tanh_form,
                                           float *y) {
-    if (!tanh_form) {
-        for (int64_t i = 0; i < n; i += LB_GELU_CHUNK)
-            lb_gelu_erf_chunk(LB_MIN(LB_GELU_CHUNK, n - i), x + i, y + i);
-        return;
-    }
     for (int64_t i = 0; i < n; i += 16) {
         __mmask16 m = lb_tf_mask(n - i);
         _mm512_mask_storeu_ps(y + i, m, lb_gelu_v(_mm512_maskz_loadu_ps(m, x + i), tanh_form));
@@ -211,6 +164,21 @@ LB_TARGET_AVX512 void lb_softmax_rows_avx512(int64_t r0, int64_t r1, int64_t n, 
         float m = nan ? NAN : _mm512_reduce_max_ps(mv);
         const __m512 vm = _mm512_set1_ps(m);
         __m512 acc = _mm512_setzero_ps();
+        if (m - m == 0.0f) { /* finite max: lb_exp_v's steps that can change a lane */
+            int64_t i = 0;
+            for (; i + 16 <= n; i += 16) {
+                const __m512 e = lb_exp_nonpos_v(_mm512_sub_ps(_mm512_loadu_ps(xr + i), vm));
+                _mm512_storeu_ps(yr + i, e);
+                acc = _mm512_add_ps(acc, e);
+            }
+            if (i < n) {
+                __mmask16 k = lb_tf_mask(n - i);
+                __m512 e = lb_exp_nonpos_v(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, xr + i), vm));
+                e = _mm512_maskz_mov_ps(k, e);
+                _mm512_mask_storeu_ps(yr + i, k, e);
+                acc = _mm512_add_ps(acc, e);
+            }
+        } else
         for (int64_t i = 0; i < n; i += 16) {
             __mmask16 k = lb_tf_mask(n - i);
             __m512 e = lb_exp_v(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, xr + i), vm));
@@ -226,10 +194,23 @@ LB_TARGET_AVX512 void lb_softmax_rows_avx512(int64_t r0, int64_t r1, int64_t n, 
     }
 }
 
+/* Rows of at most LB_LN_KEEP values keep x - mean (float64) from the second pass for the
+ * third, and gamma and beta are widened to float64 once per call: the same values enter the
+ * same operations. */
+#define LB_LN_KEEP 1024
+
 LB_TARGET_AVX512 void lb_layernorm_rows_avx512(int64_t r0, int64_t r1, int64_t n,
                                                const float *x, int64_t ldx, const float *gamma,
                                                const float *beta, double eps, float *y,
                                                int64_t ldy) {
+    const int keep = n <= LB_LN_KEEP;
+    double dk[LB_LN_KEEP], gk[LB_LN_KEEP], bk[LB_LN_KEEP];
+    const int64_t nfull = n / 16 * 16;
+    if (keep)
+        for (int64_t i = 0; i < n; i++) {
+            gk[i] = (double)gamma[i];
+            bk[i] = beta ? (double)beta[i] : 0.0;
+        }
     for (int64_t r = r0; r < r1; r++) {
         const float *xr = x + r * ldx;
         float *yr = y + r * ldy;
@@ -247,14 +228,38 @@ LB_TARGET_AVX512 void lb_layernorm_rows_avx512(int64_t r0, int64_t r1, int64_t n
             __m512 v = _mm512_maskz_loadu_ps(k, xr + i);
             __m512d d0 = _mm512_sub_pd(_mm512_cvtps_pd(_mm512_castps512_ps256(v)), vmean);
             __m512d d1 = _mm512_sub_pd(_mm512_cvtps_pd(_mm512_extractf32x8_ps(v, 1)), vmean);
-            /* lanes past n add exactly 0 */
-            d0 = _mm512_maskz_mov_pd((__mmask8)(k & 0xFF), d0);
-            d1 = _mm512_maskz_mov_pd((__mmask8)(k >> 8), d1);
+            if (i >= nfull) { /* lanes past n add exactly 0 */
+                d0 = _mm512_maskz_mov_pd((__mmask8)(k & 0xFF), d0);
+                d1 = _mm512_maskz_mov_pd((__mmask8)(k >> 8), d1);
+            }
+            if (keep) {
+                _mm512_mask_storeu_pd(dk + i, (__mmask8)(k & 0xFF), d0);
+                _mm512_mask_storeu_pd(dk + i + 8, (__mmask8)(k >> 8), d1);
+            }
             lo = _mm512_add_pd(lo, _mm512_mul_pd(d0, d0));
             hi = _mm512_add_pd(hi, _mm512_mul_pd(d1, d1));
         }
         const double inv = 1.0 / sqrt(lb_halve16_d(lo, hi) / (double)n + eps);
         const __m512d vinv = _mm512_set1_pd(inv);
+        if (keep) {
+            for (int64_t i = 0; i < n; i += 16) {
+                __mmask16 k = lb_tf_mask(n - i);
+                const __mmask8 k0 = (__mmask8)(k & 0xFF), k1 = (__mmask8)(k >> 8);
+                __m512d y0 = _mm512_mul_pd(_mm512_mul_pd(_mm512_maskz_loadu_pd(k0, dk + i), vinv),
+                                           _mm512_maskz_loadu_pd(k0, gk + i));
+                __m512d y1 = _mm512_mul_pd(
+                    _mm512_mul_pd(_mm512_maskz_loadu_pd(k1, dk + i + 8), vinv),
+                    _mm512_maskz_loadu_pd(k1, gk + i + 8));
+                if (beta) {
+                    y0 = _mm512_add_pd(y0, _mm512_maskz_loadu_pd(k0, bk + i));
+                    y1 = _mm512_add_pd(y1, _mm512_maskz_loadu_pd(k1, bk + i + 8));
+                }
+                __m512 out = _mm512_insertf32x8(_mm512_castps256_ps512(_mm512_cvtpd_ps(y0)),
+                                                _mm512_cvtpd_ps(y1), 1);
+                _mm512_mask_storeu_ps(yr + i, k, out);
+            }
+            continue;
+        }
         for (int64_t i = 0; i < n; i += 16) {
             __mmask16 k = lb_tf_mask(n - i);
             __m512 v = _mm512_maskz_loadu_ps(k, xr + i), g = _mm512_maskz_loadu_ps(k, gamma + i);
