@@ -10,7 +10,7 @@ import onnxruntime as ort
 import pytest
 from quant_checks import int8_codes
 from shared_profiles import shared_profile, shared_result, source_digest
-from test_realmodel_dynamic import TEXTS, _embed_each
+from test_realmodel_dynamic import TEXTS, _embed_each, float_reference
 
 import lowbit
 from lowbit.backends.reference.interpreter import Interpreter
@@ -67,7 +67,7 @@ def test_minilm_static_defaults_keep_embeddings(tmp_path, minilm_static):
     kept = [r for r in rows if r.op_type == "Add" and r.mode == "float"]
     assert len(kept) >= 24 and all("only float nodes read its result" in r.detail
                                    for r in kept)
-    ref = _embed_each(lambda e: lowbit.run(graph, e)["last_hidden_state"], TEXTS)
+    ref = float_reference(graph)
     got = _embed_each(lambda e: lowbit.run(result.graph, e)["last_hidden_state"], TEXTS)
     cos = (ref * got).sum(1)
     assert cos.min() >= 0.975 and cos.mean() >= 0.985, cos
