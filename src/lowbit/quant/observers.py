@@ -300,21 +300,24 @@ class StatsObserver:
 
     def _observe_native(self, x: np.ndarray) -> bool:
         """`observe` of float32 `x` with the C kernels (`lowbit.backends.cpu.stats`: the same
-        results as `channel_stats` and `_add`) when they load, `x` is finite and at most one
-        channel axis is asked for; False (nothing changed) otherwise."""
-        requested = [a for a in self.channel_axes if -x.ndim <= a < x.ndim]
-        if len(requested) > 1 or not _native():
+        results as `channel_stats` and `_add`) when they load and `x` is finite; False (nothing
+        changed) otherwise. Each requested channel axis is one pass of the kernel (a constant's
+        statistics ask for every axis)."""
+        if not _native():
             return False
         from lowbit.backends.cpu import stats
 
-        axis = requested[0] % x.ndim if requested else None
-        found = stats.channel_stats(x, axis)
-        if found is None:
+        requested = [a for a in self.channel_axes if -x.ndim <= a < x.ndim]
+        found = [(a, stats.channel_stats(x, a % x.ndim)) for a in requested]
+        if not found:
+            found = [(None, stats.channel_stats(x, None))]
+        if any(f is None for _, f in found):
             return False
-        lo, hi, total, zeros = found
-        if axis is not None:
-            self._update_channel(requested[0], lo, hi, total,
-                                 np.full(lo.shape, x.size // max(lo.size, 1), np.float64))
+        for a, (lo, hi, total, _) in found:  # type: ignore[misc]
+            if a is not None:
+                self._update_channel(a, lo, hi, total,
+                                     np.full(lo.shape, x.size // max(lo.size, 1), np.float64))
+        zeros = found[-1][1][3]  # type: ignore[index]
         low, high = float(lo.min()), float(hi.max())
         self.min = low if self.min is None else min(self.min, low)
         self.max = high if self.max is None else max(self.max, high)

@@ -166,11 +166,13 @@ def _same_stats(a, b) -> None:
 @pytest.mark.parametrize("seed", range(8))
 def test_observers_equal_python(isa, monkeypatch, seed):
     """StatsObserver.observe through the C kernels equals the Python path: ranges, zeros,
-    histogram bins (the window moving and widening between arrays) and channel sums."""
+    histogram bins (the window moving and widening between arrays) and channel sums, along no
+    axis, one axis or every axis (a constant's statistics)."""
     rng = np.random.default_rng(300 + seed)
     ndim = int(rng.integers(1, 5))
     shape = tuple(int(d) for d in rng.integers(1, 9, ndim))
-    axes = () if seed % 4 == 0 else (int(rng.integers(-ndim, ndim)),)
+    axes = () if seed % 4 == 0 else tuple(range(ndim)) if seed % 4 == 1 else (
+        int(rng.integers(-ndim, ndim)),)
     arrays = []
     for step in range(4):
         x = rng.standard_normal(shape) * 10.0 ** rng.integers(-3, 4) + step
@@ -241,3 +243,28 @@ def test_exactsum_add_equals_python(seed):
     with pytest.raises(ValueError, match="finite"):
         stats.exactsum_add(mine, bad)
     assert mine.adds == 5 and np.array_equal(mine.limbs, ref.limbs)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_maxabs_is_the_largest_magnitude_and_refuses_non_finite(dtype):
+    """lb_stats_maxabs (the top window of every exact sum of the moments) for lengths around
+    its 8 running maxima: the largest |x| wherever it sits, 0 for none; NaN or an infinity at
+    any position makes it refuse."""
+    import ctypes as C
+
+    rng = np.random.default_rng(77)
+    lib = stats._lib()
+    for n in (0, 1, 7, 8, 9, 16, 23, 64, 1001):
+        for where in range(0, max(n, 1), max(1, n // 5)):
+            x = rng.standard_normal(n).astype(dtype)
+            if n:
+                x[where] = -1e3 * (1 + where)
+            out = C.c_double(-1.0)
+            assert lib.lb_stats_maxabs(x.ctypes.data, int(dtype == np.float64), n, C.byref(out))
+            assert out.value == (float(np.abs(x).max()) if n else 0.0)
+            for bad in (np.nan, np.inf, -np.inf):
+                if n:
+                    y = x.copy()
+                    y[where] = bad
+                    assert not lib.lb_stats_maxabs(y.ctypes.data, int(dtype == np.float64), n,
+                                                   C.byref(out))

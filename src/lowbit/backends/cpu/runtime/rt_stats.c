@@ -35,24 +35,56 @@ LB_INLINE double lb_stats_load(const void *x, int f64, int64_t i) {
     return f64 ? ((const double *)x)[i] : (double)((const float *)x)[i];
 }
 
-/* Largest |x| of n values into *out; returns 0 when a value is NaN or infinite. */
+/* Largest |x| of n values into *out; returns 0 when a value is NaN or infinite. The maximum is
+   the same whatever the order its values are compared in, so eight running maxima (one per
+   position modulo 8, independent: the compiler keeps them in one vector) are taken, then the
+   largest of them; a NaN fails the finiteness test and is never taken as a maximum. */
+#define LB_MAXABS_LANES 8
 LB_API int lb_stats_maxabs(const void *x, int f64, int64_t n, double *out) {
     double m = 0.0;
     int finite = 1;
+    const int64_t body = n - n % LB_MAXABS_LANES;
     if (f64) {
         const double *p = (const double *)x;
-        for (int64_t i = 0; i < n; i++) {
+        double ml[LB_MAXABS_LANES] = {0};
+        int fl[LB_MAXABS_LANES];
+        for (int l = 0; l < LB_MAXABS_LANES; l++) fl[l] = 1;
+        for (int64_t i = 0; i < body; i += LB_MAXABS_LANES) {
+            for (int l = 0; l < LB_MAXABS_LANES; l++) {
+                double a = fabs(p[i + l]);
+                fl[l] &= a <= 1.7976931348623157e308;
+                ml[l] = a > ml[l] ? a : ml[l];
+            }
+        }
+        for (int64_t i = body; i < n; i++) {
             double a = fabs(p[i]);
             finite &= a <= 1.7976931348623157e308;
             m = a > m ? a : m;
         }
+        for (int l = 0; l < LB_MAXABS_LANES; l++) {
+            finite &= fl[l];
+            m = ml[l] > m ? ml[l] : m;
+        }
     } else {
         const float *p = (const float *)x;
-        float mf = 0.0f;
-        for (int64_t i = 0; i < n; i++) {
+        float mf = 0.0f, ml[LB_MAXABS_LANES] = {0};
+        int fl[LB_MAXABS_LANES];
+        for (int l = 0; l < LB_MAXABS_LANES; l++) fl[l] = 1;
+        for (int64_t i = 0; i < body; i += LB_MAXABS_LANES) {
+            for (int l = 0; l < LB_MAXABS_LANES; l++) {
+                float a = fabsf(p[i + l]);
+                fl[l] &= a <= 3.40282346638528859812e+38f;
+                ml[l] = a > ml[l] ? a : ml[l];
+            }
+        }
+        for (int64_t i = body; i < n; i++) {
             float a = fabsf(p[i]);
             finite &= a <= 3.40282346638528859812e+38f;
             mf = a > mf ? a : mf;
+        }
+        for (int l = 0; l < LB_MAXABS_LANES; l++) {
+            finite &= fl[l];
+            mf = ml[l] > mf ? ml[l] : mf;
         }
         m = (double)mf;
     }
