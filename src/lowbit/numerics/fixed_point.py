@@ -55,6 +55,7 @@ q31 for wider ones (`default_method`).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import ClassVar
@@ -170,7 +171,7 @@ def encode(M, method: str | None = None, *, output_bits: int = 8) -> RequantPara
                 f"prescale output_bits must be in [1, {PRESCALE_MAX_OUTPUT_BITS}], "
                 f"got {output_bits}"
             )
-        return _encode_prescale(real, output_bits)
+        return _prescale_memo(real.tobytes(), real.shape, output_bits)
     raise ValueError(f"unknown requantization method {method!r}; valid: {', '.join(METHODS)}")
 
 
@@ -189,6 +190,14 @@ def _encode_q31(real: np.ndarray) -> Q31Params:
     return Q31Params(
         _frozen(multiplier), _frozen(left), _frozen(np.minimum(right, 31)), _frozen(real)
     )
+
+
+@functools.lru_cache(maxsize=4096)
+def _prescale_memo(data: bytes, shape: tuple[int, ...], output_bits: int) -> PrescaleParams:
+    """`_encode_prescale`, remembered by the multipliers' bytes: its search tries 704 (pre,
+    post) pairs per multiplier, and every run of a quantized graph on the reference encodes
+    each product's multipliers again (the results are read-only arrays, safe to share)."""
+    return _encode_prescale(np.frombuffer(data, np.float64).reshape(shape), output_bits)
 
 
 def _encode_prescale(real: np.ndarray, output_bits: int) -> PrescaleParams:
