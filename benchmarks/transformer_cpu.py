@@ -181,7 +181,8 @@ def main() -> None:
     parser.add_argument("--shapes", default=SHAPES, help="SEQxBATCH,...")
     parser.add_argument("--no-openvino", action="store_true")
     parser.add_argument("--breakdown", type=int, default=0, metavar="K",
-                        help="also print the K costliest kinds of step of the imported files")
+                        help="also print the K costliest kinds of step of lowbit's program and "
+                        "of the imported files")
     args = parser.parse_args()
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
@@ -238,6 +239,7 @@ def main() -> None:
               f"{t['lowbit cpu, ORT file'] / base:.2f}, lowbit / PyTorch on PyTorch's model "
               f"{t['lowbit cpu, PyTorch model'] / t['PyTorch dynamic']:.2f}", flush=True)
         if args.breakdown:
+            breakdown("lowbit", exe, feed, args.breakdown)
             breakdown("ORT file", imported, feed, args.breakdown)
             breakdown("PyTorch model", torch_exe, feed, args.breakdown)
     print(f"load average after: {os.getloadavg()[0]:.1f}")

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import numpy as np
 import onnxruntime as ort
+from shared_profiles import shared_result, source_digest
 
 import lowbit
+from lowbit.ir.hashing import graph_hash
 from lowbit.quant.config import QuantConfig
 from lowbit.quant.dynamic import quantize_dynamic
 from realmodels import MINILM_TEXTS, minilm, minilm_tokens
@@ -29,6 +31,14 @@ def _embed_each(run, texts):
     return np.array(out)
 
 
+def float_reference(graph) -> np.ndarray:
+    """The float model's embeddings of TEXTS on the reference interpreter, computed once for
+    every test and file while lowbit's sources stay the same (shared_profiles.shared_result)."""
+    return shared_result(
+        lambda: _embed_each(lambda e: lowbit.run(graph, e)["last_hidden_state"], TEXTS),
+        "MiniLM float reference embeddings", source_digest(), graph_hash(graph), TEXTS)
+
+
 def test_minilm_dynamic_defaults_keep_embeddings(tmp_path):
     graph = lowbit.load(minilm("eager", "dynamo"))
     result = quantize_dynamic(graph)
@@ -40,7 +50,7 @@ def test_minilm_dynamic_defaults_keep_embeddings(tmp_path):
     assert [r.detail for r in tables] == ["int8 table per column (30522 rows)",
                                           "int8 table per column (512 rows)"]
     assert sum("GELU channels" in r.detail for r in weights) == 6  # the FFN down projections
-    ref = _embed_each(lambda e: lowbit.run(graph, e)["last_hidden_state"], TEXTS)
+    ref = float_reference(graph)
     got = _embed_each(lambda e: lowbit.run(result.graph, e)["last_hidden_state"], TEXTS)
     cos = (ref * got).sum(1)
     # measured: 0.99945 ("Ok"), 0.99925, 0.99988, 0.99969 in groups of 32 (per row, the old
@@ -69,7 +79,7 @@ def test_minilm_sensitivity_names_products_whose_float_keeping_helps():
     assert len(ranked.layers) == 48 and ranked.mode == "dynamic"
     assert ranked.layers[0].sqnr < ranked.layers[-1].sqnr
     assert ranked.all_quantized_sqnr < ranked.layers[0].sqnr
-    ref = _embed_each(lambda e: lowbit.run(graph, e)["last_hidden_state"], TEXTS)
+    ref = float_reference(graph)
     cos = {}
     for top in (0, 3):
         q = quantize_dynamic(graph, ranked.config(top))

@@ -11,6 +11,7 @@ from quant_checks import assert_within_5_percent, entropy_widths
 from shared_profiles import shared_cpu_outputs, shared_profile
 
 import lowbit
+from lowbit.quant.config import QuantConfig
 from lowbit.quant.static import quantize
 from realmodels import efficientnet, load_photos
 
@@ -45,6 +46,14 @@ def cpu_logits(graph, photos) -> np.ndarray:
 
 
 @pytest.fixture(scope="module")
+def efficientnet_int8_logits(efficientnet_int8):
+    """The default int8 model's logits on every photo (cpu backend): the top-1 test's, and the
+    sensitivity test's config with no layer raised (the same defaults)."""
+    photos, _, result = efficientnet_int8
+    return cpu_logits(result.graph, photos)
+
+
+@pytest.fixture(scope="module")
 def efficientnet_float_logits(efficientnet_profile):
     """The float model's logits on every photo (cpu backend, checked against the reference on
     one photo; shared with test_realmodel_budget.py through tests/shared_profiles.py)."""
@@ -66,6 +75,7 @@ def test_efficientnet_lite0_entropy_ranges_do_not_depend_on_resolution(efficient
 
 
 def test_efficientnet_lite0_keeps_top1_on_real_photos(efficientnet_int8,
+                                                     efficientnet_int8_logits,
                                                      efficientnet_float_logits):
     """EfficientNet-Lite0 with default settings, calibrated on every third photo: the depthwise
     convolutions with all-zero and 1e-9-wide weight channels that wreck per-tensor int8 get their
@@ -83,7 +93,7 @@ def test_efficientnet_lite0_keeps_top1_on_real_photos(efficientnet_int8,
     assert sum("bias-corrected" in r.detail for r in result.summary.rows) == 50  # 49 Conv, Gemm
     assert sum("GPTQ rounding" in r.detail for r in result.summary.rows) == 50
     ref = efficientnet_float_logits
-    got = cpu_logits(result.graph, photos)
+    got = efficientnet_int8_logits
     # the cpu backend is bit-exact with the reference interpreter on the quantized model
     np.testing.assert_array_equal(got[:1], lowbit.run(result.graph, {"input": photos[:1]})[
         "logits"].astype(np.float64))
@@ -107,7 +117,7 @@ def test_efficientnet_lite0_dump_prints_the_kernels_parameters(efficientnet_int8
 
 
 def test_efficientnet_lite0_sensitivity_config_keeps_the_first_block_in_int16(
-        efficientnet_profile, efficientnet_float_logits):
+        efficientnet_profile, efficientnet_int8_logits, efficientnet_float_logits):
     """lowbit.sensitivity ranks EfficientNet-Lite0's 60 integer layers on 8 held-out photos
     (calibrated on every third photo); the config it writes with the 3 most sensitive in int16
     (W16A16) lifts the logits SQNR and the top-1 agreement over all photos. Measured (figures of
@@ -123,8 +133,11 @@ def test_efficientnet_lite0_sensitivity_config_keeps_the_first_block_in_int16(
     assert first_block <= {s.name for s in ranked.layers[:3]}
     ref = efficientnet_float_logits
     results = {}
+    # no layer raised: the defaults, whose logits the top-1 test computes too
+    assert ranked.config(0) == QuantConfig()
     for top in (0, 3):
-        got = cpu_logits(quantize(graph, prof, ranked.config(top)).graph, photos)
+        got = efficientnet_int8_logits if top == 0 else cpu_logits(
+            quantize(graph, prof, ranked.config(top)).graph, photos)
         results[top] = ((got.argmax(1) == ref.argmax(1)).mean(),
                         10 * np.log10((ref ** 2).sum() / ((got - ref) ** 2).sum()))
     assert results[3][1] > results[0][1] + 2.5, results

@@ -9,11 +9,12 @@ import onnx
 import onnxruntime as ort
 import pytest
 from quant_checks import int8_codes
-from shared_profiles import shared_profile
-from test_realmodel_dynamic import TEXTS, _embed_each
+from shared_profiles import shared_profile, shared_result, source_digest
+from test_realmodel_dynamic import TEXTS, _embed_each, float_reference
 
 import lowbit
 from lowbit.backends.reference.interpreter import Interpreter
+from lowbit.ir.hashing import graph_hash
 from lowbit.quant.static import quantize
 from realmodels import (
     MINILM_CALIBRATION_TEXTS,
@@ -66,7 +67,7 @@ def test_minilm_static_defaults_keep_embeddings(tmp_path, minilm_static):
     kept = [r for r in rows if r.op_type == "Add" and r.mode == "float"]
     assert len(kept) >= 24 and all("only float nodes read its result" in r.detail
                                    for r in kept)
-    ref = _embed_each(lambda e: lowbit.run(graph, e)["last_hidden_state"], TEXTS)
+    ref = float_reference(graph)
     got = _embed_each(lambda e: lowbit.run(result.graph, e)["last_hidden_state"], TEXTS)
     cos = (ref * got).sum(1)
     assert cos.min() >= 0.975 and cos.mean() >= 0.985, cos
@@ -119,13 +120,18 @@ def test_minilm_static_defaults_keep_scores_on_human_labels(minilm_static):
     graph, result = minilm_static
     docs, sims = lee_documents()
     sentences, labels = polarity_sentences()
-    float_model = cpu_hidden_states(graph, [docs[0], sentences[0]])
-    int8_model = cpu_hidden_states(result.graph, [docs[0], sentences[0]])
 
-    float_r = lee_pearson(_embed_each(float_model, docs), sims)
+    def float_embeddings():
+        float_model = cpu_hidden_states(graph, [docs[0], sentences[0]])
+        return _embed_each(float_model, docs), _embed_each(float_model, sentences)
+
+    # the float model's, computed once while lowbit's sources stay the same (shared_profiles)
+    float_docs, ref = shared_result(float_embeddings, "MiniLM float embeddings",
+                                    source_digest(), graph_hash(graph), docs, sentences)
+    int8_model = cpu_hidden_states(result.graph, [docs[0], sentences[0]])
+    float_r = lee_pearson(float_docs, sims)
     assert abs(float_r - 0.656) < 0.005, float_r
     assert abs(lee_pearson(_embed_each(int8_model, docs), sims) - float_r) <= 0.02
-    ref = _embed_each(float_model, sentences)
     float_acc = polarity_probe(ref, ref, labels)
     int8_acc = polarity_probe(ref, _embed_each(int8_model, sentences), labels)
     assert float_acc >= 0.7, float_acc

@@ -200,3 +200,45 @@ def test_rounding_ahead_gives_the_same_model(tmp_path, monkeypatch):
         assert not weight_rounding._PENDING
         monkeypatch.undo()
     assert hashes[0] == hashes[1]
+
+
+def test_longest_rounding_goes_ahead_and_the_caller_takes_one_not_started(tmp_path,
+                                                                         monkeypatch):
+    """With one prefetch thread, the thread starts on the costliest job (the depthwise
+    layer's exhaustive search: 8 rows of 2^9 choices) although it comes second; the quantizing
+    thread, reaching the first layer while that job has not started, rounds it itself instead
+    of waiting behind the other (here the thread is held until it has, so that waiting would
+    hang); the model is the one quantizing without the prefetch gives, bit for bit."""
+    import threading
+
+    from lowbit.ir.hashing import graph_hash
+    from lowbit.quant import weight_rounding
+
+    rng = np.random.default_rng(7)
+    _smooth_conv_model(tmp_path / "m.onnx", rng)
+    graph = lowbit.load(tmp_path / "m.onnx")
+    calib = [{"x": _smooth_images(rng, 4)} for _ in range(3)]
+    with monkeypatch.context() as m:
+        m.setattr(weight_rounding, "RoundingPrefetch", lambda jobs: contextlib.nullcontext())
+        expected = graph_hash(quantize(graph, lowbit.profile(graph, calib, progress=False)).graph)
+
+    caller_done = threading.Event()
+    built: list[tuple[str, str]] = []
+    real = weight_rounding._build
+
+    def build(job, count):
+        on_caller = threading.current_thread() is threading.main_thread()
+        if not on_caller:
+            assert caller_done.wait(60), "the quantizing thread waited for a queued job"
+        result = real(job, count)
+        built.append((job.moments.node, "caller" if on_caller else "prefetch"))
+        if on_caller:
+            caller_done.set()
+        return result
+
+    monkeypatch.setattr(weight_rounding, "PREFETCH_THREADS", 1)
+    monkeypatch.setattr(weight_rounding, "_build", build)
+    got = graph_hash(quantize(graph, lowbit.profile(graph, calib, progress=False)).graph)
+    assert sorted(built) == [("conv", "caller"), ("dw", "prefetch")]
+    assert not weight_rounding._PENDING
+    assert got == expected

@@ -96,9 +96,14 @@ _KNOWN: weakref.WeakKeyDictionary[InputMoments, _Known] = weakref.WeakKeyDiction
 
 def _known(moments: InputMoments) -> _Known:
     """The entry of `moments`, new if they changed since (more data merged into them); what
-    `RoundingPrefetch` derived from them ahead is waited for and taken."""
+    `RoundingPrefetch` derived from them ahead is waited for and taken, or derived here when
+    no background thread has started on it yet (rather than waiting for the jobs queued before
+    it)."""
     ahead = _PENDING.pop(moments, None)
-    built = ahead.result() if ahead is not None else None
+    built = None
+    if ahead is not None:
+        built = _build(ahead.job, ahead.count) if ahead.future.cancel() else \
+            ahead.future.result()
     known = _KNOWN.get(moments)
     if known is None or known.count != moments.count or known.second is not moments.second:
         known = _KNOWN[moments] = _Known(moments.count, moments.second)
@@ -117,7 +122,14 @@ def settle(moments: InputMoments) -> None:
         _known(moments)
 
 
-_PENDING: weakref.WeakKeyDictionary[InputMoments, Future] = weakref.WeakKeyDictionary()
+@dataclass
+class _Pending:
+    future: Future
+    job: Ahead
+    count: int
+
+
+_PENDING: weakref.WeakKeyDictionary[InputMoments, _Pending] = weakref.WeakKeyDictionary()
 """Work being done ahead (`RoundingPrefetch`), by the moments it is for."""
 
 
@@ -158,37 +170,56 @@ def _build(job: Ahead, count: int) -> _Built:
             wt = job.weight_type()
             if wt is not None:
                 rows, scale, zero = _weight_inputs(job.geometry, job.weight, wt)
-                key = _key(rows, scale, zero, wt)
+                key = _key(job.weight, job.geometry, rows, scale, zero, wt)
                 codes = _codes(rows, scale, zero, wt, m, solver)
         return _Built(count, second, solver, key, codes)
 
 
+def _cost(job: Ahead) -> float:
+    """About how many multiply-adds `_build` does for `job`: the factorisation of each group's
+    H (K^3 / 3) and GPTQ's updates (K per weight), or the exhaustive search's 2^K choices of
+    K^2 terms per row."""
+    groups, k = job.moments.groups, job.moments.size
+    size = job.weight.size if job.weight is not None and job.weight_type is not None else 0
+    if k <= EXHAUSTIVE_MAX:
+        return size / max(k, 1) * 2.0 ** k * k * k
+    return groups * k ** 3 / 3 + size * k
+
+
 class RoundingPrefetch:
-    """Error-compensating rounding done ahead, in order, on `PREFETCH_THREADS` background
-    threads while quantizing does the rest (activation ranges, graph rewriting): each product's
-    S unpacked from its exact sum, GPTQ's solver (S permuted and factorised) and, when the
-    weight's type can be foreseen, its codes. These are what `round_weight` would compute (the same
-    functions on the same inputs), taken by it when it reaches the moments; codes for a type
-    that turns out different (a bias that needed larger weight scales) are not used.
+    """Error-compensating rounding done ahead, the longest jobs first, on `PREFETCH_THREADS`
+    background threads while quantizing does the rest (activation ranges, graph rewriting):
+    each product's S unpacked from its exact sum, GPTQ's solver (S permuted and factorised)
+    and, when the weight's type can be foreseen, its codes. These are what `round_weight` would
+    compute (the same functions on the same inputs), taken by it when it reaches the moments,
+    or derived there when no thread has started on them yet (the short jobs, queued last);
+    codes for a type that turns out different (a bias that needed larger weight scales) are
+    not used.
     `close()` (always, before BLAS settings change) cancels the work not started and waits
     for the jobs running."""
 
     def __init__(self, jobs: list[Ahead]) -> None:
         self._pool: ThreadPoolExecutor | None = None
         self._mine: list[tuple[weakref.ref, Future]] = []
+        queue: dict[InputMoments, Ahead] = {}
         for job in jobs:
             m = job.moments
-            if m in _PENDING:
+            if m in _PENDING or m in queue:
                 continue
             known = _KNOWN.get(m)
             if known is not None and known.count == m.count and \
                     (known.solver is not None or m.size <= EXHAUSTIVE_MAX):
                 continue  # derived by an earlier quantization (moments changed: again)
+            queue[m] = job
+        # the longest first, so that the threads end together (the quantizing thread derives
+        # the short ones itself when it reaches them before a thread has: `_known`)
+        for job in sorted(queue.values(), key=_cost, reverse=True):
+            m = job.moments
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(PREFETCH_THREADS,
                                                 thread_name_prefix="lowbit-rounding")
             future = self._pool.submit(_build, job, m.count)
-            _PENDING[m] = future
+            _PENDING[m] = _Pending(future, job, m.count)
             self._mine.append((weakref.ref(m), future))
 
     def close(self) -> None:
@@ -197,7 +228,8 @@ class RoundingPrefetch:
         self._pool.shutdown(wait=True, cancel_futures=True)
         for ref, future in self._mine:
             m = ref()
-            if m is not None and _PENDING.get(m) is future and future.cancelled():
+            pending = _PENDING.get(m) if m is not None else None
+            if pending is not None and pending.future is future and future.cancelled():
                 del _PENDING[m]
         self._pool, self._mine = None, []
 
@@ -371,9 +403,46 @@ def _weight_inputs(geometry: ProductGeometry, weight: np.ndarray, wt: TensorType
     return rows, scale, zero
 
 
-def _key(rows: np.ndarray, scale: np.ndarray, zero: np.ndarray, wt: TensorType) -> tuple:
-    return (hashlib.sha256(rows.tobytes()).hexdigest(), rows.shape, scale.tobytes(),
-            zero.tobytes(), wt.dtype.qmin, wt.dtype.qmax)
+class _SameArray:
+    """Equal only to a `_SameArray` of the very same live array (checked through a weak
+    reference, so a reused `id` never matches)."""
+
+    __slots__ = ("id", "ref")
+
+    def __init__(self, array: np.ndarray) -> None:
+        self.ref, self.id = weakref.ref(array), id(array)
+
+    def __hash__(self) -> int:
+        return self.id
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _SameArray) and other.id == self.id and \
+            self.ref() is not None and self.ref() is other.ref()
+
+
+def _immutable(array: np.ndarray) -> bool:
+    """Whether `array`'s values can no longer change: read-only down to memory it owns or an
+    immutable bytes object (graph constants: `Graph.add_constant`, ONNX initializers)."""
+    a = array
+    while isinstance(a, np.ndarray):
+        if a.flags.writeable:
+            return False
+        if a.base is None:
+            return a.flags.owndata
+        a = a.base
+    return isinstance(a, bytes)
+
+
+def _key(weight: np.ndarray, geometry: ProductGeometry, rows: np.ndarray, scale: np.ndarray,
+         zero: np.ndarray, wt: TensorType) -> tuple:
+    """What the codes of `rows` (`weight` laid out by `geometry`) depend on. An immutable
+    weight (every graph constant) is named by its identity rather than a digest of its bytes
+    (hashing EfficientNet-Lite0's rows cost as much as a tenth of quantizing it)."""
+    if isinstance(weight, np.ndarray) and _immutable(weight):
+        which: object = (_SameArray(weight), weight.dtype.str, weight.shape, geometry)
+    else:
+        which = hashlib.sha256(rows.tobytes()).hexdigest()
+    return (which, rows.shape, scale.tobytes(), zero.tobytes(), wt.dtype.qmin, wt.dtype.qmax)
 
 
 def _codes(rows, scale, zero, wt: TensorType, moments: InputMoments,
@@ -404,7 +473,7 @@ def round_weight(node: Node, weight: np.ndarray, wt: TensorType,
     geometry = integer_product(node)
     rows, scale, zero = _weight_inputs(geometry, weight, wt)
     known = _known(moments)
-    key = _key(rows, scale, zero, wt)
+    key = _key(weight, geometry, rows, scale, zero, wt)
     codes = known.codes.get(key)
     if codes is None:
         if known.solver is None and moments.size > EXHAUSTIVE_MAX:

@@ -52,6 +52,38 @@ def test_quantize_into_nhwc_is_the_same_on_every_isa():
                                           err_msg=f"trial {trial} on {isa}")
 
 
+def test_quantize_into_nhwc_near_ties_and_range_limits_is_the_division():
+    """The AVX-512 kernel divides by multiplying with 1/s and correcting once where s and
+    every lane of 16 lie inside its range (finite, |x| <= 2^60): values a few ulps around
+    (k + 1/2) * s (the rounding ties), at and past the range limit, zeros, subnormals, in
+    tails of every length, give rint(x / s) of the true division on every ISA."""
+    rng = np.random.default_rng(7)
+    for trial in range(40):
+        hw = int(rng.integers(1, 300))
+        scale = np.float32(2.0 ** rng.uniform(-34, 34)) if trial % 4 else \
+            np.float32(rng.choice([2.0 ** -30, 2.0 ** 30, 2.0 ** -31, 0.0173]))
+        k = rng.integers(-140, 140, (1, 3, hw)).astype(np.float32) + 0.5 * rng.integers(0, 2)
+        x = (k * scale).astype(np.float32)
+        x = (x.view(np.int32) + rng.integers(-3, 4, x.shape).astype(np.int32)).view(np.float32)
+        x[~np.isfinite(x)] = 0.0  # -1 on the bits of +0 is a NaN
+        m = rng.random(x.shape)
+        edges = np.float32([2.0 ** -60, 2.0 ** 60, 2.0 ** 61, 0.0, -0.0, 1e-40, -3e38])
+        pick = m < 0.03 * (trial % 3)  # some trials keep every lane in the quick path
+        x[pick] = rng.choice(edges, int(pick.sum()))
+        nudge = (m > 0.97) & (trial % 2 == 1)
+        x[nudge] = (x[nudge].view(np.int32) + rng.integers(-1, 2, int(nudge.sum()))
+                    .astype(np.int32)).view(np.float32)
+        x[~np.isfinite(x)] = 0.0
+        zp = np.full(3, 128, np.int32)
+        s3 = np.full(3, scale, np.float32)
+        with np.errstate(over="ignore"):
+            r = np.rint(x / scale)
+        expect = np.clip(r + 128, 0, 255).transpose(0, 2, 1).astype(np.uint8)
+        for isa in ISAS:
+            np.testing.assert_array_equal(_quantize_nhwc(isa, x, 0, s3, zp), expect,
+                                          err_msg=f"trial {trial} on {isa}, scale {scale}")
+
+
 class _Window(C.Structure):
     _fields_ = [(n, C.c_int64) for n in ("n", "ih", "iw", "c", "oh", "ow", "kh", "kw", "sh", "sw",
                                          "dh", "dw", "pt", "pl")]

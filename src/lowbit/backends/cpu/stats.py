@@ -170,8 +170,16 @@ def depthwise_moments(x: np.ndarray, kernel: tuple[int, int], strides: tuple[int
     hp, wp = (max(pads[i] + size, (out_size[i] - 1) * strides[i]
                   + (kernel[i] - 1) * dilations[i] + 1) for i, size in enumerate((h, w)))
     cp = -(-c // 8) * 8
-    padded = zeroed_scratch((n, hp, wp, cp))
-    padded[:, pads[0]:pads[0] + h, pads[1]:pads[1] + w, :c] = x.transpose(0, 2, 3, 1)
+    padded = _reused((n, hp, wp, cp))
+    top, left = pads
+    # zero only the padding: the interior is overwritten (clearing it all cost ~2% of a
+    # profile's CPU)
+    padded[:, :top] = 0.0
+    padded[:, top + h:] = 0.0
+    padded[:, top:top + h, :left] = 0.0
+    padded[:, top:top + h, left + w:] = 0.0
+    padded[:, top:top + h, left:left + w, c:] = 0.0
+    padded[:, top:top + h, left:left + w, :c] = x.transpose(0, 2, 3, 1)
     out = np.empty((c, taps * (taps + 1) // 2))
     geometry = np.array([n, c, hp, wp, cp, *kernel, *strides, *dilations, *out_size],
                         np.int64)
@@ -210,14 +218,20 @@ def _scratch(size: int) -> np.ndarray:
     return buf
 
 
-def zeroed_scratch(shape: tuple[int, ...]) -> np.ndarray:
-    """A float64 array of zeros of `shape` in this thread's reused buffer (valid until the
+def _reused(shape: tuple[int, ...]) -> np.ndarray:
+    """A float64 array of `shape` (any values) in this thread's reused buffer (valid until the
     thread's next call: fresh pages of a new array cost more than clearing warm ones)."""
     size = int(np.prod(shape))
     buf = getattr(_local, "zeroed", None)
     if buf is None or buf.size < size:
         buf = _local.zeroed = np.empty(size)
-    out = buf[:size].reshape(shape)
+    return buf[:size].reshape(shape)
+
+
+def zeroed_scratch(shape: tuple[int, ...]) -> np.ndarray:
+    """A float64 array of zeros of `shape` in this thread's reused buffer (valid until the
+    thread's next call)."""
+    out = _reused(shape)
     out.fill(0.0)
     return out
 
