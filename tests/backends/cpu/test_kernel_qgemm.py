@@ -195,3 +195,25 @@ def test_qgemm_bounded_epilogue_matches_numpy(isa):
         want = reference_requant(reference_product(a, za, w, zw, bias), params, zp, 0, 255,
                                  (lo, hi))
         np.testing.assert_array_equal(got, want, err_msg=f"{isa} trial {trial} {m}x{n}x{k}")
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("bounded", [False, True])
+def test_qgemm_last_column_block_of_at_most_8_columns(isa, bounded):
+    """A last block of 1-8 columns (the VNNI kernel computes it 256 bits wide) and of 9-16
+    (full width) next to it, in each of the 4 column blocks of a tile, with every row edge
+    and K with and without its last 1-3 steps, give the reference's codes."""
+    ctx = L.Context(1, isa)
+    rng = np.random.default_rng(18)
+    for n in (1, 7, 8, 9, 16, 24, 25, 40, 56, 64, 72, 88, 120):
+        for m in (1, 5, 6, 7, 13):
+            k = int(rng.choice([4, 16, 37, 96, 130]))
+            a, za, w, zw, bias, _ = _case(rng, m, n, k, unsigned_w=n % 3 == 0)
+            params = fixed_point.encode(2.0 ** rng.uniform(-20, -4, n), "prescale",
+                                        output_bits=8)
+            zp = int(rng.integers(0, 256))
+            rq = packing.requant_arrays(params, zp, 0, 255, n)
+            got = qgemm(ctx, a, za, w, zw, bias, rq, L.U8, bounded=bounded)
+            want = reference_requant(reference_product(a, za, w, zw, bias), params, zp, 0, 255,
+                                     (0, 255))
+            np.testing.assert_array_equal(got, want, err_msg=f"{isa} {m}x{n}x{k}")

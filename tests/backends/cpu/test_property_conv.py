@@ -22,6 +22,41 @@ def test_random_convolutions_are_bit_exact(seed):
     assert_bit_exact_on_every_isa(*graph_of_cases(seed, 75, conv_case))
 
 
+def banded_conv_case(g, rng, feeds, tag):
+    """A quantized Conv whose im2col exceeds lb_qconv_run's band (512 KB of window rows), so
+    that it runs by bands of output rows: 3x3-5x5 kernels on up to 96 channels a group,
+    strides, dilations, pads, batch 2, 8-bit activations, per-channel int8 weights."""
+    from cpu_graphs import I8, U8, add_node, codes, const, qtype, random_attrs
+
+    from lowbit.ir.types import QuantParams
+
+    groups = int(rng.choice([1, 1, 2]))
+    cg, mg = int(rng.choice([64, 96])), int(rng.choice([8, 24, 40]))
+    kh, kw = int(rng.integers(3, 6)), int(rng.integers(3, 6))
+    sh, sw = int(rng.integers(1, 3)), int(rng.integers(1, 3))
+    dh = int(rng.choice([1, 2]))
+    pads = [int(v) for v in rng.integers(0, 3, 4)]
+    h, w_ = int(rng.integers(40, 70)), int(rng.integers(40, 70))
+    xdt = I8 if rng.random() < 0.5 else U8
+    tx = qtype(rng, xdt, (2, cg * groups, h, w_))
+    x = g.add_input(f"x_{tag}", tx)
+    feeds[x.name] = codes(rng, xdt, (2, cg * groups, h, w_))
+    m = mg * groups
+    wq = QuantParams(2.0 ** rng.uniform(-9, -4, m), 0, axis=0)
+    wv = const(g, codes(rng, I8, (m, cg, kh, kw)), I8, wq)
+    attrs = {"group": groups, "kernel_shape": [kh, kw], "strides": [sh, sw],
+             "dilations": [dh, 1], "pads": pads, **random_attrs(rng)}
+    span = float(tx.quant.scale) * float(np.median(wq.scale)) * 128 * np.sqrt(cg * kh * kw)
+    out = qtype(rng, U8 if rng.random() < 0.5 else I8, None,
+                scale=span * 2.0 ** rng.uniform(-6, 0))
+    return add_node(g, "Conv", [x, wv], attrs, out)
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_convolutions_by_bands_of_rows_are_bit_exact(seed):
+    assert_bit_exact_on_every_isa(*graph_of_cases(100 + seed, 3, banded_conv_case))
+
+
 def _float_conv_transpose(g, rng, feeds, tag, shape, weight_shape, attrs):
     """A float ConvTranspose of a random input of `shape` (fed in `feeds`) and random weights,
     with a bias seven times in ten."""

@@ -39,6 +39,9 @@ static lb_epilogue lb_epilogue_slice(const lb_epilogue *ep, int64_t off) {
     return e;
 }
 
+/* Bytes of im2col rows per band of lb_qconv_run (half of a 1 MB level-2 cache). */
+#define LB_IM2COL_BAND_BYTES ((int64_t)1 << 19)
+
 void lb_qconv_run(const lb_ctx *ctx, const lb_qconv *p, const uint8_t *in, void *out,
                   uint8_t *scratch, int32_t *row_sums) {
     const lb_window *w = &p->win;
@@ -52,24 +55,34 @@ void lb_qconv_run(const lb_ctx *ctx, const lb_qconv *p, const uint8_t *in, void 
                  row_sums);
         return;
     }
+    /* im2col and product by bands of output rows whose windows fit in a core's cache, so
+     * the product reads them from there, not from memory (the result is the same) */
+    int64_t lda = pointwise ? w->c : p->groups * K;
+    int64_t band = pointwise ? w->oh : LB_MAX(1, LB_IM2COL_BAND_BYTES / (w->ow * lda));
+    if (band > 1 && band < w->oh) band &= ~(int64_t)1; /* even: 2 threads share a band's rows */
     for (int64_t b = 0; b < w->n; b++) {
-        const uint8_t *A = in + b * pix_in * w->c;
-        int64_t lda = w->c, gstep = p->cg;
-        if (!pointwise) {
-            lb_window one = *w;
-            one.n = 1;
-            lb_im2col_u8(ctx, &one, p->groups, p->cg, K, A, p->pad, scratch);
-            A = scratch;
-            lda = p->groups * K;
-            gstep = K;
-        }
-        lb_epilogue ep = p->ep;
-        if (ep.residual) ep.residual += b * pix_out * ep.ld_residual;
-        for (int64_t g = 0; g < p->groups; g++) {
-            lb_epilogue eg = lb_epilogue_slice(&ep, g * p->mg);
-            char *o = (char *)out + (b * pix_out * mout + g * p->mg) * osize;
-            lb_qgemm(ctx, pix_out, p->mg, K, A + g * gstep, lda, &p->packed[g], &eg, o, mout,
-                     row_sums);
+        for (int64_t oy0 = 0; oy0 < w->oh; oy0 += band) {
+            int64_t rows = LB_MIN(band, w->oh - oy0), pix = rows * w->ow;
+            const uint8_t *A = in + b * pix_in * w->c;
+            int64_t gstep = p->cg;
+            if (!pointwise) {
+                lb_window one = *w;
+                one.n = 1;
+                one.oh = rows;
+                one.pt = w->pt - oy0 * w->sh; /* output row oy of the band is oy0 + oy */
+                lb_im2col_u8(ctx, &one, p->groups, p->cg, K, A, p->pad, scratch);
+                A = scratch;
+                gstep = K;
+            }
+            lb_epilogue ep = p->ep;
+            int64_t p0 = b * pix_out + oy0 * w->ow; /* the band's first output pixel */
+            if (ep.residual) ep.residual += p0 * ep.ld_residual;
+            for (int64_t g = 0; g < p->groups; g++) {
+                lb_epilogue eg = lb_epilogue_slice(&ep, g * p->mg);
+                char *o = (char *)out + (p0 * mout + g * p->mg) * osize;
+                lb_qgemm(ctx, pix, p->mg, K, A + g * gstep, lda, &p->packed[g], &eg, o, mout,
+                         row_sums);
+            }
         }
     }
 }

@@ -428,16 +428,32 @@ LB_TARGET_AVX512 __attribute__((noinline)) static void lb_tile_epilogue(
 #define LB_STEP(r, A4)                                                            \
     if (MR > r) {                                                                 \
         __m512i av = _mm512_set1_epi32(A4);                                       \
-        c##r##0 = _mm512_dpbusd_epi32(c##r##0, av, b0);                           \
-        if (NV > 1) c##r##1 = _mm512_dpbusd_epi32(c##r##1, av, b1);               \
-        if (NV > 2) c##r##2 = _mm512_dpbusd_epi32(c##r##2, av, b2);               \
-        if (NV > 3) c##r##3 = _mm512_dpbusd_epi32(c##r##3, av, b3);               \
+        c##r##0 = lb_dp_v512(c##r##0, av, b0, HALF && NV == 1);                  \
+        if (NV > 1) c##r##1 = lb_dp_v512(c##r##1, av, b1, HALF && NV == 2);      \
+        if (NV > 2) c##r##2 = lb_dp_v512(c##r##2, av, b2, HALF && NV == 3);      \
+        if (NV > 3) c##r##3 = lb_dp_v512(c##r##3, av, b3, HALF && NV == 4);      \
     }
 #define LB_LOADB(g)                                                                        \
-    __m512i b0 = _mm512_loadu_si512(pb + (g) * 64), b1 = b0, b2 = b0, b3 = b0;              \
-    if (NV > 1) b1 = _mm512_loadu_si512(pb + k4 * 64 + (g) * 64);                         \
-    if (NV > 2) b2 = _mm512_loadu_si512(pb + 2 * k4 * 64 + (g) * 64);                     \
-    if (NV > 3) b3 = _mm512_loadu_si512(pb + 3 * k4 * 64 + (g) * 64);
+    __m512i b0 = lb_loadb_v512(pb + (g) * 64, HALF && NV == 1), b1 = b0, b2 = b0, b3 = b0;  \
+    if (NV > 1) b1 = lb_loadb_v512(pb + k4 * 64 + (g) * 64, HALF && NV == 2);             \
+    if (NV > 2) b2 = lb_loadb_v512(pb + 2 * k4 * 64 + (g) * 64, HALF && NV == 3);         \
+    if (NV > 3) b3 = lb_loadb_v512(pb + 3 * k4 * 64 + (g) * 64, HALF && NV == 4);
+
+/* One K step of a column block: with HALF (a last block of at most 8 columns) on its low 8
+ * lanes only, 256 bits wide (half the work where 512-bit operations run as two halves); the
+ * upper lanes stay 0, the value a full-width step computes there from the zero-packed B. */
+LB_V512 __m512i lb_dp_v512(__m512i c, __m512i a, __m512i b, const int HALF) {
+    if (HALF)
+        return _mm512_zextsi256_si512(_mm256_dpbusd_epi32(
+            _mm512_castsi512_si256(c), _mm512_castsi512_si256(a), _mm512_castsi512_si256(b)));
+    return _mm512_dpbusd_epi32(c, a, b);
+}
+
+/* 64 bytes of packed B, or with HALF only the 32 that lb_dp_v512 reads (upper lanes unset). */
+LB_V512 __m512i lb_loadb_v512(const int8_t *p, const int HALF) {
+    if (HALF) return _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)p));
+    return _mm512_loadu_si512(p);
+}
 #define LB_STORE(r)                                                          \
     if (MR > r) {                                                            \
         _mm512_store_si512(out + r * LB_NV, c##r##0);                        \
@@ -457,7 +473,8 @@ LB_V512 int32_t lb_load_a4(const uint8_t *p) {
 }
 
 LB_V512 void lb_tile_v512(const lb_gemm_tile *t, int64_t m, int64_t nb, const int MR,
-                          const int NV, __m512i *out, const int FUSED, const int RES) {
+                          const int NV, __m512i *out, const int FUSED, const int RES,
+                          const int HALF) {
     const int64_t k4 = t->B->k4, kfull = t->K / 4;
     /* the last 1-3 steps of K (if any) are added by lb_tile_tail: with them in this function
      * gcc 12 kept the accumulators on the stack */
@@ -500,19 +517,20 @@ LB_TARGET_AVX512 __attribute__((noinline)) static void lb_tile_tail(
 /* One non-inlined function per tile shape: compiled alone, each K loop keeps its accumulators
  * in registers (inlined into one dispatcher, gcc 12 shuffled them through the stack). */
 typedef void (*lb_tile_fn)(const lb_gemm_tile *, int64_t, int64_t, __m512i *);
-#define LB_TILE_FN(MR, NV)                                                              \
-    LB_TARGET_AVX512 __attribute__((noinline)) static void lb_tile_##MR##_##NV(         \
+#define LB_TILE_FN_H(MR, NV, HALF, SUFFIX)                                              \
+    LB_TARGET_AVX512 __attribute__((noinline)) static void lb_tile_##MR##_##NV##SUFFIX( \
         const lb_gemm_tile *t, int64_t m, int64_t nb, __m512i *out) {                 \
-        lb_tile_v512(t, m, nb, MR, NV, out, 0, 0);                                    \
+        lb_tile_v512(t, m, nb, MR, NV, out, 0, 0, HALF);                              \
     }                                                                                 \
-    LB_TARGET_AVX512 __attribute__((noinline)) static void lb_fused_##MR##_##NV(        \
+    LB_TARGET_AVX512 __attribute__((noinline)) static void lb_fused_##MR##_##NV##SUFFIX( \
         const lb_gemm_tile *t, int64_t m, int64_t nb, __m512i *out) {                 \
-        lb_tile_v512(t, m, nb, MR, NV, out, 1, 0);                                    \
+        lb_tile_v512(t, m, nb, MR, NV, out, 1, 0, HALF);                              \
     }                                                                                 \
-    LB_TARGET_AVX512 __attribute__((noinline)) static void lb_fusedres_##MR##_##NV(     \
+    LB_TARGET_AVX512 __attribute__((noinline)) static void lb_fusedres_##MR##_##NV##SUFFIX( \
         const lb_gemm_tile *t, int64_t m, int64_t nb, __m512i *out) {                 \
-        lb_tile_v512(t, m, nb, MR, NV, out, 1, 1);                                    \
+        lb_tile_v512(t, m, nb, MR, NV, out, 1, 1, HALF);                              \
     }
+#define LB_TILE_FN(MR, NV) LB_TILE_FN_H(MR, NV, 0, ) LB_TILE_FN_H(MR, NV, 1, _h)
 #define LB_TILE_ROW(MR) LB_TILE_FN(MR, 1) LB_TILE_FN(MR, 2) LB_TILE_FN(MR, 3) LB_TILE_FN(MR, 4)
 LB_TILE_ROW(1)
 LB_TILE_ROW(2)
@@ -520,20 +538,17 @@ LB_TILE_ROW(3)
 LB_TILE_ROW(4)
 LB_TILE_ROW(5)
 LB_TILE_ROW(6)
-#define LB_TILE_NAMES(MR) {lb_tile_##MR##_1, lb_tile_##MR##_2, lb_tile_##MR##_3, lb_tile_##MR##_4}
-static const lb_tile_fn lb_tiles[LB_MR][LB_NV] = {LB_TILE_NAMES(1), LB_TILE_NAMES(2),
-                                                  LB_TILE_NAMES(3), LB_TILE_NAMES(4),
-                                                  LB_TILE_NAMES(5), LB_TILE_NAMES(6)};
-#define LB_FUSED_NAMES(MR) \
-    {lb_fused_##MR##_1, lb_fused_##MR##_2, lb_fused_##MR##_3, lb_fused_##MR##_4}
-static const lb_tile_fn lb_fused[LB_MR][LB_NV] = {LB_FUSED_NAMES(1), LB_FUSED_NAMES(2),
-                                                  LB_FUSED_NAMES(3), LB_FUSED_NAMES(4),
-                                                  LB_FUSED_NAMES(5), LB_FUSED_NAMES(6)};
-#define LB_FUSEDRES_NAMES(MR) \
-    {lb_fusedres_##MR##_1, lb_fusedres_##MR##_2, lb_fusedres_##MR##_3, lb_fusedres_##MR##_4}
-static const lb_tile_fn lb_fusedres[LB_MR][LB_NV] = {
-    LB_FUSEDRES_NAMES(1), LB_FUSEDRES_NAMES(2), LB_FUSEDRES_NAMES(3),
-    LB_FUSEDRES_NAMES(4), LB_FUSEDRES_NAMES(5), LB_FUSEDRES_NAMES(6)};
+#define LB_NAMES_H(KIND, MR, S) \
+    {lb_##KIND##_##MR##_1##S, lb_##KIND##_##MR##_2##S, lb_##KIND##_##MR##_3##S, \
+     lb_##KIND##_##MR##_4##S}
+#define LB_NAMES(KIND, S)                                                          \
+    {LB_NAMES_H(KIND, 1, S), LB_NAMES_H(KIND, 2, S), LB_NAMES_H(KIND, 3, S),      \
+     LB_NAMES_H(KIND, 4, S), LB_NAMES_H(KIND, 5, S), LB_NAMES_H(KIND, 6, S)}
+/* [half][mr - 1][nv - 1]: half = the last column block has at most 8 columns */
+static const lb_tile_fn lb_tiles[2][LB_MR][LB_NV] = {LB_NAMES(tile, ), LB_NAMES(tile, _h)};
+static const lb_tile_fn lb_fused[2][LB_MR][LB_NV] = {LB_NAMES(fused, ), LB_NAMES(fused, _h)};
+static const lb_tile_fn lb_fusedres[2][LB_MR][LB_NV] = {LB_NAMES(fusedres, ),
+                                                        LB_NAMES(fusedres, _h)};
 
 LB_TARGET_AVX512 void lb_gemm_block_avx512(const lb_gemm_tile *t, int64_t m0, int64_t m1,
                                            int64_t nb0, int64_t nb1) {
@@ -543,16 +558,17 @@ LB_TARGET_AVX512 void lb_gemm_block_avx512(const lb_gemm_tile *t, int64_t m0, in
     const int fused = ep->bounded && !ep->post && ep->rq.method == LB_RQ_PRESCALE &&
                       ep->out_type == LB_U8 && (!ep->residual || ep->residual_split) &&
                       !ep->col_zb && t->K % 4 == 0;
-    const lb_tile_fn(*fused_fns)[LB_NV] = ep->residual ? lb_fusedres : lb_fused;
     for (int64_t nb = nb0; nb < nb1; nb += LB_NV) {
         int nv = (int)LB_MIN(LB_NV, nb1 - nb);
+        const int half = t->N - (nb + nv - 1) * 16 <= 8;
+        const lb_tile_fn(*fused_fns)[LB_NV] = ep->residual ? lb_fusedres[half] : lb_fused[half];
         for (int64_t m = m0; m < m1; m += LB_MR) {
             int mr = (int)LB_MIN(LB_MR, m1 - m);
             if (fused) {
                 fused_fns[mr - 1][nv - 1](t, m, nb, acc);
                 continue;
             }
-            lb_tiles[mr - 1][nv - 1](t, m, nb, acc);
+            lb_tiles[half][mr - 1][nv - 1](t, m, nb, acc);
             if (t->K % 4) lb_tile_tail(t, m, nb, mr, nv, acc);
             lb_tile_epilogue(t, m, nb, mr, nv, acc);
         }
