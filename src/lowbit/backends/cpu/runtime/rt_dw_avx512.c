@@ -23,6 +23,11 @@ typedef struct lb_dw512_job {
     int64_t pix; /* column quads (lb_dwv_row): output pixels per chunk */
 } lb_dw512_job;
 
+/* The lanes of channels [c0, c0 + 32) that exist (of c). */
+LB_V512 __mmask32 lb_dw_lanes(int64_t c, int64_t c0) {
+    return c - c0 >= 32 ? (__mmask32)0xFFFFFFFFu : (__mmask32)((1u << (c - c0)) - 1u);
+}
+
 /* Parameters of 16 channels' requantization in registers. */
 typedef struct lb_dwrq {
     __m512i off, zp, p0, p1, p2, clip, negclip, rnd;
@@ -88,8 +93,7 @@ LB_V512 void lb_dw512_row(const lb_dw512_job *j, int64_t t, const int METHOD, co
             if (taps & 1) tp[taps] = p->zero_row; /* the odd tap's partner: zero weights */
         }
         for (int64_t c0 = c_lo; c0 < c_hi; c0 += 32) {
-            __mmask32 k = c - c0 >= 32 ? (__mmask32)0xFFFFFFFFu
-                                       : (__mmask32)((1u << (c - c0)) - 1u);
+            const __mmask32 k = lb_dw_lanes(c, c0);
             __mmask16 k1 = (__mmask16)k, k2 = (__mmask16)(k >> 16);
             const int16_t *wp = p->w_pairs + (c0 / 32) * j->pairs * 64;
             lb_dwrq r1 = lb_dwrq_load(ep, c0, METHOD), r2 = lb_dwrq_load(ep, c0 + 16, METHOD);
@@ -228,6 +232,24 @@ LB_V512 __m512i lb_dwbq_apply(const lb_dwbq *v, __m512i x) {
  * METHOD: LB_RQ_Q31, LB_RQ_PRESCALE, or LB_DW_BOUNDED (the epilogue's bounded form of
  * prescale, uint8 only); OUT: LB_U8, LB_I16 or LB_U16. */
 #define LB_DW_BOUNDED 2
+
+/* The requantization parameters of channels [c0, c0 + 32) in the layout of the 4-tap-quad
+ * kernels (accumulators 0-1 and 2-3): the bounded form's (b) or the others' (r) per METHOD,
+ * the unused pair zeroed. */
+LB_V512 void lb_dw_gather(const lb_epilogue *ep, int64_t c0, __mmask32 k, const int METHOD,
+                          lb_dwrq *r01, lb_dwrq *r23, lb_dwbq *b01, lb_dwbq *b23) {
+    if (METHOD == LB_DW_BOUNDED) {
+        memset(r01, 0, sizeof(*r01));
+        memset(r23, 0, sizeof(*r23));
+        *b01 = lb_dwbq_gather(ep, c0, k, 0);
+        *b23 = lb_dwbq_gather(ep, c0, k, 2);
+    } else {
+        memset(b01, 0, sizeof(*b01));
+        memset(b23, 0, sizeof(*b23));
+        *r01 = lb_dwrq_gather(ep, c0, k, 0, METHOD);
+        *r23 = lb_dwrq_gather(ep, c0, k, 2, METHOD);
+    }
+}
 LB_V512 void lb_dwq_row(const lb_dw512_job *j, int64_t t, const int METHOD, const int OUT) {
     const lb_dwconv *p = j->p;
     const lb_window *w = &p->win;
@@ -280,22 +302,11 @@ LB_V512 void lb_dwq_row(const lb_dw512_job *j, int64_t t, const int METHOD, cons
             offs[i] = b;
         }
         for (int64_t c0 = c_lo; c0 < c_hi; c0 += 32) {
-            __mmask32 k = c - c0 >= 32 ? (__mmask32)0xFFFFFFFFu
-                                       : (__mmask32)((1u << (c - c0)) - 1u);
+            const __mmask32 k = lb_dw_lanes(c, c0);
             const int8_t *wq = p->w_quads + (c0 / 32) * quads * 128;
             lb_dwrq r01, r23;
             lb_dwbq b01, b23;
-            if (METHOD == LB_DW_BOUNDED) {
-                memset(&r01, 0, sizeof(r01));
-                memset(&r23, 0, sizeof(r23));
-                b01 = lb_dwbq_gather(ep, c0, k, 0);
-                b23 = lb_dwbq_gather(ep, c0, k, 2);
-            } else {
-                memset(&b01, 0, sizeof(b01));
-                memset(&b23, 0, sizeof(b23));
-                r01 = lb_dwrq_gather(ep, c0, k, 0, METHOD);
-                r23 = lb_dwrq_gather(ep, c0, k, 2, METHOD);
-            }
+            lb_dw_gather(ep, c0, k, METHOD, &r01, &r23, &b01, &b23);
             for (int64_t i = 0; i < count; i++) {
                 const uintptr_t b = base[i] + (uintptr_t)c0;
                 const intptr_t *o = offs[i];
@@ -426,8 +437,7 @@ LB_V512 void lb_dwv_row(const lb_dw512_job *j, int64_t t, const int METHOD, cons
         const int64_t count = LB_MIN(j->pix, w->ow - ox0), ix0 = ox0 * sw - w->pl;
         const int64_t nv = (count - 1) * sw + (kw - 1) * dw + 1;
         for (int64_t c0 = c_lo; c0 < c_hi; c0 += 32) {
-            __mmask32 k = c - c0 >= 32 ? (__mmask32)0xFFFFFFFFu
-                                       : (__mmask32)((1u << (c - c0)) - 1u);
+            const __mmask32 k = lb_dw_lanes(c, c0);
             for (int64_t x = 0; x < nv; x++) {
                 int64_t ix = ix0 + x;
                 int inside = ix >= 0 && ix < iw;
@@ -439,17 +449,7 @@ LB_V512 void lb_dwv_row(const lb_dw512_job *j, int64_t t, const int METHOD, cons
             const int8_t *wq = p->w_quads + (c0 / 32) * quads * 128;
             lb_dwrq r01, r23;
             lb_dwbq b01, b23;
-            if (METHOD == LB_DW_BOUNDED) {
-                memset(&r01, 0, sizeof(r01));
-                memset(&r23, 0, sizeof(r23));
-                b01 = lb_dwbq_gather(ep, c0, k, 0);
-                b23 = lb_dwbq_gather(ep, c0, k, 2);
-            } else {
-                memset(&b01, 0, sizeof(b01));
-                memset(&b23, 0, sizeof(b23));
-                r01 = lb_dwrq_gather(ep, c0, k, 0, METHOD);
-                r23 = lb_dwrq_gather(ep, c0, k, 2, METHOD);
-            }
+            lb_dw_gather(ep, c0, k, METHOD, &r01, &r23, &b01, &b23);
             for (int64_t i = 0; i < count; i++) {
                 const __m256i *v = vbuf + i * sw * 4;
                 __m512i a01 = _mm512_setzero_si512(), a23 = a01;
@@ -515,7 +515,7 @@ LB_TARGET_AVX512 static void lb_dw512_task(void *arg, int64_t t, int worker) {
         tap[taps] = p->zero_row;
         int64_t m = (n * w->oh + oy) * w->ow + ox;
         for (int64_t c0 = c_lo; c0 < c_hi; c0 += 32) {
-            __mmask32 k = c - c0 >= 32 ? (__mmask32)0xFFFFFFFFu : (__mmask32)((1u << (c - c0)) - 1u);
+            const __mmask32 k = lb_dw_lanes(c, c0);
             __m512i acc_lo = _mm512_setzero_si512(), acc_hi = acc_lo;
             const int16_t *wp = p->w_pairs + (c0 / 32) * j->pairs * 64;
             for (int64_t q = 0; q < j->pairs; q++) {
