@@ -10,11 +10,15 @@ from __future__ import annotations
 
 import ctypes as C
 import functools
+import logging
 import os
 import weakref
+from collections.abc import Callable
 
 from lowbit.backends.cpu import toolchain
 from lowbit.errors import LowbitError
+
+log = logging.getLogger(__name__)
 
 ISAS = ("scalar", "avx2", "vnni", "neon", "dotprod")
 """enum lb_isa of lowbit_rt.h, in order."""
@@ -103,6 +107,17 @@ def with_signatures(handle: C.CDLL, signatures: dict[str, tuple]) -> C.CDLL:
         fn = getattr(handle, name)
         fn.restype, fn.argtypes = restype, argtypes
     return handle
+
+
+def loads(load: Callable[[], object], what: str) -> bool:
+    """Whether `load` (a kernel module's loader of this library) succeeds; when it fails, `what`
+    runs as its Python definition (the same results, slower), said in the debug log."""
+    try:
+        load()
+    except (LowbitError, OSError) as exc:
+        log.debug("%s in Python: %s", what, exc)
+        return False
+    return True
 
 
 def best_isa() -> str:

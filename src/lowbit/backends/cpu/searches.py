@@ -12,16 +12,12 @@ from __future__ import annotations
 import contextlib
 import ctypes as C
 import functools
-import logging
 import threading
 from collections.abc import Iterator
 
 import numpy as np
 
-from lowbit.errors import LowbitError
 from lowbit.numerics.exact_sum import LIMBS, NONE, WINDOW, GridSum
-
-log = logging.getLogger(__name__)
 
 _i64p = C.POINTER(C.c_int64)
 _SIGNATURES = {
@@ -47,12 +43,9 @@ def _lib():
 @functools.cache
 def available() -> bool:
     """Whether the C kernels load (else the Python definitions are used)."""
-    try:
-        _lib()
-    except (LowbitError, OSError) as exc:
-        log.debug("quantization searches in Python: %s", exc)
-        return False
-    return True
+    from lowbit.backends.cpu import library
+
+    return library.loads(_lib, "quantization searches")
 
 
 _local = threading.local()

@@ -10,15 +10,11 @@ from __future__ import annotations
 
 import ctypes as C
 import functools
-import logging
 import threading
 
 import numpy as np
 
-from lowbit.errors import LowbitError
 from lowbit.numerics.exact_sum import LIMBS, MAX_ADDS, ExactSum, GridSum
-
-log = logging.getLogger(__name__)
 
 _i64p = C.POINTER(C.c_int64)
 _SIGNATURES = {
@@ -52,12 +48,9 @@ def _lib():
 
 def available() -> bool:
     """Whether the C kernels load (else the Python definitions are used)."""
-    try:
-        _lib()
-    except (LowbitError, OSError) as exc:
-        log.debug("calibration statistics in Python: %s", exc)
-        return False
-    return True
+    from lowbit.backends.cpu import library
+
+    return library.loads(_lib, "calibration statistics")
 
 
 def _ctx():
