@@ -1,6 +1,11 @@
 /* Float kernels: the product (lb_fgemm), convolutions (im2col + product, depthwise), with
- * double accumulation; the per-ISA bodies are in rt_float_impl.h. */
+ * double accumulation (per-ISA bodies in rt_float_impl.h), or as float32 fused multiply-add
+ * chains (lb_fgemm_fma, lb_fconv.fma; rt_ffma_impl.h). */
 #include "rt_internal.h"
+
+#if LB_HAVE_X86
+#include <immintrin.h>
+#endif
 
 typedef struct lb_fgemm_job {
     int64_t M, N, K;
@@ -13,6 +18,7 @@ typedef struct lb_fgemm_job {
     float *C;
     int64_t ldc;
     int64_t rows_per_task, cols_per_task, mtasks;
+    int fma; /* the float32 chain (rt_ffma_impl.h) instead of double sums */
 } lb_fgemm_job;
 
 /* Round the double sum (plus bias) once to float, then clamp (a fused Relu/Clip). */
@@ -62,6 +68,25 @@ static inline void lb_fdw_store(const lb_fdw_job *j, float *out, int64_t ch, dou
 #undef LB_FL_LANES
 #undef LB_FL_MR
 
+/* The portable chain: fmaf lane by lane (a libm call where the target has no FMA: slower,
+ * the same bits). */
+typedef float lb_vff4 __attribute__((vector_size(16)));
+static inline lb_vff4 lb_ff_fma4(lb_vff4 a, lb_vff4 b, lb_vff4 c) {
+    for (int i = 0; i < 4; i++) c[i] = fmaf(a[i], b[i], c[i]);
+    return c;
+}
+#define LB_FF_SUFFIX scalar
+#define LB_FF_TARGET
+#define LB_FF_LANES 4
+#define LB_FF_MR 4
+#define LB_FF_FMA(a, b, c) lb_ff_fma4(a, b, c)
+#include "rt_ffma_impl.h"
+#undef LB_FF_SUFFIX
+#undef LB_FF_TARGET
+#undef LB_FF_LANES
+#undef LB_FF_MR
+#undef LB_FF_FMA
+
 #if LB_HAVE_AVX2
 #define LB_FL_SUFFIX avx2
 #define LB_FL_TARGET LB_TARGET_AVX2
@@ -72,6 +97,18 @@ static inline void lb_fdw_store(const lb_fdw_job *j, float *out, int64_t ch, dou
 #undef LB_FL_TARGET
 #undef LB_FL_LANES
 #undef LB_FL_MR
+
+#define LB_FF_SUFFIX avx2
+#define LB_FF_TARGET LB_TARGET_AVX2
+#define LB_FF_LANES 8
+#define LB_FF_MR 4
+#define LB_FF_FMA(a, b, c) ((lb_vff_avx2)_mm256_fmadd_ps((__m256)(a), (__m256)(b), (__m256)(c)))
+#include "rt_ffma_impl.h"
+#undef LB_FF_SUFFIX
+#undef LB_FF_TARGET
+#undef LB_FF_LANES
+#undef LB_FF_MR
+#undef LB_FF_FMA
 #endif
 
 #if LB_HAVE_AVX512
@@ -84,6 +121,19 @@ static inline void lb_fdw_store(const lb_fdw_job *j, float *out, int64_t ch, dou
 #undef LB_FL_TARGET
 #undef LB_FL_LANES
 #undef LB_FL_MR
+
+#define LB_FF_SUFFIX avx512
+#define LB_FF_TARGET LB_TARGET_AVX512
+#define LB_FF_LANES 16
+#define LB_FF_MR 12
+#define LB_FF_FMA(a, b, c) \
+    ((lb_vff_avx512)_mm512_fmadd_ps((__m512)(a), (__m512)(b), (__m512)(c)))
+#include "rt_ffma_impl.h"
+#undef LB_FF_SUFFIX
+#undef LB_FF_TARGET
+#undef LB_FF_LANES
+#undef LB_FF_MR
+#undef LB_FF_FMA
 #endif
 
 static void lb_fgemm_task(void *arg, int64_t task, int worker) {
@@ -97,24 +147,24 @@ static void lb_fgemm_task(void *arg, int64_t task, int worker) {
     switch (isa) {
 #if LB_HAVE_AVX512
     case LB_ISA_AVX512VNNI:
-        lb_fgemm_block_avx512(j, m0, m1, n0, n1);
+        (j->fma ? lb_ffgemm_block_avx512 : lb_fgemm_block_avx512)(j, m0, m1, n0, n1);
         break;
 #endif
 #if LB_HAVE_AVX2
     case LB_ISA_AVX2:
-        lb_fgemm_block_avx2(j, m0, m1, n0, n1);
+        (j->fma ? lb_ffgemm_block_avx2 : lb_fgemm_block_avx2)(j, m0, m1, n0, n1);
         break;
 #endif
     default:
-        lb_fgemm_block_scalar(j, m0, m1, n0, n1);
+        (j->fma ? lb_ffgemm_block_scalar : lb_fgemm_block_scalar)(j, m0, m1, n0, n1);
     }
 }
 
-void lb_fgemm(const lb_ctx *ctx, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
-              const float *B, int64_t ldb, const float *bias, float lo, float hi, float *C,
-              int64_t ldc) {
+static void lb_fgemm_any(const lb_ctx *ctx, int64_t M, int64_t N, int64_t K, const float *A,
+                         int64_t lda, const float *B, int64_t ldb, const float *bias, float lo,
+                         float hi, float *C, int64_t ldc, int fma) {
     if (M <= 0 || N <= 0) return;
-    lb_fgemm_job j = {M, N, K, A, lda, B, ldb, bias, lo, hi, C, ldc, 0, 0, 0};
+    lb_fgemm_job j = {M, N, K, A, lda, B, ldb, bias, lo, hi, C, ldc, 0, 0, 0, fma};
     /* B is packed once a task: longer tasks when no partial sums are kept between blocks */
     j.rows_per_task = LB_MIN(M, K <= LB_FG_KC ? 4 * LB_FG_ROWS : LB_FG_ROWS);
     j.mtasks = (M + j.rows_per_task - 1) / j.rows_per_task;
@@ -125,6 +175,18 @@ void lb_fgemm(const lb_ctx *ctx, int64_t M, int64_t N, int64_t K, const float *A
     int64_t ntasks = j.mtasks * ((N + j.cols_per_task - 1) / j.cols_per_task);
     const void *args[2] = {&j, &ctx->isa};
     lb_parallel_for(ctx, ntasks, lb_fgemm_task, (void *)args);
+}
+
+void lb_fgemm(const lb_ctx *ctx, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
+              const float *B, int64_t ldb, const float *bias, float lo, float hi, float *C,
+              int64_t ldc) {
+    lb_fgemm_any(ctx, M, N, K, A, lda, B, ldb, bias, lo, hi, C, ldc, 0);
+}
+
+void lb_fgemm_fma(const lb_ctx *ctx, int64_t M, int64_t N, int64_t K, const float *A,
+                  int64_t lda, const float *B, int64_t ldb, const float *bias, float lo,
+                  float hi, float *C, int64_t ldc) {
+    lb_fgemm_any(ctx, M, N, K, A, lda, B, ldb, bias, lo, hi, C, ldc, 1);
 }
 
 /* ---- convolutions ------------------------------------------------------------------------ */
@@ -156,16 +218,16 @@ static void lb_fdw_task(void *arg, int64_t t, int worker) {
         switch (isa) {
 #if LB_HAVE_AVX512
         case LB_ISA_AVX512VNNI:
-            lb_fdw_pixel_avx512(j, kept, ntap, out);
+            (j->p->fma ? lb_ffdw_pixel_avx512 : lb_fdw_pixel_avx512)(j, kept, ntap, out);
             break;
 #endif
 #if LB_HAVE_AVX2
         case LB_ISA_AVX2:
-            lb_fdw_pixel_avx2(j, kept, ntap, out);
+            (j->p->fma ? lb_ffdw_pixel_avx2 : lb_fdw_pixel_avx2)(j, kept, ntap, out);
             break;
 #endif
         default:
-            lb_fdw_pixel_scalar(j, kept, ntap, out);
+            (j->p->fma ? lb_ffdw_pixel_scalar : lb_fdw_pixel_scalar)(j, kept, ntap, out);
         }
     }
 }
@@ -191,8 +253,8 @@ void lb_fconv_run(const lb_ctx *ctx, const lb_fconv *p, const float *in, float *
     int pointwise = w->kh == 1 && w->kw == 1 && w->sh == 1 && w->sw == 1 && w->pt == 0 &&
                     w->pl == 0 && w->oh == w->ih && w->ow == w->iw;
     if (pointwise && p->groups == 1) {
-        lb_fgemm(ctx, w->n * pix_in, p->mg, p->cg, in, w->c, p->w, p->cg, p->bias, p->lo, p->hi,
-                 out, mout);
+        lb_fgemm_any(ctx, w->n * pix_in, p->mg, p->cg, in, w->c, p->w, p->cg, p->bias, p->lo,
+                     p->hi, out, mout, p->fma);
         return;
     }
     for (int64_t b = 0; b < w->n; b++) {
@@ -207,8 +269,8 @@ void lb_fconv_run(const lb_ctx *ctx, const lb_fconv *p, const float *in, float *
             gstep = K;
         }
         for (int64_t g = 0; g < p->groups; g++)
-            lb_fgemm(ctx, pix_out, p->mg, K, A + g * gstep, lda, p->w + g * p->mg * K, K,
-                     p->bias ? p->bias + g * p->mg : NULL, p->lo, p->hi,
-                     out + b * pix_out * mout + g * p->mg, mout);
+            lb_fgemm_any(ctx, pix_out, p->mg, K, A + g * gstep, lda, p->w + g * p->mg * K, K,
+                         p->bias ? p->bias + g * p->mg : NULL, p->lo, p->hi,
+                         out + b * pix_out * mout + g * p->mg, mout, p->fma);
     }
 }
