@@ -165,45 +165,59 @@ LB_FF_TARGET void LB_FF(lb_ffgemm_block_)(const lb_fgemm_job *j, int64_t m0, int
 #undef LB_FFG_TILE
 #undef LB_FFG_TILES
 
-/* Depthwise: every channel of one output pixel, LANES at a time (taps in order, then the
- * bias); four vectors of channels at once, so that four chains are in flight. */
-LB_FF_TARGET void LB_FF(lb_ffdw_pixel_)(const lb_fdw_job *j, const float **tap, int64_t taps,
-                                        float *out) {
+/* V vectors of channels from c0 of LB_FDW_PIXELS pixels (V constant after inlining): V x
+ * PIXELS chains side by side, each tap's pointers and weights loaded once for them. */
+LB_FF_TARGET static inline __attribute__((always_inline)) void LB_FF(lb_ffdw_block_)(
+    const lb_fdw_job *j, const float *const *tap, int64_t taps, int np, float *const *out,
+    int64_t c0, const int V) {
+    const int64_t c = j->c;
+    VF acc[LB_FDW_PIXELS][4];
+#pragma GCC unroll 16
+    for (int i = 0; i < LB_FDW_PIXELS * V; i++) acc[i / V][i % V] = (VF){0};
+    for (int64_t t = 0; t < taps; t++) {
+        VF w[4];
+#pragma GCC unroll 4
+        for (int v = 0; v < V; v++) w[v] = LB_FF(lb_ff_load_)(j->w + t * c + c0 + v * LB_FF_LANES);
+#pragma GCC unroll 4
+        for (int p = 0; p < LB_FDW_PIXELS; p++) {
+            const float *x = tap[p * taps + t] + c0;
+#pragma GCC unroll 4
+            for (int v = 0; v < V; v++)
+                acc[p][v] = LB_FF_FMA(LB_FF(lb_ff_load_)(x + v * LB_FF_LANES), w[v], acc[p][v]);
+        }
+    }
+    const float lo = j->p->lo, hi = j->p->hi, *bias = j->p->bias;
+    for (int p = 0; p < np; p++) {
+#pragma GCC unroll 4
+        for (int v = 0; v < V; v++) {
+            const int64_t ch = c0 + v * LB_FF_LANES;
+            const VF y = LB_FF(lb_ff_finish_)(acc[p][v], bias ? bias + ch : NULL, lo, hi);
+            memcpy(out[p] + ch, &y, sizeof(y));
+        }
+    }
+}
+
+/* Depthwise: every channel of LB_FDW_PIXELS output pixels (tap[p * taps + t]: pixel p's tap
+ * t; pixels past `np` repeat the last one's taps and are not stored), each a chain over the
+ * taps in order, then the bias. */
+LB_FF_TARGET void LB_FF(lb_ffdw_pixels_)(const lb_fdw_job *j, const float *const *tap,
+                                         int64_t taps, int np, float *const *out) {
     const int64_t c = j->c, cv = c / LB_FF_LANES * LB_FF_LANES;
     const int64_t c4 = c / (4 * LB_FF_LANES) * 4 * LB_FF_LANES;
+    for (int64_t c0 = 0; c0 < c4; c0 += 4 * LB_FF_LANES)
+        LB_FF(lb_ffdw_block_)(j, tap, taps, np, out, c0, 4);
+    for (int64_t c0 = c4; c0 < cv; c0 += LB_FF_LANES)
+        LB_FF(lb_ffdw_block_)(j, tap, taps, np, out, c0, 1);
     const float lo = j->p->lo, hi = j->p->hi, *bias = j->p->bias;
-    for (int64_t c0 = 0; c0 < c4; c0 += 4 * LB_FF_LANES) {
-        VF acc[4] = {{0}, {0}, {0}, {0}};
-        for (int64_t t = 0; t < taps; t++) {
-#pragma GCC unroll 4
-            for (int v = 0; v < 4; v++) {
-                const int64_t ch = c0 + v * LB_FF_LANES;
-                acc[v] = LB_FF_FMA(LB_FF(lb_ff_load_)(tap[t] + ch),
-                                   LB_FF(lb_ff_load_)(j->w + t * c + ch), acc[v]);
-            }
+    for (int p = 0; p < np; p++)
+        for (int64_t ch = cv; ch < c; ch++) {
+            float acc = 0.0f;
+            for (int64_t t = 0; t < taps; t++)
+                acc = fmaf(tap[p * taps + t][ch], j->w[t * c + ch], acc);
+            if (bias) acc = acc + bias[ch];
+            acc = acc < lo ? lo : acc;
+            out[p][ch] = acc > hi ? hi : acc;
         }
-#pragma GCC unroll 4
-        for (int v = 0; v < 4; v++) {
-            const int64_t ch = c0 + v * LB_FF_LANES;
-            const VF y = LB_FF(lb_ff_finish_)(acc[v], bias ? bias + ch : NULL, lo, hi);
-            memcpy(out + ch, &y, sizeof(y));
-        }
-    }
-    for (int64_t c0 = c4; c0 < cv; c0 += LB_FF_LANES) {
-        VF acc = {0};
-        for (int64_t t = 0; t < taps; t++)
-            acc = LB_FF_FMA(LB_FF(lb_ff_load_)(tap[t] + c0),
-                            LB_FF(lb_ff_load_)(j->w + t * c + c0), acc);
-        const VF y = LB_FF(lb_ff_finish_)(acc, bias ? bias + c0 : NULL, lo, hi);
-        memcpy(out + c0, &y, sizeof(y));
-    }
-    for (int64_t ch = cv; ch < c; ch++) {
-        float acc = 0.0f;
-        for (int64_t t = 0; t < taps; t++) acc = fmaf(tap[t][ch], j->w[t * c + ch], acc);
-        if (bias) acc = acc + bias[ch];
-        acc = acc < lo ? lo : acc;
-        out[ch] = acc > hi ? hi : acc;
-    }
 }
 
 #undef VF

@@ -54,6 +54,9 @@ static inline void lb_fdw_store(const lb_fdw_job *j, float *out, int64_t ch, dou
 #define LB_FL_CONTRACT __attribute__((optimize("fp-contract=fast")))
 #endif
 
+/* Output pixels of one depthwise row computed together by the float32 chain kernel. */
+#define LB_FDW_PIXELS 4
+
 /* The product's blocks: rows a task (a multiple of every LB_FL_MR), steps of k packed at once. */
 #define LB_FG_ROWS 96
 #define LB_FG_KC 256
@@ -191,43 +194,73 @@ void lb_fgemm_fma(const lb_ctx *ctx, int64_t M, int64_t N, int64_t K, const floa
 
 /* ---- convolutions ------------------------------------------------------------------------ */
 
+/* The taps of output pixel (oy, ox) of image `img`: the padded ones point at `zeros`. */
+static inline void lb_fdw_taps(const lb_window *w, const float *img, const float *zeros,
+                               int64_t oy, int64_t ox, const float **kept) {
+    const int64_t c = w->c;
+    for (int64_t ky = 0; ky < w->kh; ky++) {
+        int64_t iy = oy * w->sh - w->pt + ky * w->dh;
+        for (int64_t kx = 0; kx < w->kw; kx++) {
+            int64_t ix = ox * w->sw - w->pl + kx * w->dw;
+            int inside = iy >= 0 && iy < w->ih && ix >= 0 && ix < w->iw;
+            /* padded taps add x * w = 0 * w: a row of zeros stands in for them */
+            kept[ky * w->kw + kx] = inside ? img + (iy * w->iw + ix) * c : zeros;
+        }
+    }
+}
+
 static void lb_fdw_task(void *arg, int64_t t, int worker) {
     (void)worker;
     const lb_fdw_job *j = (const lb_fdw_job *)((const void *const *)arg)[0];
     int isa = *(const int *)((const void *const *)arg)[1];
     const lb_window *w = &j->p->win;
     int64_t n = t / w->oh, oy = t % w->oh, taps = w->kh * w->kw, c = w->c;
-    const float *tap[LB_DW_MAX_TAPS];
-    const float *img = j->in + n * w->ih * w->iw * c;
-    for (int64_t ox = 0; ox < w->ow; ox++) {
-        int64_t ntap = 0;
-        const float *kept[LB_DW_MAX_TAPS];
-        const float *wk[LB_DW_MAX_TAPS];
-        (void)wk;
-        for (int64_t ky = 0; ky < w->kh; ky++) {
-            int64_t iy = oy * w->sh - w->pt + ky * w->dh;
-            for (int64_t kx = 0; kx < w->kw; kx++) {
-                int64_t ix = ox * w->sw - w->pl + kx * w->dw;
-                int inside = iy >= 0 && iy < w->ih && ix >= 0 && ix < w->iw;
-                tap[ky * w->kw + kx] = inside ? img + (iy * w->iw + ix) * c : NULL;
+    const float *img = j->in + n * w->ih * w->iw * c, *zeros = j->w + taps * c;
+    float *row = j->out + (n * w->oh + oy) * w->ow * c;
+    if (j->p->fma) {
+        const float *kept[LB_FDW_PIXELS * LB_DW_MAX_TAPS];
+        float *out[LB_FDW_PIXELS];
+        for (int64_t ox = 0; ox < w->ow; ox += LB_FDW_PIXELS) {
+            const int np = (int)LB_MIN(LB_FDW_PIXELS, w->ow - ox);
+            for (int p = 0; p < LB_FDW_PIXELS; p++) {
+                const int64_t x = ox + LB_MIN(p, np - 1);
+                lb_fdw_taps(w, img, zeros, oy, x, kept + p * taps);
+                out[p] = row + x * c;
+            }
+            switch (isa) {
+#if LB_HAVE_AVX512
+            case LB_ISA_AVX512VNNI:
+                lb_ffdw_pixels_avx512(j, kept, taps, np, out);
+                break;
+#endif
+#if LB_HAVE_AVX2
+            case LB_ISA_AVX2:
+                lb_ffdw_pixels_avx2(j, kept, taps, np, out);
+                break;
+#endif
+            default:
+                lb_ffdw_pixels_scalar(j, kept, taps, np, out);
             }
         }
-        /* padded taps add x * w = 0 * w: a row of zeros stands in for them */
-        for (int64_t k = 0; k < taps; k++) kept[ntap++] = tap[k] ? tap[k] : j->w + taps * c;
-        float *out = j->out + ((n * w->oh + oy) * w->ow + ox) * c;
+        return;
+    }
+    for (int64_t ox = 0; ox < w->ow; ox++) {
+        const float *kept[LB_DW_MAX_TAPS];
+        lb_fdw_taps(w, img, zeros, oy, ox, kept);
+        float *out = row + ox * c;
         switch (isa) {
 #if LB_HAVE_AVX512
         case LB_ISA_AVX512VNNI:
-            (j->p->fma ? lb_ffdw_pixel_avx512 : lb_fdw_pixel_avx512)(j, kept, ntap, out);
+            lb_fdw_pixel_avx512(j, kept, taps, out);
             break;
 #endif
 #if LB_HAVE_AVX2
         case LB_ISA_AVX2:
-            (j->p->fma ? lb_ffdw_pixel_avx2 : lb_fdw_pixel_avx2)(j, kept, ntap, out);
+            lb_fdw_pixel_avx2(j, kept, taps, out);
             break;
 #endif
         default:
-            (j->p->fma ? lb_ffdw_pixel_scalar : lb_fdw_pixel_scalar)(j, kept, ntap, out);
+            lb_fdw_pixel_scalar(j, kept, taps, out);
         }
     }
 }
