@@ -68,7 +68,15 @@ LB_CT_TARGET static void LB_CT_FN(lb_fconvt_row1_)(const lb_fconvt *p, const flo
     int live = fy < p->fh && ky < p->kh && iy < p->ih;
     /* the bias, where no tap lands (with fewer than 8 channels everywhere first: the scattered
      * stores below then find the row in cache, measured faster) */
-    for (int64_t x = 0; x < p->ow; x++) {
+    int64_t bias_end = p->ow;
+#ifdef LB_CT_FEW_SUMS
+    /* LB_CT_FEW writes every output itself when each has a tap: kernel as wide as the stride,
+     * no output past the last input pixel's */
+    if (live && M < 8 && M * p->kw <= LB_CT_FEW_SUMS && p->kw == p->sw &&
+        p->bx + p->ow <= p->iw * p->sw)
+        bias_end = 0;
+#endif
+    for (int64_t x = 0; x < bias_end; x++) {
         int64_t fx = x + p->bx;
         if (M >= 8 && live && fx % p->sw < p->kw && fx / p->sw < p->iw) continue;
         for (int64_t m = 0; m < M; m++)
