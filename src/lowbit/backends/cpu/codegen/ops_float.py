@@ -72,12 +72,30 @@ def _fgemm(lw: Lowering, node, av, w_rows: np.ndarray, bias: np.ndarray | None) 
     lo, hi = _clip(node)
     b = lw.prog.data(np.broadcast_to(bias.astype(np.float32).reshape(-1), (ncols,)).copy()) \
         if bias is not None else "NULL"
-    w = lw.prog.data(np.ascontiguousarray(w_rows, np.float32), "weights")
+    if lw.fma_floats:  # the weights packed once here, not on every call
+        w = lw.prog.data(fma_packed(w_rows), "weights")
+        call = (f"lb_fgemm_fma_packed(ctx, {rows.c()}, {ncols}, {k}, (const float *){a.ptr}, "
+                f"{k}, {w}, ")
+    else:
+        w = lw.prog.data(np.ascontiguousarray(w_rows, np.float32), "weights")
+        call = f"lb_fgemm(ctx, {rows.c()}, {ncols}, {k}, (const float *){a.ptr}, {k}, {w}, {k}, "
     lw.prog.step(f"{node.name}: {node.op_type} {k} -> {ncols}", [
-        f"{'lb_fgemm_fma' if lw.fma_floats else 'lb_fgemm'}(ctx, {rows.c()}, {ncols}, {k}, "
-        f"(const float *){a.ptr}, {k}, "
-        f"{w}, {k}, {b}, {lo}, {hi}, "
-        f"(float *){out.ptr}, {ncols});"], [a], [out])
+        f"{call}{b}, {lo}, {hi}, (float *){out.ptr}, {ncols});"], [a], [out])
+
+
+FMA_PANEL = 32
+"""Columns a panel of lb_fgemm_fma_packed's B (LB_FGEMM_PANEL in lowbit_rt.h)."""
+
+
+def fma_packed(w_rows: np.ndarray) -> np.ndarray:
+    """Weight rows [N, K] in lb_fgemm_fma_packed's layout: panels of FMA_PANEL columns, each
+    [K][FMA_PANEL] (packed[(n // P * K + k) * P + n % P] = w_rows[n, k]), the last panel's
+    columns past N zero."""
+    n, k = w_rows.shape
+    panels = -(-n // FMA_PANEL)
+    padded = np.zeros((panels * FMA_PANEL, k), np.float32)
+    padded[:n] = w_rows
+    return np.ascontiguousarray(padded.reshape(panels, FMA_PANEL, k).transpose(0, 2, 1)).reshape(-1)
 
 
 @emitter("Gemm")
