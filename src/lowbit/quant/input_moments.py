@@ -25,9 +25,10 @@ matrix product; with the cpu backend's library, the float32 vectors of a 1x1 Con
 no padding) or a dense product are read in place by a C kernel instead (`stats.moments_upper`:
 the upper triangle only, blocks of 256 vectors summed in float32 by fused multiply-adds in
 order, the blocks in float64), and a 2-D depthwise Conv's (`depthwise_moments`: each
-batch's S summed in float64 in position order, by a C kernel when the cpu backend's library
-loads); each is added to the totals exactly (`lowbit.numerics.exact_sum`, in C likewise: the
-same whatever the order, so moments profiled in shards merge into one pass's bit for bit).
+product rounded to float32 and summed in float32 over blocks of whole output rows, up to 256
+positions, the blocks in float64; by a C kernel when the cpu backend's library loads); each
+is added to the totals exactly (`lowbit.numerics.exact_sum`, in C likewise: the same whatever
+the order, so moments profiled in shards merge into one pass's bit for bit).
 """
 
 from __future__ import annotations
@@ -317,32 +318,47 @@ def _depthwise_window(node: Node, x: np.ndarray) -> tuple | None:
     return (kernel, tuple(window.strides), tuple(window.dilations), (pads[0], pads[1]), outs)
 
 
+DEPTHWISE_BLOCK = 256
+"""Output positions (whole output rows, at least one) whose depthwise products
+`depthwise_moments` sums in float32 before adding them to the float64 total."""
+
+
 def depthwise_moments(x: np.ndarray, kernel: tuple[int, int], strides: tuple[int, int],
                       dilations: tuple[int, int], pads: tuple[int, int],
                       out_size: tuple[int, int]) -> np.ndarray:
     """The upper triangles [C, T] (T = taps (taps + 1) / 2, `np.triu_indices` order) of S for
-    each channel of a depthwise convolution of x [N, C, H, W]: v is the channel's receptive
-    field at one output position (taps row-major, zero outside the input, `pads` = (top,
-    left)), and S = sum of v v^T over the output positions in order (batch item, output row,
-    output column), each product v_a v_b (exact in float64 for float32 data) added to the
-    float64 total in turn. This is the definition the C kernel (`lowbit.backends.cpu.stats`)
-    reproduces bit for bit; it loops over positions in Python (slow)."""
+    each channel of a depthwise convolution of x [N, C, H, W] (float32): v is the channel's
+    receptive field at one output position (taps row-major, zero outside the input, `pads` =
+    (top, left)), and S = sum of v v^T over the output positions in order (batch item, output
+    row, output column), in blocks of whole output rows of one batch item, as many as fit in
+    `DEPTHWISE_BLOCK` positions (at least one row): within a block each product v_a v_b is
+    rounded to float32 and added to a float32 sum in position order (a multiply, then an add:
+    two roundings, no fused multiply-add); each block's sum is then added to the float64
+    total in block order. (Float32 halves the work of float64 products; a block of at most
+    256 products keeps the relative error near 1e-6, which steers no rounding decision.)
+    This is the definition the C kernel (`lowbit.backends.cpu.stats`) reproduces bit for
+    bit; it loops over positions in Python (slow)."""
     n, c, h, w = x.shape
     taps = kernel[0] * kernel[1]
     rows, cols = np.triu_indices(taps)
     total = np.zeros((c, len(rows)))
-    v = np.zeros((c, taps))
+    v = np.zeros((c, taps), np.float32)
+    x = np.asarray(x, np.float32)
+    block = max(1, DEPTHWISE_BLOCK // out_size[1])
     for b in range(n):
-        for oy in range(out_size[0]):
-            for ox in range(out_size[1]):
-                v[...] = 0.0
-                for ky in range(kernel[0]):
-                    iy = oy * strides[0] + ky * dilations[0] - pads[0]
-                    for kx in range(kernel[1]):
-                        ix = ox * strides[1] + kx * dilations[1] - pads[1]
-                        if 0 <= iy < h and 0 <= ix < w:
-                            v[:, ky * kernel[1] + kx] = x[b, :, iy, ix]
-                total = total + v[:, rows] * v[:, cols]
+        for first in range(0, out_size[0], block):
+            s = np.zeros((c, len(rows)), np.float32)
+            for oy in range(first, min(out_size[0], first + block)):
+                for ox in range(out_size[1]):
+                    v[...] = 0.0
+                    for ky in range(kernel[0]):
+                        iy = oy * strides[0] + ky * dilations[0] - pads[0]
+                        for kx in range(kernel[1]):
+                            ix = ox * strides[1] + kx * dilations[1] - pads[1]
+                            if 0 <= iy < h and 0 <= ix < w:
+                                v[:, ky * kernel[1] + kx] = x[b, :, iy, ix]
+                    s = s + v[:, rows] * v[:, cols]  # float32: product rounded, then sum
+            total = total + s.astype(np.float64)
     return total
 
 
