@@ -197,3 +197,42 @@ def test_products_reading_one_value_share_their_moments(tmp_path):
     for m in (q, k):
         assert m.count == 15 and np.allclose(m.second[0], rows.T @ rows, rtol=1e-5)
     assert q is not k and q.second is not k.second
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_triangles_waiting_for_one_exact_addition_equal_adding_each(native, monkeypatch):
+    """Batches' float32 triangles kept (`pending_slot`) and added PENDING at a time, or when S
+    is read, merged, copied or pickled, give the limbs, S and count of `add_upper` per batch;
+    a triangle with an infinity turns the sum into float64 from there on, as it did."""
+    import pickle
+
+    if not native:
+        monkeypatch.setattr(input_moments, "_native", lambda: False)
+    rng = np.random.default_rng(5)
+    groups, k = 2, 6
+    t = k * (k + 1) // 2
+    batches = [(rng.standard_normal((groups, t)) * 2.0 ** (30 * (b % 3))).astype(np.float32)
+               for b in range(input_moments.PENDING * 2 + 1)]
+    for stop in (1, input_moments.PENDING, len(batches)):
+        now, later = InputMoments.empty("p", groups, k), InputMoments.empty("p", groups, k)
+        for b, upper in enumerate(batches[:stop]):
+            now.add_upper(upper.astype(np.float64), b + 1)
+            assert later.can_defer()
+            later.pending_slot()[...] = upper
+            later.commit_pending(b + 1)
+        assert later.count == now.count
+        copied = pickle.loads(pickle.dumps(later))
+        assert later._exact.equals(now._exact) and copied._exact.equals(now._exact)
+        np.testing.assert_array_equal(later.second, now.second)
+    bad = batches[1].copy()
+    bad[0, 3] = np.inf
+    now, later = InputMoments.empty("p", groups, k), InputMoments.empty("p", groups, k)
+    for upper in (batches[0], bad, batches[2]):
+        now.add_upper(upper.astype(np.float64), 1)
+        later.pending_slot()[...] = upper
+        later.commit_pending(1)
+    merged = InputMoments.empty("p", groups, k)
+    merged.merge(later)
+    np.testing.assert_array_equal(later.second, now.second)
+    np.testing.assert_array_equal(merged.second, now.second)
+    assert later._exact is None and now._exact is None

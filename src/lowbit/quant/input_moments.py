@@ -45,6 +45,10 @@ from lowbit.ops.product import integer_product
 
 CHUNK = 1 << 22
 """Numbers of input vectors formed at once while profiling (float64: 32 MiB)."""
+PENDING = 4
+"""Batches whose float32 triangles (one block of vectors each: `InputMoments.pending_slot`)
+are kept before one exact addition adds them all (one pass over the limbs instead of one
+each; the same limbs)."""
 MAX_SIZE = 4096
 """Longest input vector K whose moments are kept (K x K float64 a group: 128 MiB at most);
 products with longer rows round their weights to nearest."""
@@ -71,14 +75,56 @@ class InputMoments:
         self.shape = shape
         """(G, K)."""
         self.count = count
+        self._pending: np.ndarray | None = None
+        """[PENDING, G, K (K + 1) / 2] float32: triangles not yet added to `_exact`."""
+        self._pending_used = 0
 
     @classmethod
     def empty(cls, node: str, groups: int, size: int) -> InputMoments:
         return cls(node, None, 0, GridSum((groups, size * (size + 1) // 2)), (groups, size))
 
+    def can_defer(self) -> bool:
+        """Whether a batch's triangle may be given as float32 in `pending_slot` (while the
+        moments are an exact sum)."""
+        return self._exact is not None
+
+    def pending_slot(self) -> np.ndarray:
+        """Where to write the next batch's triangle [G, K (K + 1) / 2] in float32 (the
+        values it adds, each exactly a float32), before `commit_pending`."""
+        if self._pending is None:
+            self._pending = np.empty((PENDING, self.groups, self.size * (self.size + 1) // 2),
+                                     np.float32)
+        return self._pending[self._pending_used]
+
+    def commit_pending(self, count: int) -> None:
+        """Count the triangle written to `pending_slot` as S of `count` more vectors (added
+        exactly with the others when PENDING are waiting, or when S is next read)."""
+        self.count += count
+        self._pending_used += 1
+        if self._pending_used == PENDING:
+            self.flush()
+
+    def flush(self) -> None:
+        """Add the waiting triangles, in order, as `add_upper` would have one by one (done
+        before S is read or merged; the profile calls it once its batches end)."""
+        used, self._pending_used = self._pending_used, 0
+        if not used:
+            return
+        assert self._pending is not None and self._exact is not None
+        waiting = [self._pending[b] for b in range(used)]
+        done = 0
+        if _native():
+            from lowbit.backends.cpu import stats
+
+            done = stats.gridsum_add_many(self._exact, waiting)
+            self._second = None
+        for upper in waiting[done:]:  # a triangle with a NaN or an infinity, and after
+            self._add_upper_values(upper.astype(np.float64))
+
     @property
     def second(self) -> np.ndarray:
         """S: float64 [G, K, K]."""
+        self.flush()
         if self._second is None:
             assert self._exact is not None
             if _native():  # the same values, in C
@@ -91,6 +137,7 @@ class InputMoments:
 
     def _add(self, second: np.ndarray) -> None:
         """Add S of some vectors, given whole ([G, K, K], symmetric)."""
+        self.flush()
         if self._exact is not None:
             if _native():
                 from lowbit.backends.cpu import stats
@@ -109,7 +156,11 @@ class InputMoments:
 
     def add_upper(self, upper: np.ndarray, count: int) -> None:
         """Add S of `count` vectors given as its upper triangle [G, K (K + 1) / 2]."""
+        self.flush()
         self.count += count
+        self._add_upper_values(upper)
+
+    def _add_upper_values(self, upper: np.ndarray) -> None:
         if self._exact is not None and _native():
             from lowbit.backends.cpu import stats
 
@@ -129,7 +180,9 @@ class InputMoments:
     def __getstate__(self) -> dict:
         """Pickled without the float64 S derived from the exact sum (it is recomputed where
         needed): a partial profile moving between processes carries its limbs only."""
+        self.flush()
         state = dict(self.__dict__)
+        state["_pending"] = None
         if self._exact is not None:
             state["_second"] = None
         return state
@@ -148,6 +201,8 @@ class InputMoments:
         self.count += int(vectors.shape[2])
 
     def merge(self, other: InputMoments) -> None:
+        self.flush()
+        other.flush()
         if other.shape != self.shape:
             raise ValueError(f"input moments of '{self.node}' have shape (groups, size) "
                              f"{self.shape} and {other.shape}")
@@ -161,6 +216,7 @@ class InputMoments:
 
     def copy(self, node: str | None = None) -> InputMoments:
         """A copy (for `node`, default the same), exact sums included."""
+        self.flush()
         return InputMoments(self.node if node is None else node,
                             None if self._second is None else self._second.copy(), self.count,
                             None if self._exact is None else self._exact.copy(), self.shape)
@@ -256,6 +312,13 @@ def observe_input(moments: InputMoments, node: Node, x: np.ndarray) -> None:
     if items is not None:
         from lowbit.backends.cpu import stats
 
+        if len(items) == 1 and 0 < items[0][0].shape[0] <= stats.MOMENTS_BLOCK and \
+                moments.can_defer():  # one block: its float32 sums, added later
+            slot = moments.pending_slot()
+            for g, rows in enumerate(items[0]):
+                stats.moments_block(rows, slot[g])
+            moments.commit_pending(items[0][0].shape[0])
+            return
         upper = stats.zeroed_scratch((moments.groups, moments.size * (moments.size + 1) // 2))
         for views in items:
             for g, rows in enumerate(views):

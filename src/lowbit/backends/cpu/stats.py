@@ -34,7 +34,13 @@ _SIGNATURES = {
     "lb_moments_scratch": (C.c_int64, [C.c_int64]),
     "lb_exactsum_add": (C.c_int, [_i64p, _i64p, C.c_int64, C.c_void_p]),
     "lb_moments_f32": (None, [C.c_void_p, C.c_void_p] + [C.c_int64] * 4 + [C.c_void_p] * 2),
+    "lb_moments_block_f32": (C.c_int, [C.c_void_p, C.c_void_p] + [C.c_int64] * 4
+                             + [C.c_void_p] * 2),
+    "lb_gridsum_add_many": (None, [C.c_void_p, _i64p, C.c_int64, C.c_void_p, C.c_int64,
+                                   C.c_double, C.c_double]),
 }
+MOMENTS_BLOCK = 256
+"""Vectors `moments_upper` sums in float32 before adding to float64 (rt_moments.c)."""
 MAX_TAPS = 25
 """Largest depthwise kernel (taps) `depthwise_moments` takes (rt_stats.c LB_MOMENT_TAPS)."""
 
@@ -201,6 +207,46 @@ def moments_upper(rows: np.ndarray, upper: np.ndarray) -> None:
     scratch = _scratch(int(_lib().lb_moments_scratch(c)))
     _lib().lb_moments_f32(_ctx(), rows.ctypes.data, p, c, sp, si, scratch.ctypes.data,
                           upper.ctypes.data)
+
+
+def moments_block(rows: np.ndarray, upper: np.ndarray) -> None:
+    """upper (float32 [C (C + 1) / 2], overwritten) = the float32 sums of one block of
+    1 <= P <= `MOMENTS_BLOCK` vectors, float32 `rows` [P, C]: exactly the values
+    `moments_upper` would add to a triangle of zeros (their float64 conversions)."""
+    p, c = (int(d) for d in rows.shape)
+    assert rows.dtype == np.float32 and upper.dtype == np.float32 and upper.flags.c_contiguous
+    assert upper.shape == (c * (c + 1) // 2,) and 1 <= p <= MOMENTS_BLOCK and c > 0
+    sp, si = (int(st) // 4 for st in rows.strides)
+    if min(sp, si) < 1 or any(st % 4 for st in rows.strides):
+        rows = np.ascontiguousarray(rows)
+        sp, si = c, 1
+    scratch = _scratch(int(_lib().lb_moments_scratch(c)))
+    status = _lib().lb_moments_block_f32(_ctx(), rows.ctypes.data, p, c, sp, si,
+                                         scratch.ctypes.data, upper.ctypes.data)
+    assert status == 0
+
+
+def gridsum_add_many(total: GridSum, arrays: list[np.ndarray]) -> int:
+    """`total.add(a)` for each float32 array `a` of `arrays` (C-contiguous, of its shape), in
+    order, up to the first holding a NaN or an infinity; returns how many were added. One
+    pass over the limbs for all of them (the same limbs: an exact sum does not depend on how
+    its additions are grouped)."""
+    largest = C.c_double()
+    counted, nonzero = 0, []
+    for a in arrays:
+        assert a.dtype == np.float32 and a.flags.c_contiguous and a.shape == total.shape
+        if not _lib().lb_stats_maxabs(a.ctypes.data, 0, a.size, C.byref(largest)):
+            break
+        counted += 1
+        if total.begin_add(largest.value) is not None:
+            nonzero.append(a)
+    factors = total.factors()
+    if nonzero and factors is not None:
+        limbs = _limbs(total)
+        pointers = (C.c_void_p * len(nonzero))(*(a.ctypes.data for a in nonzero))
+        _lib().lb_gridsum_add_many(_ctx(), limbs.ctypes.data_as(_i64p), limbs[0].size,
+                                   pointers, len(nonzero), *factors)
+    return counted
 
 
 def _scratch(size: int) -> np.ndarray:

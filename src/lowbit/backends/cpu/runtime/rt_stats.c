@@ -29,6 +29,8 @@ LB_API int lb_stats_maxabs_upper(const void *x, int f64, int64_t groups, int64_t
                                  double *out);
 LB_API void lb_gridsum_add(const lb_ctx *ctx, int64_t *limbs, int64_t n, const void *x,
                            int f64, double first, double second);
+LB_API void lb_gridsum_add_many(const lb_ctx *ctx, int64_t *limbs, int64_t n,
+                                const float *const *xs, int64_t m, double first, double second);
 LB_API void lb_gridsum_add_upper(const lb_ctx *ctx, int64_t *limbs, const void *x, int f64,
                                  int64_t groups, int64_t k, double first, double second);
 LB_API int lb_dw_moments(const lb_ctx *ctx, const float *xp, const int64_t *geometry,
@@ -177,6 +179,57 @@ LB_API void lb_gridsum_add(const lb_ctx *ctx, int64_t *limbs, int64_t n, const v
         lb_parallel_for(ctx, tasks, lb_gridsum_task, &j);
     else if (n > 0)
         lb_gridsum_run(limbs, n, n, x, f64, first, second);
+}
+
+/* Adds m float32 arrays of n values each (xs[b][i]), all scaled by the same powers of two, into
+ * the limbs of elements [0, n): per element the limbs are read and written once, each value's
+ * windows cut as lb_gridsum_run cuts them (integer additions: the same limbs as m calls). */
+static void lb_gridsum_many_run(int64_t *limbs, int64_t stride, int64_t start, int64_t n,
+                                const float *const *xs, int64_t m, double first,
+                                double second) {
+    int64_t *l0 = limbs + start, *l1 = limbs + stride + start, *l2 = limbs + 2 * stride + start;
+    const double window = 4294967296.0;
+    for (int64_t i = 0; i < n; i++) {
+        int64_t a0 = l0[i], a1 = l1[i], a2 = l2[i];
+        for (int64_t b = 0; b < m; b++) {
+            double y = (double)xs[b][start + i] * first;
+            y = y * second;
+            double w = trunc(y);
+            a2 += (int64_t)w;
+            y = (y - w) * window;
+            w = trunc(y);
+            a1 += (int64_t)w;
+            y = (y - w) * window;
+            a0 += (int64_t)trunc(y);
+        }
+        l0[i] = a0, l1[i] = a1, l2[i] = a2;
+    }
+}
+
+typedef struct lb_gridsum_many_job {
+    int64_t *limbs;
+    int64_t n, m;
+    const float *const *xs;
+    double first, second;
+} lb_gridsum_many_job;
+
+static void lb_gridsum_many_task(void *arg, int64_t task, int worker) {
+    (void)worker;
+    const lb_gridsum_many_job *j = (const lb_gridsum_many_job *)arg;
+    int64_t start = task * LB_GRID_TASK, len = LB_MIN(LB_GRID_TASK, j->n - start);
+    lb_gridsum_many_run(j->limbs, j->n, start, len, j->xs, j->m, j->first, j->second);
+}
+
+/* GridSum.add of m float32 arrays of n values (limbs [3][n] int64), the caller having counted
+ * the m additions and raised the top for all of them (`first * second` scales to its units). */
+LB_API void lb_gridsum_add_many(const lb_ctx *ctx, int64_t *limbs, int64_t n,
+                                const float *const *xs, int64_t m, double first, double second) {
+    lb_gridsum_many_job j = {limbs, n, m, xs, first, second};
+    int64_t tasks = (n + LB_GRID_TASK - 1) / LB_GRID_TASK;
+    if (ctx != NULL && tasks > 1)
+        lb_parallel_for(ctx, tasks, lb_gridsum_many_task, &j);
+    else if (n > 0 && m > 0)
+        lb_gridsum_many_run(limbs, n, 0, n, xs, m, first, second);
 }
 
 typedef struct lb_upper_job {
