@@ -273,3 +273,30 @@ def test_maxabs_is_the_largest_magnitude_and_refuses_non_finite(dtype):
                     y[where] = bad
                     assert not lib.lb_stats_maxabs(y.ctypes.data, int(dtype == np.float64), n,
                                                    C.byref(out))
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_value_range_is_channel_stats_of_the_whole_tensor(isa, seed):
+    """lb_range_f32 (16 lanes, no sum) gives the minimum, maximum and zero count the one-channel
+    lb_observe_f32 gives, bits included: of 0 and -0 the one that comes first in memory order,
+    also through an NHWC view; None for NaN or an infinity."""
+    rng = np.random.default_rng(300 + seed)
+    n = int(rng.choice([1, 15, 16, 17, 1000, 4099]))
+    x = rng.standard_normal(n).astype(np.float32)
+    x = -np.abs(x) if seed % 2 else np.abs(x)  # the maximum, or the minimum, is a zero
+    zeros = rng.random(n) < 0.3
+    x[zeros] = np.where(rng.random(int(zeros.sum())) < 0.5, 0.0, -0.0).astype(np.float32)
+    shapes = [(n,), (1, n, 1, 1)]
+    if n == 1000:
+        nhwc = x.reshape(1, 10, 10, 10)
+        shapes.append(nhwc.transpose(0, 3, 1, 2))
+    for a in [x.reshape(s) if isinstance(s, tuple) else s for s in shapes]:
+        lo, hi, _, count = stats.channel_stats(a, None)
+        got = stats.value_range(a)
+        assert got is not None
+        assert (got[0], got[1], got[2]) == (lo[0], hi[0], count)
+        assert (np.signbit(got[0]), np.signbit(got[1])) == (np.signbit(lo[0]), np.signbit(hi[0]))
+    for bad in (np.nan, np.inf, -np.inf):
+        y = x.copy()
+        y[n // 2] = bad
+        assert stats.value_range(y) is None

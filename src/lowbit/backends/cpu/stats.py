@@ -30,6 +30,7 @@ _SIGNATURES = {
                                  C.c_void_p, C.c_void_p, _i64p]),
     "lb_histogram_f32": (None, [C.c_void_p, C.c_int64, C.c_float, C.c_float, _i64p,
                                 C.c_int64]),
+    "lb_range_f32": (C.c_int, [C.c_void_p, C.c_int64, C.c_void_p, _i64p]),
     "lb_gptq_block": (None, [C.c_void_p] * 7 + [C.c_int64] * 5 + [C.c_double] * 2),
     "lb_moments_scratch": (C.c_int64, [C.c_int64]),
     "lb_exactsum_add": (C.c_int, [_i64p, _i64p, C.c_int64, C.c_void_p]),
@@ -304,6 +305,21 @@ def channel_stats(x: np.ndarray, axis: int | None
                                  hi.ctypes.data, total.ctypes.data, C.byref(zeros)):
         return None
     return lo, hi, total, zeros.value
+
+
+def value_range(x: np.ndarray) -> tuple[float, float, int] | None:
+    """Minimum, maximum and number of zeros of float32 `x`, None when a value is NaN or
+    infinite: `channel_stats(x, None)` without the sum (the same minimum and maximum, of the
+    values in the same order: which of 0 and -0 comes first decides between them)."""
+    if x.ndim == 4 and x.dtype == np.float32 and not x.flags.c_contiguous and \
+            x.transpose(0, 2, 3, 1).flags.c_contiguous:
+        x = x.transpose(0, 2, 3, 1)  # the order channel_stats reads it in
+    x = np.ascontiguousarray(x, np.float32)
+    lohi = np.empty(2)
+    zeros = C.c_int64()
+    if not _lib().lb_range_f32(x.ctypes.data, x.size, lohi.ctypes.data, C.byref(zeros)):
+        return None
+    return float(lohi[0]), float(lohi[1]), zeros.value
 
 
 def _in_memory_order(x: np.ndarray) -> np.ndarray:

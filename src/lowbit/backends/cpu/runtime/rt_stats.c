@@ -457,6 +457,7 @@ LB_API int lb_observe_f32(const float *x, int64_t outer, int64_t channels, int64
                           double *chmin, double *chmax, double *chsum, int64_t *zeros);
 LB_API void lb_histogram_f32(const float *x, int64_t n, float scale, float offset,
                              int64_t *counts, int64_t bins);
+LB_API int lb_range_f32(const float *x, int64_t n, double *lohi, int64_t *zeros);
 
 /* One pass over x [outer][channels][inner] float32: per channel its minimum, maximum and sum
  * (float64, the values added in order: outer index, then inner), and the number of zeros in
@@ -536,6 +537,59 @@ LB_API int lb_observe_f32(const float *x, int64_t outer, int64_t channels, int64
             chmax[c] = (double)hi > chmax[c] ? (double)hi : chmax[c];
         }
     }
+    *zeros = z;
+    return finite;
+}
+
+#define LB_RANGE_LANES 16
+
+/* The value v of x[0..n) that `v < lo ? v : lo` keeps (lo from +inf, in order): the smallest,
+ * and among equal values the first; only 0 and -0 are equal values with different bits. */
+static float lb_first_zero(const float *x, int64_t n) {
+    for (int64_t i = 0; i < n; i++)
+        if (x[i] == 0.0f) return x[i];
+    return 0.0f;
+}
+
+/* lb_observe_f32 of x as one channel without the sum: minimum and maximum (those of the
+ * values in order: the first of equal ones, which only matters for 0 and -0) in lohi[0..1]
+ * and the number of zeros; returns 0 (outputs unspecified) when a value is NaN or infinite.
+ * Sixteen lanes, each an in-order minimum and maximum of every sixteenth value. */
+LB_API int lb_range_f32(const float *x, int64_t n, double *lohi, int64_t *zeros) {
+    float lo[LB_RANGE_LANES], hi[LB_RANGE_LANES], bad[LB_RANGE_LANES];
+    int64_t zc[LB_RANGE_LANES];
+    for (int l = 0; l < LB_RANGE_LANES; l++) lo[l] = INFINITY, hi[l] = -INFINITY, bad[l] = 0.0f,
+                                             zc[l] = 0;
+    int64_t i = 0;
+    for (; i + LB_RANGE_LANES <= n; i += LB_RANGE_LANES) {
+        for (int l = 0; l < LB_RANGE_LANES; l++) {
+            const float v = x[i + l];
+            lo[l] = v < lo[l] ? v : lo[l];
+            hi[l] = v > hi[l] ? v : hi[l];
+            bad[l] = bad[l] + (v - v); /* NaN from a NaN or an infinity, else 0 */
+            zc[l] += v == 0.0f;
+        }
+    }
+    for (; i < n; i++) {
+        const float v = x[i];
+        lo[0] = v < lo[0] ? v : lo[0];
+        hi[0] = v > hi[0] ? v : hi[0];
+        bad[0] = bad[0] + (v - v);
+        zc[0] += v == 0.0f;
+    }
+    float fl = INFINITY, fh = -INFINITY;
+    int64_t z = 0;
+    int finite = 1;
+    for (int l = 0; l < LB_RANGE_LANES; l++) {
+        fl = lo[l] < fl ? lo[l] : fl;
+        fh = hi[l] > fh ? hi[l] : fh;
+        finite &= bad[l] == 0.0f;
+        z += zc[l];
+    }
+    if (fl == 0.0f) fl = lb_first_zero(x, n);
+    if (fh == 0.0f) fh = lb_first_zero(x, n);
+    lohi[0] = (double)fl;
+    lohi[1] = (double)fh;
     *zeros = z;
     return finite;
 }
