@@ -236,3 +236,33 @@ def test_triangles_waiting_for_one_exact_addition_equal_adding_each(native, monk
     np.testing.assert_array_equal(later.second, now.second)
     np.testing.assert_array_equal(merged.second, now.second)
     assert later._exact is None and now._exact is None
+
+
+@pytest.mark.parametrize("size", [(9, 8), (40, 40)])
+def test_observed_batches_kept_for_one_exact_addition_equal_adding_each(size, tmp_path,
+                                                                       monkeypatch):
+    """observe_input keeps a depthwise Conv's or a 1x1 Conv's batch of one block (the 9 x 8
+    map) as float32 triangles and adds them later; the exact sums, S and counts equal those
+    of adding each batch at once (and the 40 x 40 map, several blocks, is added at once)."""
+    rng = np.random.default_rng(8)
+    c = 5
+    cases = {"depthwise": ({"group": c, "pads": [1, 1, 1, 1]}, (c, 1, 3, 3)),
+             "pointwise": ({}, (4, c, 1, 1))}
+    for name, (attrs, w_shape) in cases.items():
+        graph = _single(tmp_path / f"{name}.onnx", "Conv", attrs, (1, c, *size),
+                        rng.standard_normal(w_shape).astype(np.float32))
+        node = next(n for n in graph.nodes if n.op_type == "Conv")
+        shape = input_moments.moments_shape(node)
+        batches = [rng.standard_normal((1, c, *size)).astype(np.float32) for _ in range(6)]
+        later = InputMoments.empty("p", *shape)
+        with monkeypatch.context() as m:
+            m.setattr(InputMoments, "can_defer", lambda self: False)
+            now = InputMoments.empty("p", *shape)
+            for x in batches:
+                input_moments.observe_input(now, node, x)
+        for x in batches:
+            input_moments.observe_input(later, node, x)
+        assert (later._pending_used > 0) == (size == (9, 8)), name
+        assert later.count == now.count
+        np.testing.assert_array_equal(later.second, now.second)
+        assert later._exact.equals(now._exact), name

@@ -300,13 +300,20 @@ def observe_input(moments: InputMoments, node: Node, x: np.ndarray) -> None:
     float32 or float64 matrix product."""
     depthwise = _depthwise_window(node, x)
     if depthwise is not None:
+        count = x.shape[0] * depthwise[-1][0] * depthwise[-1][1]
         if _native():
             from lowbit.backends.cpu import stats
 
             upper = stats.depthwise_moments(x, *depthwise)
+            out_rows, out_cols = depthwise[-1]
+            if x.shape[0] == 1 and out_rows <= max(1, DEPTHWISE_BLOCK // out_cols) and \
+                    moments.can_defer():  # one block: every value is a float32 (exactly)
+                moments.pending_slot()[...] = upper
+                moments.commit_pending(count)
+                return
         else:
             upper = depthwise_moments(x, *depthwise)
-        moments.add_upper(upper, x.shape[0] * depthwise[-1][0] * depthwise[-1][1])
+        moments.add_upper(upper, count)
         return
     items = _row_vectors(node, x) if _native() else None
     if items is not None:
