@@ -266,3 +266,17 @@ def test_observed_batches_kept_for_one_exact_addition_equal_adding_each(size, tm
         assert later.count == now.count
         np.testing.assert_array_equal(later.second, now.second)
         assert later._exact.equals(now._exact), name
+
+
+def test_the_profile_adds_and_frees_the_waiting_triangles(tmp_path):
+    """After `lowbit.profile`, no batch waits and no waiting buffer is kept, and S is that of
+    every batch (3 batches: fewer than PENDING, so all of them waited until the end)."""
+    rng = np.random.default_rng(9)
+    graph = _single(tmp_path / "g.onnx", "Gemm", {"transB": 1}, (1, 6),
+                    rng.standard_normal((3, 6)).astype(np.float32))
+    batches = [{"x": rng.standard_normal((1, 6)).astype(np.float32)} for _ in range(3)]
+    assert len(batches) < input_moments.PENDING
+    moments = lowbit.profile(graph, batches, progress=False).moments["p"]
+    assert moments._pending is None and moments._pending_used == 0 and moments.count == 3
+    x = np.concatenate([b["x"] for b in batches]).astype(np.float64)
+    np.testing.assert_allclose(moments.second[0], x.T @ x, rtol=1e-6)

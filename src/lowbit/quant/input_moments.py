@@ -104,22 +104,24 @@ class InputMoments:
         if self._pending_used == PENDING:
             self.flush()
 
-    def flush(self) -> None:
+    def flush(self, release: bool = False) -> None:
         """Add the waiting triangles, in order, as `add_upper` would have one by one (done
-        before S is read or merged; the profile calls it once its batches end)."""
+        before S is read or merged; the profile calls it once its batches end, with
+        `release` to free the waiting buffer)."""
         used, self._pending_used = self._pending_used, 0
-        if not used:
-            return
-        assert self._pending is not None and self._exact is not None
-        waiting = [self._pending[b] for b in range(used)]
-        done = 0
-        if _native():
-            from lowbit.backends.cpu import stats
+        if used:
+            assert self._pending is not None and self._exact is not None
+            waiting = [self._pending[b] for b in range(used)]
+            done = 0
+            if _native():
+                from lowbit.backends.cpu import stats
 
-            done = stats.gridsum_add_many(self._exact, waiting)
-            self._second = None
-        for upper in waiting[done:]:  # a triangle with a NaN or an infinity, and after
-            self._add_upper_values(upper.astype(np.float64))
+                done = stats.gridsum_add_many(self._exact, waiting)
+                self._second = None
+            for upper in waiting[done:]:  # a triangle with a NaN or an infinity, and after
+                self._add_upper_values(upper.astype(np.float64))
+        if release:
+            self._pending = None
 
     @property
     def second(self) -> np.ndarray:
