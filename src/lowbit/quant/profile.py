@@ -285,6 +285,7 @@ class _Recorder:
         for groups in self.products.values():
             for first, *rest in groups.values():
                 m = self.moments[first.name]
+                m.flush(release=True)
                 if m.count:
                     out[first.name] = m
                     out.update({n.name: m.copy(n.name) for n in rest})

@@ -274,6 +274,53 @@ def test_moments_upper_same_bits_on_every_isa_and_thread_count(monkeypatch):
         np.testing.assert_array_equal(got, results[0])
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_moments_block_is_what_moments_upper_adds_to_zeros(isa, seed):
+    """One block of vectors in float32 (lb_moments_block_f32) holds exactly the values
+    lb_moments_f32 adds to a triangle of zeros, in every layout; NaN left in the output
+    buffer from before is overwritten everywhere."""
+    rng = np.random.default_rng(90 + seed)
+    p = int(rng.choice([1, 7, 49, 255, 256]))
+    c = int(rng.choice([1, 5, 16, 17, 70, 130]))
+    x = (rng.standard_normal((p, c)) * np.exp2(rng.integers(-6, 6, (1, c)))).astype(np.float32)
+    x[rng.random(x.shape) < 0.2] = 0.0
+    want = _moments(x)
+    for rows in (x, np.ascontiguousarray(x.T).T, np.repeat(x, 2, axis=1)[:, ::2]):
+        got = np.full(c * (c + 1) // 2, np.nan, np.float32)
+        stats.moments_block(rows, got)
+        np.testing.assert_array_equal(got.astype(np.float64), want, err_msg=f"{isa} {x.shape}")
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_gridsum_add_many_equals_one_add_each(isa, seed):
+    """Several float32 arrays added in one pass over the limbs give the limbs of one
+    GridSum.add each, in order, whatever the grouping (the top rising between them too);
+    arrays from the first one holding a NaN or an infinity on are not added."""
+    from lowbit.numerics.exact_sum import GridSum
+
+    rng = np.random.default_rng(120 + seed)
+    n = int(rng.choice([1, 9, 5000, 140001]))
+    arrays = [(rng.standard_normal(n) * np.exp2(rng.integers(-20, 20, n))
+               * 2.0 ** (25 * step)).astype(np.float32) for step in range(4)]
+    arrays[1][rng.random(n) < 0.5] = 0.0
+    arrays.insert(2, np.zeros(n, np.float32))
+    ref = GridSum((n,))
+    for a in arrays:
+        ref.add(a)
+    for split in (1, 2, 5):
+        got = GridSum((n,))
+        for start in range(0, len(arrays), split):
+            assert stats.gridsum_add_many(got, arrays[start:start + split]) == \
+                len(arrays[start:start + split])
+        assert got.equals(ref) and got.adds == ref.adds, f"{isa}: groups of {split}"
+    bad = [arrays[0], arrays[3].copy(), arrays[4]]
+    bad[1][n // 2] = np.inf
+    got, want = GridSum((n,)), GridSum((n,))
+    want.add(arrays[0])
+    assert stats.gridsum_add_many(got, bad) == 1
+    assert got.equals(want) and got.adds == want.adds
+
+
 def _float_conv_model(path, rng: np.random.Generator, groups: int, cin: int, cout: int,
                       kernel: int, stride: int, pad: int, size: int, clip: bool):
     import onnx
