@@ -51,13 +51,16 @@ def conv(lw: Lowering, node) -> None:
     else:
         wdata = w.transpose(0, 2, 3, 1).reshape(-1)
     bias = lw.prog.data(lw.const_array(bv).astype(np.float32)) if bv is not None else "NULL"
+    # the chains' weights packed once here (one group's product), not on every call
+    packed = lw.prog.data(fma_packed(wdata.reshape(m, taps * cg)), "weights") \
+        if lw.fma_floats and group == 1 and not depthwise else "NULL"
     lo, hi = _clip(node)
     pointwise = kh == kw == 1 and win.strides == (1, 1) and not any(pads) and (oh, ow) == (ih, iw)
     scratch = None if depthwise or pointwise else \
         lw.prog.scratch(Size(oh * ow * taps * c * 4), "im2col")
     code = [f"const lb_fconv conv = {{{cexpr.window(n, ih, iw, c, oh, ow, win, pads)}, {group}, "
             f"{cg}, {mg}, {lw.prog.data(wdata, 'weights')}, {bias}, {lo}, {hi}, "
-            f".fma = {int(lw.fma_floats)}}};",
+            f".fma = {int(lw.fma_floats)}, .wp = {packed}}};",
             f"lb_fconv_run(ctx, &conv, (const float *){x.ptr}, (float *){out.ptr}, "
             f"{f'(float *){scratch.ptr}' if scratch else 'NULL'});"]
     lw.prog.step(f"{node.name}: Conv {kh}x{kw} group {group}, {c} -> {m}", code, [x], [out],

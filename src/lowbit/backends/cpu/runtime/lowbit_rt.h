@@ -446,6 +446,8 @@ typedef struct lb_fconv {
     const float *bias;
     float lo, hi;
     int fma; /* products as float32 fused multiply-add chains (lb_fgemm_fma), else in double */
+    const float *wp; /* fma, groups == 1, not depthwise: w packed as lb_fgemm_fma_packed's B,
+                      * or NULL (packed on every call) */
 } lb_fconv;
 
 LB_API void lb_fconv_run(const lb_ctx *ctx, const lb_fconv *p, const float *in, float *out,

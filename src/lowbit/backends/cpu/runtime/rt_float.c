@@ -299,7 +299,7 @@ void lb_fconv_run(const lb_ctx *ctx, const lb_fconv *p, const float *in, float *
                     w->pl == 0 && w->oh == w->ih && w->ow == w->iw;
     if (pointwise && p->groups == 1) {
         lb_fgemm_any(ctx, w->n * pix_in, p->mg, p->cg, in, w->c, p->w, p->cg, p->bias, p->lo,
-                     p->hi, out, mout, p->fma, NULL);
+                     p->hi, out, mout, p->fma, p->fma ? p->wp : NULL);
         return;
     }
     for (int64_t b = 0; b < w->n; b++) {
@@ -316,6 +316,7 @@ void lb_fconv_run(const lb_ctx *ctx, const lb_fconv *p, const float *in, float *
         for (int64_t g = 0; g < p->groups; g++)
             lb_fgemm_any(ctx, pix_out, p->mg, K, A + g * gstep, lda, p->w + g * p->mg * K, K,
                          p->bias ? p->bias + g * p->mg : NULL, p->lo, p->hi,
-                         out + b * pix_out * mout + g * p->mg, mout, p->fma, NULL);
+                         out + b * pix_out * mout + g * p->mg, mout, p->fma,
+                         p->fma && p->groups == 1 ? p->wp : NULL);
     }
 }
