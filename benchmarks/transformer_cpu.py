@@ -21,7 +21,11 @@ Accuracy: cosine of each sentence embedding (mean pooling, L2 norm) to the float
 the batch-32 inputs at sequence 128.
 
     python benchmarks/transformer_cpu.py [--threads 2] [--runs 20] [--shapes 128x1,128x32,...]
-        [--no-openvino] [--breakdown K]
+        [--no-openvino] [--breakdown K] [--group-sizes 64,128]
+
+--group-sizes adds lowbit runners quantized with other `group_size`s (a different product
+definition, not the default: their cosines are printed beside the default's), to weigh the
+cost of the per-group rescale against accuracy in the same run.
 """
 
 from __future__ import annotations
@@ -162,6 +166,19 @@ def interleaved(runs: dict[str, Runner], feed: dict, repeats: int) -> dict[str, 
                      block=min(5, repeats))
 
 
+def group_runners(src: Path, sizes: str, threads: int) -> dict[str, Runner]:
+    """lowbit's dynamic quantization with each `group_size` of `sizes` ("64,128"), compiled."""
+    from lowbit.quant.config import QuantConfig
+
+    runners: dict[str, Runner] = {}
+    for size in (int(g) for g in sizes.split(",") if g):
+        config = QuantConfig.from_dict({"default": {"group_size": size}})
+        exe = cpu.compile(lowbit.quantize_dynamic(lowbit.load(src), config), threads=threads)
+        runners[f"lowbit cpu, groups of {size}"] = (
+            lambda enc, exe=exe: exe(enc)["last_hidden_state"])
+    return runners
+
+
 def megabytes(path: Path) -> float:
     """Size of an ONNX file with its external data files (same folder, name + ".data")."""
     return sum(p.stat().st_size for p in (path, path.with_name(path.name + ".data"))
@@ -183,6 +200,8 @@ def main() -> None:
     parser.add_argument("--breakdown", type=int, default=0, metavar="K",
                         help="also print the K costliest kinds of step of lowbit's program and "
                         "of the imported files")
+    parser.add_argument("--group-sizes", default="", metavar="G,...",
+                        help="also run lowbit quantized with these group_size values")
     args = parser.parse_args()
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
@@ -201,6 +220,7 @@ def main() -> None:
     imported = cpu.compile(lowbit.load(ort_q), threads=args.threads)
     runs: dict[str, Runner] = {
         "lowbit cpu": lambda enc: exe(enc)["last_hidden_state"],
+        **group_runners(src, args.group_sizes, args.threads),
         "ORT dynamic": ort_runner(ort_q, args.threads),
         "lowbit cpu, ORT file": lambda enc: imported(enc)["last_hidden_state"],
         "ORT fp32": ort_runner(src, args.threads),

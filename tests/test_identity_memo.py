@@ -7,7 +7,7 @@ import gc
 
 import numpy as np
 
-from lowbit.identity_memo import IdentityMemo
+from lowbit.identity_memo import IdentityMemo, SameObject
 
 
 def _sum(memo: IdentityMemo, array: np.ndarray, extra: str, calls: list) -> int:
@@ -31,3 +31,15 @@ def test_computed_once_per_object_and_dropped_with_it():
     arrays.clear()
     gc.collect()
     assert len(memo) == 0
+
+
+def test_same_object_equal_only_to_the_same_live_object():
+    a, b = np.zeros(3), np.zeros(3)
+    key = SameObject(a)
+    assert key == SameObject(a) and hash(key) == hash(SameObject(a))
+    assert key != SameObject(b) and key != a
+    stale = SameObject(b)
+    del b
+    gc.collect()
+    assert stale != stale  # its object is gone: never equal, even to itself
+    assert {key: 1}.get(SameObject(a)) == 1

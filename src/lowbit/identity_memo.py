@@ -15,23 +15,39 @@ from collections.abc import Callable, Hashable
 from typing import Any
 
 
+class SameObject:
+    """A key equal only to a `SameObject` of the very same live object (checked through a weak
+    reference, so a reused `id` never matches)."""
+
+    __slots__ = ("id", "ref")
+
+    def __init__(self, obj: Any) -> None:
+        self.ref, self.id = weakref.ref(obj), id(obj)
+
+    def __hash__(self) -> int:
+        return self.id
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, SameObject) and other.id == self.id and \
+            self.ref() is not None and self.ref() is other.ref()
+
+
 class IdentityMemo:
     """`memo(objects, extra, compute)`: compute() once per tuple of live `objects` (by identity)
     and hashable `extra` (module docstring)."""
 
     def __init__(self) -> None:
-        self._entries: dict[tuple, tuple[tuple[weakref.ref, ...], Any]] = {}
+        self._entries: dict[tuple, Any] = {}
 
     def __call__(self, objects: tuple[Any, ...], extra: Hashable,
                  compute: Callable[[], Any]) -> Any:
-        key = (tuple(id(o) for o in objects), extra)
-        found = self._entries.get(key)
-        if found is not None and all(r() is o for r, o in zip(found[0], objects, strict=True)):
-            return found[1]
+        key = (tuple(SameObject(o) for o in objects), extra)
+        if key in self._entries:
+            return self._entries[key]
         value = compute()
-        refs = tuple(weakref.ref(o, lambda _, key=key: self._entries.pop(key, None))
-                     for o in objects)
-        self._entries[key] = (refs, value)
+        for o in objects:  # dropped when any of the objects is freed
+            weakref.finalize(o, self._entries.pop, key, None).atexit = False
+        self._entries[key] = value
         return value
 
     def __len__(self) -> int:

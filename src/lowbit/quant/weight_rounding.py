@@ -61,6 +61,7 @@ from itertools import product
 
 import numpy as np
 
+from lowbit.identity_memo import SameObject
 from lowbit.ir.graph import Node
 from lowbit.ir.types import TensorType
 from lowbit.ops.product import ProductGeometry, integer_product
@@ -403,23 +404,6 @@ def _weight_inputs(geometry: ProductGeometry, weight: np.ndarray, wt: TensorType
     return rows, scale, zero
 
 
-class _SameArray:
-    """Equal only to a `_SameArray` of the very same live array (checked through a weak
-    reference, so a reused `id` never matches)."""
-
-    __slots__ = ("id", "ref")
-
-    def __init__(self, array: np.ndarray) -> None:
-        self.ref, self.id = weakref.ref(array), id(array)
-
-    def __hash__(self) -> int:
-        return self.id
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, _SameArray) and other.id == self.id and \
-            self.ref() is not None and self.ref() is other.ref()
-
-
 def _immutable(array: np.ndarray) -> bool:
     """Whether `array`'s values can no longer change: read-only down to memory it owns or an
     immutable bytes object (graph constants: `Graph.add_constant`, ONNX initializers)."""
@@ -439,7 +423,7 @@ def _key(weight: np.ndarray, geometry: ProductGeometry, rows: np.ndarray, scale:
     weight (every graph constant) is named by its identity rather than a digest of its bytes
     (hashing EfficientNet-Lite0's rows cost as much as a tenth of quantizing it)."""
     if isinstance(weight, np.ndarray) and _immutable(weight):
-        which: object = (_SameArray(weight), weight.dtype.str, weight.shape, geometry)
+        which: object = (SameObject(weight), weight.dtype.str, weight.shape, geometry)
     else:
         which = hashlib.sha256(rows.tobytes()).hexdigest()
     return (which, rows.shape, scale.tobytes(), zero.tobytes(), wt.dtype.qmin, wt.dtype.qmax)

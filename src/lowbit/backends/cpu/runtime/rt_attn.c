@@ -165,16 +165,17 @@ static void lb_attn_prepare(void *arg, int64_t bh, int worker) {
 
 #if LB_HAVE_X86
 /* A-side dwords of rows [0, rows) of codes (stride ld) with per (row, group) zero points
- * (the group sums by lb_sums32_avx512 for whole groups of 32 on AVX-512). */
+ * (the group sums by lb_group_sums_avx512 for whole groups of 32, 64 or 128 on AVX-512). */
 static void lb_attn_aside(int isa, int64_t rows, int64_t k, int64_t group,
                           const uint8_t *codes, int64_t ld, const uint8_t *zero, int64_t ldz,
                           int32_t *azc) {
     int64_t G = lb_ceil(k, group);
-    const int fast = LB_HAVE_AVX512 && isa == LB_ISA_AVX512VNNI && group == 32 && k % 32 == 0;
+    const int fast = LB_HAVE_AVX512 && isa == LB_ISA_AVX512VNNI &&
+                     (group == 32 || group == 64 || group == 128) && k % group == 0;
     (void)isa;
     for (int64_t r = 0; r < rows; r++) {
 #if LB_HAVE_AVX512
-        if (fast) lb_sums32_avx512(codes + r * ld, G, azc + r * G);
+        if (fast) lb_group_sums_avx512(codes + r * ld, G, group, azc + r * G);
 #endif
         for (int64_t g = 0; g < G; g++) {
             int32_t ra = 0;

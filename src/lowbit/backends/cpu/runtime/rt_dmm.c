@@ -110,15 +110,15 @@ static void lb_dmm_task(void *arg, int64_t task, int worker) {
         t.a = lb_dmm_flipped(p) + (b * p->M + t.m0) * p->K;
         t.lda = p->K;
     }
-    /* sums of whole groups of 32 codes by the vector kernel */
-    const int fast_sums = LB_HAVE_AVX512 && j->isa == LB_ISA_AVX512VNNI && g == 32 &&
-                          p->K % 32 == 0;
+    /* sums of whole groups of 32, 64 or 128 codes by the vector kernel */
+    const int fast_sums = LB_HAVE_AVX512 && j->isa == LB_ISA_AVX512VNNI &&
+                          (g == 32 || g == 64 || g == 128) && p->K % g == 0;
     for (int64_t m = t.m0; m < t.m1; m++) {
         const uint8_t *a = t.a + (m - t.m0) * t.lda;
         int64_t pb = b * p->p_batch + m * p->p_row, r = m - t.m0;
         int32_t total = 0;
 #if LB_HAVE_AVX512
-        if (fast_sums) lb_sums32_avx512(a, G, azc + r * G);
+        if (fast_sums) lb_group_sums_avx512(a, G, g, azc + r * G);
 #endif
         for (int64_t jj = 0; jj < G; jj++) {
             int32_t za = p->a_signed ? ((const int8_t *)p->a_zero)[pb + jj * p->p_group] + 128

@@ -211,6 +211,22 @@ LB_TARGET_AVX512 void lb_sums32_avx512(const uint8_t *a, int64_t groups, int32_t
     }
 }
 
+/* Sums of `groups` whole groups of `group` codes (32, 64 or 128: 64 bytes by vpsadbw). */
+LB_TARGET_AVX512 void lb_group_sums_avx512(const uint8_t *a, int64_t groups, int64_t group,
+                                           int32_t *out) {
+    if (group == 32) {
+        lb_sums32_avx512(a, groups, out);
+        return;
+    }
+    for (int64_t j = 0; j < groups; j++) {
+        __m512i s = _mm512_setzero_si512();
+        for (int64_t c = 0; c < group; c += 64)
+            s = _mm512_add_epi64(
+                s, _mm512_sad_epu8(_mm512_loadu_si512(a + j * group + c), _mm512_setzero_si512()));
+        out[j] = (int32_t)_mm512_reduce_add_epi64(s);
+    }
+}
+
 LB_TARGET_AVX512 void lb_dmm_tile_avx512(const lb_dmm_tile *t) {
     const int grouped = t->p->group > 0;
     for (int64_t nb = t->nb0; nb < t->nb1; nb += LB_DMM_NV) {

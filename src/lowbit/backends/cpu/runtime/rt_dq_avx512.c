@@ -213,14 +213,16 @@ LB_TARGET_AVX512 static void lb_dq_rows_batched(const lb_dq_rows *p, int64_t r0,
     }
 }
 
-/* Groups of 32 values filling whole rows (k a multiple of 32, the default grouped case):
- * lb_dq_rows_batched's operations without its general bookkeeping. Blocks of 16 slices in
- * order (row, group); a slice is two vectors, no masks. NaN lanes leave the range as
- * vminps/vmaxps return their second operand when the first is NaN (the range starts at 0,
- * which a NaN counts as); they get the code `zero` as in lb_dq_codes. Parameters of 16
- * consecutive slices are stored as one vector when they are contiguous (ldp == G). */
-LB_TARGET_AVX512 static void lb_dq_rows_g32(const lb_dq_rows *p, int64_t r0, int64_t r1) {
-    const int64_t k = p->k, ldx = p->ldx, ldq = p->ldq, ldp = p->ldp, G = k / 32;
+/* Groups of 32, 64 or 128 values filling whole rows (k a multiple of the group, the default
+ * grouped case and its coarser variants): lb_dq_rows_batched's operations without its general
+ * bookkeeping. Blocks of 16 slices in order (row, group); a slice is CH = group / 16 vectors,
+ * no masks. NaN lanes leave the range as vminps/vmaxps return their second operand when the
+ * first is NaN (the range starts at 0, which a NaN counts as); they get the code `zero` as in
+ * lb_dq_codes. Parameters of 16 consecutive slices are stored as one vector when they are
+ * contiguous (ldp == G). */
+LB_V512 void lb_dq_rows_whole(const lb_dq_rows *p, int64_t r0, int64_t r1, const int CH) {
+    const int64_t group = 16 * CH;
+    const int64_t k = p->k, ldx = p->ldx, ldq = p->ldq, ldp = p->ldp, G = k / group;
     const float *const xbase = p->x, *const csbase = p->channel_scale;
     const int symmetric = p->symmetric;
     float *const pscale = p->scale;
@@ -229,7 +231,7 @@ LB_TARGET_AVX512 static void lb_dq_rows_g32(const lb_dq_rows *p, int64_t r0, int
     const __m512 top = _mm512_set1_ps((float)p->qmax);
     const __m512 zero_v = _mm512_setzero_ps();
     const __m512 qlo = symmetric ? _mm512_set1_ps(-(float)p->qmax) : zero_v;
-    float kept[16 * 32]; /* x / cs of pass 1, for pass 2 */
+    float kept[16 * 128]; /* x / cs of pass 1, for pass 2 */
     int64_t r = r0, j = 0;
     for (int64_t s0 = 0; s0 < total; s0 += 16) {
         const int64_t count = LB_MIN(16, total - s0);
@@ -239,24 +241,19 @@ LB_TARGET_AVX512 static void lb_dq_rows_g32(const lb_dq_rows *p, int64_t r0, int
         for (int64_t i = 0; i < 16; i++) {
             __m512 l = zero_v, h = zero_v;
             if (i < count) {
-                const float *x = xbase + r * ldx + j * 32;
-                dst[i] = qbase + r * ldq + j * 32;
-                __m512 v0 = _mm512_loadu_ps(x), v1 = _mm512_loadu_ps(x + 16);
-                if (csbase) {
-                    v0 = _mm512_div_ps(v0, _mm512_loadu_ps(csbase + j * 32));
-                    v1 = _mm512_div_ps(v1, _mm512_loadu_ps(csbase + j * 32 + 16));
-                    _mm512_storeu_ps(kept + i * 32, v0);
-                    _mm512_storeu_ps(kept + i * 32 + 16, v1);
-                    src[i] = kept + i * 32;
-                } else {
-                    src[i] = x;
+                const float *x = xbase + r * ldx + j * group;
+                dst[i] = qbase + r * ldq + j * group;
+                src[i] = csbase ? kept + i * group : x;
+                for (int c = 0; c < CH; c++) {
+                    __m512 v = _mm512_loadu_ps(x + c * 16);
+                    if (csbase) {
+                        v = _mm512_div_ps(v, _mm512_loadu_ps(csbase + j * group + c * 16));
+                        _mm512_storeu_ps(kept + i * group + c * 16, v);
+                    }
+                    if (symmetric) v = _mm512_abs_ps(v);
+                    l = _mm512_min_ps(v, l);
+                    h = _mm512_max_ps(v, h);
                 }
-                if (symmetric) {
-                    v0 = _mm512_abs_ps(v0);
-                    v1 = _mm512_abs_ps(v1);
-                }
-                l = _mm512_min_ps(v1, _mm512_min_ps(v0, l));
-                h = _mm512_max_ps(v1, _mm512_max_ps(v0, h));
                 if (++j == G) {
                     j = 0;
                     r++;
@@ -287,7 +284,7 @@ LB_TARGET_AVX512 static void lb_dq_rows_g32(const lb_dq_rows *p, int64_t r0, int
         for (int64_t i = 0; i < count; i++) {
             const __m512 vs = _mm512_set1_ps(sc[i]), vz = _mm512_set1_ps(zf[i]);
             const float *x = src[i];
-            for (int c = 0; c < 2; c++) {
+            for (int c = 0; c < CH; c++) {
                 const __m512 v = _mm512_loadu_ps(x + c * 16);
                 const __mmask16 ok = _mm512_cmp_ps_mask(v, v, _CMP_ORD_Q);
                 __m512 q = _mm512_maskz_roundscale_ps(ok, _mm512_div_ps(v, vs), LB_RNE);
@@ -300,10 +297,26 @@ LB_TARGET_AVX512 static void lb_dq_rows_g32(const lb_dq_rows *p, int64_t r0, int
     }
 }
 
+LB_TARGET_AVX512 static void lb_dq_rows_g32(const lb_dq_rows *p, int64_t r0, int64_t r1) {
+    lb_dq_rows_whole(p, r0, r1, 2);
+}
+LB_TARGET_AVX512 static void lb_dq_rows_g64(const lb_dq_rows *p, int64_t r0, int64_t r1) {
+    lb_dq_rows_whole(p, r0, r1, 4);
+}
+LB_TARGET_AVX512 static void lb_dq_rows_g128(const lb_dq_rows *p, int64_t r0, int64_t r1) {
+    lb_dq_rows_whole(p, r0, r1, 8);
+}
+
 LB_TARGET_AVX512 void lb_dq_rows_avx512(const lb_dq_rows *p, int64_t r0, int64_t r1) {
     int64_t G = (p->k + p->group - 1) / p->group;
-    if (p->group == 32 && p->k % 32 == 0 && r1 > r0) {
-        lb_dq_rows_g32(p, r0, r1);
+    if ((p->group == 32 || p->group == 64 || p->group == 128) && p->k % p->group == 0 &&
+        r1 > r0) {
+        if (p->group == 32)
+            lb_dq_rows_g32(p, r0, r1);
+        else if (p->group == 64)
+            lb_dq_rows_g64(p, r0, r1);
+        else
+            lb_dq_rows_g128(p, r0, r1);
         return;
     }
     if (p->group <= 128 && (r1 - r0) * G >= 8) {

@@ -47,6 +47,7 @@ void lb_dq_cols_avx2(const lb_dq_cols *p, int64_t o, int64_t c0, int64_t c1);
 void lb_dmm_tile_avx512(const lb_dmm_tile *t);
 /* out[j] = sum of a[j * 32 .. j * 32 + 31] for j < groups (uint8 codes, exact) */
 void lb_sums32_avx512(const uint8_t *a, int64_t groups, int32_t *out);
+void lb_group_sums_avx512(const uint8_t *a, int64_t groups, int64_t group, int32_t *out);
 void lb_dmm_tile_avx2(const lb_dmm_tile *t);
 #endif
 
