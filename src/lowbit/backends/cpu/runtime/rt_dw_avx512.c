@@ -257,6 +257,12 @@ LB_V512 void lb_dw_gather(const lb_epilogue *ep, int64_t c0, __mmask32 k, const 
  * per accumulator); each quad's weights are loaded once for the P pixels. */
 #define LB_DWQ_PIX 2
 
+/* 32 channels' bytes at address a: all 32 (FULL) or those of mask k. */
+LB_V512 __m256i lb_dwq_load(uintptr_t a, __mmask32 k, const int FULL) {
+    if (FULL) return _mm256_loadu_si256((const __m256i *)a);
+    return _mm256_maskz_loadu_epi8(k, (const void *)a);
+}
+
 /* The address of pixel m's channel c0 in the results (OUT: uint8 or 16-bit codes). */
 LB_V512 void *lb_dwq_dst(const lb_dw512_job *j, int64_t m, int64_t c, int64_t c0,
                          const int OUT) {
@@ -269,7 +275,7 @@ LB_V512 void lb_dwq_pixels(const uintptr_t *base, const intptr_t *const *offs, i
                            const lb_dwbq *b23, const lb_dwrq *r01, const lb_dwrq *r23,
                            __m512i qmin, __m512i qmax, __m512i order, __m512i order16,
                            void *dst, int64_t ldc, const int METHOD, const int OUT,
-                           const int P) {
+                           const int P, const int FULL) {
     uint8_t *const dst8 = (uint8_t *)dst;
     uint16_t *const dst16 = (uint16_t *)dst;
     __m256i a0[LB_DWQ_PIX], a1[LB_DWQ_PIX], a2[LB_DWQ_PIX], a3[LB_DWQ_PIX];
@@ -288,10 +294,10 @@ LB_V512 void lb_dwq_pixels(const uintptr_t *base, const intptr_t *const *offs, i
 #pragma GCC unroll 2
         for (int p = 0; p < P; p++) {
             const intptr_t *t4 = offs[p] + 4 * q;
-            __m256i x0 = _mm256_maskz_loadu_epi8(k, (const void *)(b[p] + (uintptr_t)t4[0]));
-            __m256i x1 = _mm256_maskz_loadu_epi8(k, (const void *)(b[p] + (uintptr_t)t4[1]));
-            __m256i x2 = _mm256_maskz_loadu_epi8(k, (const void *)(b[p] + (uintptr_t)t4[2]));
-            __m256i x3 = _mm256_maskz_loadu_epi8(k, (const void *)(b[p] + (uintptr_t)t4[3]));
+            __m256i x0 = lb_dwq_load(b[p] + (uintptr_t)t4[0], k, FULL);
+            __m256i x1 = lb_dwq_load(b[p] + (uintptr_t)t4[1], k, FULL);
+            __m256i x2 = lb_dwq_load(b[p] + (uintptr_t)t4[2], k, FULL);
+            __m256i x3 = lb_dwq_load(b[p] + (uintptr_t)t4[3], k, FULL);
             __m256i l01 = _mm256_unpacklo_epi8(x0, x1), h01 = _mm256_unpackhi_epi8(x0, x1);
             __m256i l23 = _mm256_unpacklo_epi8(x2, x3), h23 = _mm256_unpackhi_epi8(x2, x3);
             a0[p] = _mm256_dpbusd_epi32(a0[p], _mm256_unpacklo_epi16(l01, l23), w0);
@@ -386,14 +392,18 @@ LB_V512 void lb_dwq_row(const lb_dw512_job *j, int64_t t, const int METHOD, cons
             lb_dw_gather(ep, c0, k, METHOD, &r01, &r23, &b01, &b23);
             const int64_t m0 = (n * w->oh + oy) * w->ow + ox0;
             int64_t i = 0;
+            for (; k == 0xFFFFFFFFu && i + LB_DWQ_PIX <= count; i += LB_DWQ_PIX)
+                lb_dwq_pixels(base + i, offs + i, c0, quads, wq, k, &b01, &b23, &r01, &r23,
+                              qmin, qmax, order, order16, lb_dwq_dst(j, m0 + i, c, c0, OUT),
+                              c, METHOD, OUT, LB_DWQ_PIX, 1);
             for (; i + LB_DWQ_PIX <= count; i += LB_DWQ_PIX)
                 lb_dwq_pixels(base + i, offs + i, c0, quads, wq, k, &b01, &b23, &r01, &r23,
                               qmin, qmax, order, order16, lb_dwq_dst(j, m0 + i, c, c0, OUT),
-                              c, METHOD, OUT, LB_DWQ_PIX);
+                              c, METHOD, OUT, LB_DWQ_PIX, 0);
             for (; i < count; i++)
                 lb_dwq_pixels(base + i, offs + i, c0, quads, wq, k, &b01, &b23, &r01, &r23,
                               qmin, qmax, order, order16, lb_dwq_dst(j, m0 + i, c, c0, OUT),
-                              c, METHOD, OUT, 1);
+                              c, METHOD, OUT, 1, 0);
         }
     }
 }
