@@ -64,6 +64,42 @@ def test_convolutions_by_bands_of_rows_are_bit_exact(seed):
     assert_bit_exact_on_every_isa(*graph_of_cases(100 + seed, 3, banded_conv_case))
 
 
+def wide_depthwise_case(g, rng, feeds, tag):
+    """A depthwise Conv of 8-bit codes over rows wider than one block of output pixels (the
+    4-tap-quad kernels take 32 pixels a block, the column-quad ones up to 32, both several
+    pixels at a time with a remainder), 1-70 channels (partial blocks of 32), kernels of 1-5
+    rows and columns, strides, dilations, pads, 8- or 16-bit results, both encodings."""
+    from cpu_graphs import I8, I16, U8, add_node, codes, const, qtype, random_attrs
+
+    from lowbit.ir.types import QuantParams
+
+    c = int(rng.integers(1, 71))
+    kh, kw = (int(v) for v in rng.integers(1, 6, 2))
+    sh, sw = (int(v) for v in rng.integers(1, 3, 2))
+    dh, dw = (int(v) for v in rng.choice([1, 1, 2], 2))
+    pads = [int(v) for v in rng.integers(0, 3, 4)]
+    low = max(1, (kh - 1) * dh + 1 - pads[0] - pads[2])
+    h = int(rng.integers(low, low + 5))
+    w_ = int(rng.integers(30, 140))
+    n = int(rng.integers(1, 3))
+    xdt = I8 if rng.random() < 0.5 else U8
+    tx = qtype(rng, xdt, (n, c, h, w_))
+    x = g.add_input(f"x_{tag}", tx)
+    feeds[x.name] = codes(rng, xdt, (n, c, h, w_))
+    wq = QuantParams(2.0 ** rng.uniform(-9, -4, c), 0, axis=0)
+    wv = const(g, codes(rng, I8, (c, 1, kh, kw)), I8, wq)
+    attrs = {"group": c, "kernel_shape": [kh, kw], "strides": [sh, sw],
+             "dilations": [dh, dw], "pads": pads, **random_attrs(rng)}
+    span = float(tx.quant.scale) * float(np.median(wq.scale)) * 128 * np.sqrt(kh * kw)
+    out = qtype(rng, rng.choice([I8, U8, U8, I16]), None, scale=span * 2.0 ** rng.uniform(-6, 0))
+    return add_node(g, "Conv", [x, wv], attrs, out)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_wide_depthwise_convolutions_are_bit_exact(seed):
+    assert_bit_exact_on_every_isa(*graph_of_cases(200 + seed, 30, wide_depthwise_case))
+
+
 @pytest.mark.parametrize("threads", [2, 3])
 def test_bands_of_rows_on_several_threads_are_bit_exact(threads):
     """Threads taking whole bands each (lb_qconv_run with at least 2 bands per thread), each
