@@ -22,6 +22,7 @@ from cpu_kernels import ISAS
 
 from lowbit.backends.cpu import library as L
 from lowbit.backends.cpu import stats
+from lowbit.backends.cpu.codegen.ops_float import FMA_PANEL, fma_packed
 
 _F = C.c_float
 
@@ -149,6 +150,54 @@ def test_fgemm_fma_equals_its_definition(isa, seed):
         bound = k * 2.0**-24 * (np.abs(a64) @ np.abs(b64) + (0 if bias is None else
                                                               np.abs(bias))) + 1e-30
         assert (np.abs(want - exact) <= bound).all()
+
+
+def _fgemm_packed(ctx: L.Context, a: np.ndarray, b: np.ndarray, bias, lo: float, hi: float,
+                  ldc: int) -> np.ndarray:
+    """lb_fgemm_fma_packed with B [N, >= K] packed by the codegen's `fma_packed`."""
+    fn = L.lib().lb_fgemm_fma_packed
+    fn.restype = None
+    fn.argtypes = [C.c_void_p, C.c_int64, C.c_int64, C.c_int64, C.c_void_p, C.c_int64,
+                   C.c_void_p, C.c_void_p, _F, _F, C.c_void_p, C.c_int64]
+    m, n = a.shape[0], b.shape[0]
+    k = min(a.shape[1], b.shape[1])
+    packed = fma_packed(b[:, :k])
+    out = np.full((m, ldc), np.nan, np.float32)
+    fn(ctx.handle, m, n, k, a.ctypes.data, a.shape[1], packed.ctypes.data,
+       None if bias is None else bias.ctypes.data, lo, hi, out.ctypes.data, ldc)
+    assert np.isnan(out[:, n:]).all(), "wrote past the N columns"
+    return out[:, :n]
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("seed", range(8))
+def test_fgemm_fma_packed_equals_its_definition(isa, seed):
+    """B packed ahead of the calls gives lb_fgemm_fma's bits: N off and on panel multiples,
+    K over several blocks, one row (the classifier's Gemm, split by columns) and many."""
+    rng = np.random.default_rng(300 + seed)
+    a, b, bias, lo, hi, ldc = _case(rng)
+    if seed % 2:  # a wide one-row product, split across tasks by columns
+        k = int(rng.choice([5, 300]))
+        n = int(rng.choice([64, 150, 333]))
+        a = rng.standard_normal((1, k)).astype(np.float32)
+        b = rng.standard_normal((n, k)).astype(np.float32)
+        bias, ldc = rng.standard_normal(n).astype(np.float32), n + 1
+    want = _fma_reference(a, b, bias, lo, hi)
+    for threads in (1, 2, 4):
+        got = _fgemm_packed(L.context(threads, isa), a, b, bias, lo, hi, ldc)
+        np.testing.assert_array_equal(got, want, err_msg=f"{isa}, {threads} threads, "
+                                      f"{a.shape} x {b.shape}")
+
+
+def test_fma_packed_layout():
+    """packed[(n // P * K + k) * P + n % P] = B[n, k], zero past N."""
+    b = np.arange(35 * 3, dtype=np.float32).reshape(35, 3) + 1
+    packed = fma_packed(b)
+    p = FMA_PANEL
+    assert packed.shape == (2 * p * 3,)
+    for n in range(2 * p):
+        for k in range(3):
+            assert packed[(n // p * 3 + k) * p + n % p] == (b[n, k] if n < 35 else 0)
 
 
 def test_fgemm_fma_is_not_the_double_sum():

@@ -124,3 +124,33 @@ def test_im2col_of_short_rows_is_the_same_on_every_isa():
                 want[oy * ow + ox, :kh * kw * c] = win.reshape(-1)
         for isa, out in outs.items():
             np.testing.assert_array_equal(out, want, err_msg=f"trial {trial} on {isa}")
+
+
+def _permute(threads: int, x: np.ndarray, axes: tuple) -> np.ndarray:
+    """lb_permute: x transposed by `axes` (strides in elements of x's C-contiguous layout)."""
+    f = L.lib().lb_permute
+    f.restype = None
+    f.argtypes = [C.c_void_p, C.c_int, C.c_void_p, C.c_void_p, C.c_int, C.c_void_p, C.c_void_p]
+    shape = np.array([x.shape[a] for a in axes], np.int64)
+    strides = np.array([x.strides[a] // x.itemsize for a in axes], np.int64)
+    out = np.zeros(tuple(shape), x.dtype)
+    f(L.context(threads=threads).handle, x.ndim, shape.ctypes.data, strides.ctypes.data,
+      x.itemsize, x.ctypes.data, out.ctypes.data)
+    return out
+
+
+def test_permute_is_the_transpose():
+    """NCHW -> NHWC of few channels (the blocked path: images, one and several) and of many,
+    NHWC -> NCHW, and other permutations, of every element size, with 1 and 2 threads."""
+    rng = np.random.default_rng(3)
+    cases = [((1, 3, 224, 224), (0, 2, 3, 1)), ((2, 3, 33, 40), (0, 2, 3, 1)),
+             ((3, 16, 5, 7), (0, 2, 3, 1)), ((1, 17, 30, 30), (0, 2, 3, 1)),
+             ((2, 1, 9, 9), (0, 2, 3, 1)), ((1, 5, 1, 1), (0, 2, 3, 1)),
+             ((1, 0, 4, 4), (0, 2, 3, 1)), ((2, 30, 30, 3), (0, 3, 1, 2)),
+             ((4, 6, 5), (2, 0, 1)), ((3, 2000), (1, 0)), ((2, 3, 4, 5), (3, 1, 0, 2))]
+    for dtype in (np.uint8, np.int16, np.float32, np.float64):
+        for shape, axes in cases:
+            x = (rng.standard_normal(shape) * 100).astype(dtype)
+            for threads in (1, 2):
+                np.testing.assert_array_equal(_permute(threads, x, axes), x.transpose(axes),
+                                              err_msg=f"{dtype.__name__} {shape} {axes}")

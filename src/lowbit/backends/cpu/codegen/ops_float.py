@@ -51,13 +51,16 @@ def conv(lw: Lowering, node) -> None:
     else:
         wdata = w.transpose(0, 2, 3, 1).reshape(-1)
     bias = lw.prog.data(lw.const_array(bv).astype(np.float32)) if bv is not None else "NULL"
+    # the chains' weights packed once here (one group's product), not on every call
+    packed = lw.prog.data(fma_packed(wdata.reshape(m, taps * cg)), "weights") \
+        if lw.fma_floats and group == 1 and not depthwise else "NULL"
     lo, hi = _clip(node)
     pointwise = kh == kw == 1 and win.strides == (1, 1) and not any(pads) and (oh, ow) == (ih, iw)
     scratch = None if depthwise or pointwise else \
         lw.prog.scratch(Size(oh * ow * taps * c * 4), "im2col")
     code = [f"const lb_fconv conv = {{{cexpr.window(n, ih, iw, c, oh, ow, win, pads)}, {group}, "
             f"{cg}, {mg}, {lw.prog.data(wdata, 'weights')}, {bias}, {lo}, {hi}, "
-            f".fma = {int(lw.fma_floats)}}};",
+            f".fma = {int(lw.fma_floats)}, .wp = {packed}}};",
             f"lb_fconv_run(ctx, &conv, (const float *){x.ptr}, (float *){out.ptr}, "
             f"{f'(float *){scratch.ptr}' if scratch else 'NULL'});"]
     lw.prog.step(f"{node.name}: Conv {kh}x{kw} group {group}, {c} -> {m}", code, [x], [out],
@@ -72,12 +75,30 @@ def _fgemm(lw: Lowering, node, av, w_rows: np.ndarray, bias: np.ndarray | None) 
     lo, hi = _clip(node)
     b = lw.prog.data(np.broadcast_to(bias.astype(np.float32).reshape(-1), (ncols,)).copy()) \
         if bias is not None else "NULL"
-    w = lw.prog.data(np.ascontiguousarray(w_rows, np.float32), "weights")
+    if lw.fma_floats:  # the weights packed once here, not on every call
+        w = lw.prog.data(fma_packed(w_rows), "weights")
+        call = (f"lb_fgemm_fma_packed(ctx, {rows.c()}, {ncols}, {k}, (const float *){a.ptr}, "
+                f"{k}, {w}, ")
+    else:
+        w = lw.prog.data(np.ascontiguousarray(w_rows, np.float32), "weights")
+        call = f"lb_fgemm(ctx, {rows.c()}, {ncols}, {k}, (const float *){a.ptr}, {k}, {w}, {k}, "
     lw.prog.step(f"{node.name}: {node.op_type} {k} -> {ncols}", [
-        f"{'lb_fgemm_fma' if lw.fma_floats else 'lb_fgemm'}(ctx, {rows.c()}, {ncols}, {k}, "
-        f"(const float *){a.ptr}, {k}, "
-        f"{w}, {k}, {b}, {lo}, {hi}, "
-        f"(float *){out.ptr}, {ncols});"], [a], [out])
+        f"{call}{b}, {lo}, {hi}, (float *){out.ptr}, {ncols});"], [a], [out])
+
+
+FMA_PANEL = 32
+"""Columns a panel of lb_fgemm_fma_packed's B (LB_FGEMM_PANEL in lowbit_rt.h)."""
+
+
+def fma_packed(w_rows: np.ndarray) -> np.ndarray:
+    """Weight rows [N, K] in lb_fgemm_fma_packed's layout: panels of FMA_PANEL columns, each
+    [K][FMA_PANEL] (packed[(n // P * K + k) * P + n % P] = w_rows[n, k]), the last panel's
+    columns past N zero."""
+    n, k = w_rows.shape
+    panels = -(-n // FMA_PANEL)
+    padded = np.zeros((panels * FMA_PANEL, k), np.float32)
+    padded[:n] = w_rows
+    return np.ascontiguousarray(padded.reshape(panels, FMA_PANEL, k).transpose(0, 2, 1)).reshape(-1)
 
 
 @emitter("Gemm")

@@ -431,6 +431,14 @@ LB_API void lb_fgemm_fma(const lb_ctx *ctx, int64_t M, int64_t N, int64_t K, con
                          int64_t lda, const float *B, int64_t ldb, const float *bias, float lo,
                          float hi, float *C, int64_t ldc);
 
+/* lb_fgemm_fma (the same bits) with B packed once, ahead of the calls: panels of
+ * LB_FGEMM_PANEL columns, Bp[(n / P * K + k) * P + n % P] = B[n, k] (P = LB_FGEMM_PANEL),
+ * the last panel's columns past N zero. */
+#define LB_FGEMM_PANEL 32
+LB_API void lb_fgemm_fma_packed(const lb_ctx *ctx, int64_t M, int64_t N, int64_t K,
+                                const float *A, int64_t lda, const float *Bp, const float *bias,
+                                float lo, float hi, float *C, int64_t ldc);
+
 typedef struct lb_fconv {
     lb_window win;
     int64_t groups, cg, mg;
@@ -438,6 +446,8 @@ typedef struct lb_fconv {
     const float *bias;
     float lo, hi;
     int fma; /* products as float32 fused multiply-add chains (lb_fgemm_fma), else in double */
+    const float *wp; /* fma, groups == 1, not depthwise: w packed as lb_fgemm_fma_packed's B,
+                      * or NULL (packed on every call) */
 } lb_fconv;
 
 LB_API void lb_fconv_run(const lb_ctx *ctx, const lb_fconv *p, const float *in, float *out,

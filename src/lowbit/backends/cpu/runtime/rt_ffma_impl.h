@@ -41,8 +41,8 @@ LB_FF_TARGET static inline VF LB_FF(lb_ff_finish_)(VF y, const float *bias, floa
 #define NR (2 * LB_FF_LANES)
 
 LB_FF_TARGET static inline __attribute__((always_inline)) void LB_FF(lb_ffg_tile_)(
-    const lb_fgemm_job *j, const float *a, const float *bp, int64_t kc, float *acc, int first,
-    int last, int64_t m, int64_t n, int nr, const int MR, const int NV) {
+    const lb_fgemm_job *j, const float *a, const float *bp, int64_t ldp, int64_t kc, float *acc,
+    int first, int last, int64_t m, int64_t n, int nr, const int MR, const int NV) {
     const int64_t lda = j->lda;
     VF c0[LB_FF_MR], c1[LB_FF_MR];
 #pragma GCC unroll 12
@@ -51,8 +51,8 @@ LB_FF_TARGET static inline __attribute__((always_inline)) void LB_FF(lb_ffg_tile
         if (NV == 2) c1[r] = first ? (VF){0} : LB_FF(lb_ff_load_)(acc + r * NR + LB_FF_LANES);
     }
     for (int64_t k = 0; k < kc; k++) {
-        const VF b0 = LB_FF(lb_ff_load_)(bp + k * NR);
-        const VF b1 = NV == 2 ? LB_FF(lb_ff_load_)(bp + k * NR + LB_FF_LANES) : b0;
+        const VF b0 = LB_FF(lb_ff_load_)(bp + k * ldp);
+        const VF b1 = NV == 2 ? LB_FF(lb_ff_load_)(bp + k * ldp + LB_FF_LANES) : b0;
 #pragma GCC unroll 12
         for (int r = 0; r < MR; r++) {
             const VF x = a[r * lda + k] - (VF){0}; /* a splat: x - 0 is x, -0 too */
@@ -100,9 +100,9 @@ LB_FF_TARGET static inline __attribute__((always_inline)) void LB_FF(lb_ffg_tile
 #define LB_FFG_TILE_FN(R, NV)                                                                  \
     LB_FF_TARGET __attribute__((noinline)) static void LB_FF_CAT(                              \
         LB_FF_CAT(LB_FF(lb_ffg_tile_), R), LB_FF_CAT(_, NV))(                                  \
-        const lb_fgemm_job *j, const float *a, const float *bp, int64_t kc, float *acc,        \
-        int first, int last, int64_t m, int64_t n, int nr) {                                   \
-        LB_FF(lb_ffg_tile_)(j, a, bp, kc, acc, first, last, m, n, nr, R, NV);                  \
+        const lb_fgemm_job *j, const float *a, const float *bp, int64_t ldp, int64_t kc,       \
+        float *acc, int first, int last, int64_t m, int64_t n, int nr) {                       \
+        LB_FF(lb_ffg_tile_)(j, a, bp, ldp, kc, acc, first, last, m, n, nr, R, NV);             \
     }
 #define LB_FFG_TILE_FNS(R) LB_FFG_TILE_FN(R, 1) LB_FFG_TILE_FN(R, 2)
 LB_FFG_TILE_FNS(1)
@@ -123,7 +123,8 @@ LB_FFG_TILE_FNS(12)
 #define LB_FFG_TILES(R) {LB_FFG_TILE(R, 1), LB_FFG_TILE(R, 2)}
 
 typedef void (*LB_FF(lb_ffg_tile_fn_))(const lb_fgemm_job *, const float *, const float *,
-                                         int64_t, float *, int, int, int64_t, int64_t, int);
+                                         int64_t, int64_t, float *, int, int, int64_t, int64_t,
+                                         int);
 
 /* Rows [m0, m1) (at most LB_FG_ROWS when K > LB_FG_KC) x columns [n0, n1) of C = A B^T. */
 LB_FF_TARGET void LB_FF(lb_ffgemm_block_)(const lb_fgemm_job *j, int64_t m0, int64_t m1,
@@ -138,23 +139,32 @@ LB_FF_TARGET void LB_FF(lb_ffgemm_block_)(const lb_fgemm_job *j, int64_t m0, int
     float bp[LB_FG_KC * NR] __attribute__((aligned(64)));
     float acc[LB_FG_ROWS * NR] __attribute__((aligned(64)));
     const int64_t K = j->K;
+    _Static_assert(LB_FG_PANEL % NR == 0, "prepacked panels hold whole tiles");
     for (int64_t n = n0; n < n1; n += NR) {
         const int nr = (int)LB_MIN(NR, n1 - n);
         for (int64_t k0 = 0; k0 < K || k0 == 0; k0 += LB_FG_KC) {
             const int64_t kc = LB_MIN(LB_FG_KC, K - k0);
-            for (int q = 0; q < NR; q++) {
-                if (q < nr) {
-                    const float *b = j->B + (n + q) * j->ldb + k0;
-                    for (int64_t k = 0; k < kc; k++) bp[k * NR + q] = b[k];
-                } else {
-                    for (int64_t k = 0; k < kc; k++) bp[k * NR + q] = 0.0f;
+            const float *b = bp;
+            int64_t ldp = NR;
+            if (j->Bp) { /* prepacked: panels of LB_FG_PANEL columns, all of k (n0 aligned) */
+                b = j->Bp + ((n / LB_FG_PANEL) * K + k0) * LB_FG_PANEL + n % LB_FG_PANEL;
+                ldp = LB_FG_PANEL;
+            } else {
+                for (int q = 0; q < NR; q++) {
+                    if (q < nr) {
+                        const float *col = j->B + (n + q) * j->ldb + k0;
+                        for (int64_t k = 0; k < kc; k++) bp[k * NR + q] = col[k];
+                    } else {
+                        for (int64_t k = 0; k < kc; k++) bp[k * NR + q] = 0.0f;
+                    }
                 }
             }
             const int first = k0 == 0, last = k0 + kc >= K;
             for (int64_t m = m0; m < m1; m += LB_FF_MR) {
                 const int mr = (int)LB_MIN(LB_FF_MR, m1 - m);
-                tiles[mr - 1][nr > LB_FF_LANES](j, j->A + m * j->lda + k0, bp, kc,
-                              first && last ? NULL : acc + (m - m0) * NR, first, last, m, n, nr);
+                tiles[mr - 1][nr > LB_FF_LANES](j, j->A + m * j->lda + k0, b, ldp, kc,
+                                                first && last ? NULL : acc + (m - m0) * NR,
+                                                first, last, m, n, nr);
             }
         }
     }

@@ -19,6 +19,7 @@ typedef struct lb_fgemm_job {
     int64_t ldc;
     int64_t rows_per_task, cols_per_task, mtasks;
     int fma; /* the float32 chain (rt_ffma_impl.h) instead of double sums */
+    const float *Bp; /* fma only: B prepacked (lb_fgemm_fma_packed's layout), else NULL */
 } lb_fgemm_job;
 
 /* Round the double sum (plus bias) once to float, then clamp (a fused Relu/Clip). */
@@ -60,6 +61,8 @@ static inline void lb_fdw_store(const lb_fdw_job *j, float *out, int64_t ch, dou
 /* The product's blocks: rows a task (a multiple of every LB_FL_MR), steps of k packed at once. */
 #define LB_FG_ROWS 96
 #define LB_FG_KC 256
+/* Columns a panel of lb_fgemm_fma_packed's B (a multiple of every chain tile's width). */
+#define LB_FG_PANEL LB_FGEMM_PANEL
 
 #define LB_FL_SUFFIX scalar
 #define LB_FL_TARGET
@@ -165,16 +168,19 @@ static void lb_fgemm_task(void *arg, int64_t task, int worker) {
 
 static void lb_fgemm_any(const lb_ctx *ctx, int64_t M, int64_t N, int64_t K, const float *A,
                          int64_t lda, const float *B, int64_t ldb, const float *bias, float lo,
-                         float hi, float *C, int64_t ldc, int fma) {
+                         float hi, float *C, int64_t ldc, int fma, const float *Bp) {
     if (M <= 0 || N <= 0) return;
-    lb_fgemm_job j = {M, N, K, A, lda, B, ldb, bias, lo, hi, C, ldc, 0, 0, 0, fma};
+    lb_fgemm_job j = {M, N, K, A, lda, B, ldb, bias, lo, hi, C, ldc, 0, 0, 0, fma, Bp};
+    /* prepacked B: each task's columns start on a panel */
+    const int64_t cstep = Bp ? LB_FG_PANEL : 16;
     /* B is packed once a task: longer tasks when no partial sums are kept between blocks */
     j.rows_per_task = LB_MIN(M, K <= LB_FG_KC ? 4 * LB_FG_ROWS : LB_FG_ROWS);
     j.mtasks = (M + j.rows_per_task - 1) / j.rows_per_task;
     j.cols_per_task = N;
     int64_t want = ctx->threads > 1 ? 4 * (int64_t)ctx->threads : 1;
-    while (j.mtasks * ((N + j.cols_per_task - 1) / j.cols_per_task) < want && j.cols_per_task > 16)
-        j.cols_per_task = (j.cols_per_task / 2 + 15) / 16 * 16;
+    while (j.mtasks * ((N + j.cols_per_task - 1) / j.cols_per_task) < want &&
+           j.cols_per_task > cstep)
+        j.cols_per_task = (j.cols_per_task / 2 + cstep - 1) / cstep * cstep;
     int64_t ntasks = j.mtasks * ((N + j.cols_per_task - 1) / j.cols_per_task);
     const void *args[2] = {&j, &ctx->isa};
     lb_parallel_for(ctx, ntasks, lb_fgemm_task, (void *)args);
@@ -183,13 +189,19 @@ static void lb_fgemm_any(const lb_ctx *ctx, int64_t M, int64_t N, int64_t K, con
 void lb_fgemm(const lb_ctx *ctx, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
               const float *B, int64_t ldb, const float *bias, float lo, float hi, float *C,
               int64_t ldc) {
-    lb_fgemm_any(ctx, M, N, K, A, lda, B, ldb, bias, lo, hi, C, ldc, 0);
+    lb_fgemm_any(ctx, M, N, K, A, lda, B, ldb, bias, lo, hi, C, ldc, 0, NULL);
 }
 
 void lb_fgemm_fma(const lb_ctx *ctx, int64_t M, int64_t N, int64_t K, const float *A,
                   int64_t lda, const float *B, int64_t ldb, const float *bias, float lo,
                   float hi, float *C, int64_t ldc) {
-    lb_fgemm_any(ctx, M, N, K, A, lda, B, ldb, bias, lo, hi, C, ldc, 1);
+    lb_fgemm_any(ctx, M, N, K, A, lda, B, ldb, bias, lo, hi, C, ldc, 1, NULL);
+}
+
+void lb_fgemm_fma_packed(const lb_ctx *ctx, int64_t M, int64_t N, int64_t K, const float *A,
+                         int64_t lda, const float *Bp, const float *bias, float lo, float hi,
+                         float *C, int64_t ldc) {
+    lb_fgemm_any(ctx, M, N, K, A, lda, NULL, 0, bias, lo, hi, C, ldc, 1, Bp);
 }
 
 /* ---- convolutions ------------------------------------------------------------------------ */
@@ -287,7 +299,7 @@ void lb_fconv_run(const lb_ctx *ctx, const lb_fconv *p, const float *in, float *
                     w->pl == 0 && w->oh == w->ih && w->ow == w->iw;
     if (pointwise && p->groups == 1) {
         lb_fgemm_any(ctx, w->n * pix_in, p->mg, p->cg, in, w->c, p->w, p->cg, p->bias, p->lo,
-                     p->hi, out, mout, p->fma);
+                     p->hi, out, mout, p->fma, p->fma ? p->wp : NULL);
         return;
     }
     for (int64_t b = 0; b < w->n; b++) {
@@ -304,6 +316,7 @@ void lb_fconv_run(const lb_ctx *ctx, const lb_fconv *p, const float *in, float *
         for (int64_t g = 0; g < p->groups; g++)
             lb_fgemm_any(ctx, pix_out, p->mg, K, A + g * gstep, lda, p->w + g * p->mg * K, K,
                          p->bias ? p->bias + g * p->mg : NULL, p->lo, p->hi,
-                         out + b * pix_out * mout + g * p->mg, mout, p->fma);
+                         out + b * pix_out * mout + g * p->mg, mout, p->fma,
+                         p->fma && p->groups == 1 ? p->wp : NULL);
     }
 }

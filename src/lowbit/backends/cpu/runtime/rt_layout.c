@@ -58,6 +58,39 @@ static void lb_perm_task(void *arg, int64_t t, int worker) {
     }
 }
 
+/* A batch of small-row transposes out[b][r][c] = in[b * bstride + c * R + r] for c < C <= 16
+ * (NCHW -> NHWC of few channels): a task is a block of LB_PERM_BLOCK rows r of one b, read
+ * channel by channel (contiguous) and written with a stride of C. */
+#define LB_PERM_BLOCK 1024
+typedef struct lb_tshort_job {
+    int64_t R, C, bstride, blocks;
+    int esize;
+    const char *in;
+    char *out;
+} lb_tshort_job;
+
+#define LB_TSHORT_COPY(T)                                                                      \
+    for (int64_t c = 0; c < j->C; c++) {                                                       \
+        const T *s = (const T *)src + c * j->R;                                                \
+        T *d = (T *)dst + c;                                                                   \
+        for (int64_t r = 0; r < nr; r++) d[r * j->C] = s[r];                                   \
+    }
+
+static void lb_tshort_task(void *arg, int64_t t, int worker) {
+    (void)worker;
+    const lb_tshort_job *j = (const lb_tshort_job *)arg;
+    int64_t b = t / j->blocks, r0 = t % j->blocks * LB_PERM_BLOCK;
+    int64_t nr = LB_MIN(LB_PERM_BLOCK, j->R - r0);
+    const char *src = j->in + (b * j->bstride + r0) * j->esize;
+    char *dst = j->out + (b * j->R + r0) * j->C * j->esize;
+    switch (j->esize) {
+    case 1: LB_TSHORT_COPY(uint8_t) break;
+    case 2: LB_TSHORT_COPY(uint16_t) break;
+    case 4: LB_TSHORT_COPY(uint32_t) break;
+    default: LB_TSHORT_COPY(uint64_t) break;
+    }
+}
+
 void lb_permute(const lb_ctx *ctx, int nd, const int64_t *shape, const int64_t *in_strides,
                 int esize, const void *in, void *out) {
     int64_t shape1[8] = {1, 1}, strides1[8] = {0, 0};
@@ -89,6 +122,17 @@ void lb_permute(const lb_ctx *ctx, int nd, const int64_t *shape, const int64_t *
     }
     int64_t bytes = esize;
     for (int d = 0; d < nd; d++) bytes *= shape[d];
+    if (nd == 3 && shape[2] <= 16 && shape[2] > 1 && in_strides[1] == 1 &&
+        in_strides[2] == shape[1] && (esize == 1 || esize == 2 || esize == 4 || esize == 8)) {
+        /* few channels to the end (NCHW -> NHWC of an image): rows of 3 as tasks cost more
+         * than the copy */
+        lb_tshort_job tj = {shape[1], shape[2], in_strides[0],
+                            (shape[1] + LB_PERM_BLOCK - 1) / LB_PERM_BLOCK, esize,
+                            (const char *)in, (char *)out};
+        if (tj.blocks) lb_parallel_for_sized(ctx, shape[0] * tj.blocks, bytes * 2,
+                                             lb_tshort_task, &tj);
+        return;
+    }
     /* enough tasks for the threads, when there are threads to share it */
     int lead = nd >= 3 && shape[0] < 16 && bytes * 2 >= LB_INLINE_BYTES ? 2 : 1;
     int64_t inner = 1, tasks = 1;
