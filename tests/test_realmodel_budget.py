@@ -47,9 +47,15 @@ def test_efficientnet_meets_agreement_097_with_at_most_3_layers_raised(tmp_path,
     # the figure, measured again from the written config
     prof = lowbit.Profile.load(tmp_path / "profile.yaml", graph)
     float_top1 = shared_cpu_outputs(graph, photos).argmax(1)  # shared with other files
-    run_mixed = lowbit.compile(lowbit.quantize(graph, prof, config))
-    agree = np.mean([run_mixed({"input": photos[i:i + 1]})["logits"].argmax() == float_top1[i]
-                     for i in rest])
+    mixed = lowbit.quantize(graph, prof, config)
+    # the cpu backend, as the search ran it: bit-exact with the reference interpreter on
+    # quantized models (tests/backends/cpu; checked here on one photo), ~8x faster on this one
+    # (its int16 layers) than the reference on the 58 photos
+    run_mixed = lowbit.compile(mixed, "cpu")
+    logits = np.concatenate([run_mixed({"input": photos[i:i + 1]})["logits"] for i in rest])
+    np.testing.assert_array_equal(logits[:1], lowbit.run(mixed, {"input": photos[rest[:1]]})[
+        "logits"])
+    agree = np.mean(logits.argmax(1) == float_top1[rest])
     assert agree >= 0.97
     assert f"chosen: {agree:.2%}" in out.out
     assert (tmp_path / "mixed.onnx").exists()

@@ -197,3 +197,86 @@ def test_products_reading_one_value_share_their_moments(tmp_path):
     for m in (q, k):
         assert m.count == 15 and np.allclose(m.second[0], rows.T @ rows, rtol=1e-5)
     assert q is not k and q.second is not k.second
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_triangles_waiting_for_one_exact_addition_equal_adding_each(native, monkeypatch):
+    """Batches' float32 triangles kept (`pending_slot`) and added PENDING at a time, or when S
+    is read, merged, copied or pickled, give the limbs, S and count of `add_upper` per batch;
+    a triangle with an infinity turns the sum into float64 from there on, as it did."""
+    import pickle
+
+    if not native:
+        monkeypatch.setattr(input_moments, "_native", lambda: False)
+    rng = np.random.default_rng(5)
+    groups, k = 2, 6
+    t = k * (k + 1) // 2
+    batches = [(rng.standard_normal((groups, t)) * 2.0 ** (30 * (b % 3))).astype(np.float32)
+               for b in range(input_moments.PENDING * 2 + 1)]
+    for stop in (1, input_moments.PENDING, len(batches)):
+        now, later = InputMoments.empty("p", groups, k), InputMoments.empty("p", groups, k)
+        for b, upper in enumerate(batches[:stop]):
+            now.add_upper(upper.astype(np.float64), b + 1)
+            assert later.can_defer()
+            later.pending_slot()[...] = upper
+            later.commit_pending(b + 1)
+        assert later.count == now.count
+        copied = pickle.loads(pickle.dumps(later))
+        assert later._exact.equals(now._exact) and copied._exact.equals(now._exact)
+        np.testing.assert_array_equal(later.second, now.second)
+    bad = batches[1].copy()
+    bad[0, 3] = np.inf
+    now, later = InputMoments.empty("p", groups, k), InputMoments.empty("p", groups, k)
+    for upper in (batches[0], bad, batches[2]):
+        now.add_upper(upper.astype(np.float64), 1)
+        later.pending_slot()[...] = upper
+        later.commit_pending(1)
+    merged = InputMoments.empty("p", groups, k)
+    merged.merge(later)
+    np.testing.assert_array_equal(later.second, now.second)
+    np.testing.assert_array_equal(merged.second, now.second)
+    assert later._exact is None and now._exact is None
+
+
+@pytest.mark.parametrize("size", [(9, 8), (40, 40)])
+def test_observed_batches_kept_for_one_exact_addition_equal_adding_each(size, tmp_path,
+                                                                       monkeypatch):
+    """observe_input keeps a depthwise Conv's or a 1x1 Conv's batch of one block (the 9 x 8
+    map) as float32 triangles and adds them later; the exact sums, S and counts equal those
+    of adding each batch at once (and the 40 x 40 map, several blocks, is added at once)."""
+    rng = np.random.default_rng(8)
+    c = 5
+    cases = {"depthwise": ({"group": c, "pads": [1, 1, 1, 1]}, (c, 1, 3, 3)),
+             "pointwise": ({}, (4, c, 1, 1))}
+    for name, (attrs, w_shape) in cases.items():
+        graph = _single(tmp_path / f"{name}.onnx", "Conv", attrs, (1, c, *size),
+                        rng.standard_normal(w_shape).astype(np.float32))
+        node = next(n for n in graph.nodes if n.op_type == "Conv")
+        shape = input_moments.moments_shape(node)
+        batches = [rng.standard_normal((1, c, *size)).astype(np.float32) for _ in range(6)]
+        later = InputMoments.empty("p", *shape)
+        with monkeypatch.context() as m:
+            m.setattr(InputMoments, "can_defer", lambda self: False)
+            now = InputMoments.empty("p", *shape)
+            for x in batches:
+                input_moments.observe_input(now, node, x)
+        for x in batches:
+            input_moments.observe_input(later, node, x)
+        assert (later._pending_used > 0) == (size == (9, 8)), name
+        assert later.count == now.count
+        np.testing.assert_array_equal(later.second, now.second)
+        assert later._exact.equals(now._exact), name
+
+
+def test_the_profile_adds_and_frees_the_waiting_triangles(tmp_path):
+    """After `lowbit.profile`, no batch waits and no waiting buffer is kept, and S is that of
+    every batch (3 batches: fewer than PENDING, so all of them waited until the end)."""
+    rng = np.random.default_rng(9)
+    graph = _single(tmp_path / "g.onnx", "Gemm", {"transB": 1}, (1, 6),
+                    rng.standard_normal((3, 6)).astype(np.float32))
+    batches = [{"x": rng.standard_normal((1, 6)).astype(np.float32)} for _ in range(3)]
+    assert len(batches) < input_moments.PENDING
+    moments = lowbit.profile(graph, batches, progress=False).moments["p"]
+    assert moments._pending is None and moments._pending_used == 0 and moments.count == 3
+    x = np.concatenate([b["x"] for b in batches]).astype(np.float64)
+    np.testing.assert_allclose(moments.second[0], x.T @ x, rtol=1e-6)

@@ -205,6 +205,15 @@ class GridSum:
         if largest == 0.0:
             return None
         self._raise_top((math.frexp(largest)[1] - 1) // WINDOW)
+        return self.factors()
+
+    def factors(self) -> tuple[float, float] | None:
+        """The two powers of two whose product scales a value to units of the top window, or
+        None before any nonzero value. Limbs do not depend on how additions are grouped, so
+        a C kernel may count several additions (`begin_add` each) and then add all their
+        values with the factors of the final top."""
+        if self.top == NONE:
+            return None
         scale = -self.top * WINDOW  # in two steps: 2**scale alone may overflow
         return math.ldexp(1.0, scale // 2), math.ldexp(1.0, scale - scale // 2)
 

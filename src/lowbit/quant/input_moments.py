@@ -25,9 +25,10 @@ matrix product; with the cpu backend's library, the float32 vectors of a 1x1 Con
 no padding) or a dense product are read in place by a C kernel instead (`stats.moments_upper`:
 the upper triangle only, blocks of 256 vectors summed in float32 by fused multiply-adds in
 order, the blocks in float64), and a 2-D depthwise Conv's (`depthwise_moments`: each
-batch's S summed in float64 in position order, by a C kernel when the cpu backend's library
-loads); each is added to the totals exactly (`lowbit.numerics.exact_sum`, in C likewise: the
-same whatever the order, so moments profiled in shards merge into one pass's bit for bit).
+product rounded to float32 and summed in float32 over blocks of whole output rows, up to 256
+positions, the blocks in float64; by a C kernel when the cpu backend's library loads); each
+is added to the totals exactly (`lowbit.numerics.exact_sum`, in C likewise: the same whatever
+the order, so moments profiled in shards merge into one pass's bit for bit).
 """
 
 from __future__ import annotations
@@ -44,6 +45,10 @@ from lowbit.ops.product import integer_product
 
 CHUNK = 1 << 22
 """Numbers of input vectors formed at once while profiling (float64: 32 MiB)."""
+PENDING = 4
+"""Batches whose float32 triangles (one block of vectors each: `InputMoments.pending_slot`)
+are kept before one exact addition adds them all (one pass over the limbs instead of one
+each; the same limbs)."""
 MAX_SIZE = 4096
 """Longest input vector K whose moments are kept (K x K float64 a group: 128 MiB at most);
 products with longer rows round their weights to nearest."""
@@ -70,14 +75,58 @@ class InputMoments:
         self.shape = shape
         """(G, K)."""
         self.count = count
+        self._pending: np.ndarray | None = None
+        """[PENDING, G, K (K + 1) / 2] float32: triangles not yet added to `_exact`."""
+        self._pending_used = 0
 
     @classmethod
     def empty(cls, node: str, groups: int, size: int) -> InputMoments:
         return cls(node, None, 0, GridSum((groups, size * (size + 1) // 2)), (groups, size))
 
+    def can_defer(self) -> bool:
+        """Whether a batch's triangle may be given as float32 in `pending_slot` (while the
+        moments are an exact sum)."""
+        return self._exact is not None
+
+    def pending_slot(self) -> np.ndarray:
+        """Where to write the next batch's triangle [G, K (K + 1) / 2] in float32 (the
+        values it adds, each exactly a float32), before `commit_pending`."""
+        if self._pending is None:
+            self._pending = np.empty((PENDING, self.groups, self.size * (self.size + 1) // 2),
+                                     np.float32)
+        return self._pending[self._pending_used]
+
+    def commit_pending(self, count: int) -> None:
+        """Count the triangle written to `pending_slot` as S of `count` more vectors (added
+        exactly with the others when PENDING are waiting, or when S is next read)."""
+        self.count += count
+        self._pending_used += 1
+        if self._pending_used == PENDING:
+            self.flush()
+
+    def flush(self, release: bool = False) -> None:
+        """Add the waiting triangles, in order, as `add_upper` would have one by one (done
+        before S is read or merged; the profile calls it once its batches end, with
+        `release` to free the waiting buffer)."""
+        used, self._pending_used = self._pending_used, 0
+        if used:
+            assert self._pending is not None and self._exact is not None
+            waiting = [self._pending[b] for b in range(used)]
+            done = 0
+            if _native():
+                from lowbit.backends.cpu import stats
+
+                done = stats.gridsum_add_many(self._exact, waiting)
+                self._second = None
+            for upper in waiting[done:]:  # a triangle with a NaN or an infinity, and after
+                self._add_upper_values(upper.astype(np.float64))
+        if release:
+            self._pending = None
+
     @property
     def second(self) -> np.ndarray:
         """S: float64 [G, K, K]."""
+        self.flush()
         if self._second is None:
             assert self._exact is not None
             if _native():  # the same values, in C
@@ -90,6 +139,7 @@ class InputMoments:
 
     def _add(self, second: np.ndarray) -> None:
         """Add S of some vectors, given whole ([G, K, K], symmetric)."""
+        self.flush()
         if self._exact is not None:
             if _native():
                 from lowbit.backends.cpu import stats
@@ -108,7 +158,11 @@ class InputMoments:
 
     def add_upper(self, upper: np.ndarray, count: int) -> None:
         """Add S of `count` vectors given as its upper triangle [G, K (K + 1) / 2]."""
+        self.flush()
         self.count += count
+        self._add_upper_values(upper)
+
+    def _add_upper_values(self, upper: np.ndarray) -> None:
         if self._exact is not None and _native():
             from lowbit.backends.cpu import stats
 
@@ -128,7 +182,9 @@ class InputMoments:
     def __getstate__(self) -> dict:
         """Pickled without the float64 S derived from the exact sum (it is recomputed where
         needed): a partial profile moving between processes carries its limbs only."""
+        self.flush()
         state = dict(self.__dict__)
+        state["_pending"] = None
         if self._exact is not None:
             state["_second"] = None
         return state
@@ -147,6 +203,8 @@ class InputMoments:
         self.count += int(vectors.shape[2])
 
     def merge(self, other: InputMoments) -> None:
+        self.flush()
+        other.flush()
         if other.shape != self.shape:
             raise ValueError(f"input moments of '{self.node}' have shape (groups, size) "
                              f"{self.shape} and {other.shape}")
@@ -160,6 +218,7 @@ class InputMoments:
 
     def copy(self, node: str | None = None) -> InputMoments:
         """A copy (for `node`, default the same), exact sums included."""
+        self.flush()
         return InputMoments(self.node if node is None else node,
                             None if self._second is None else self._second.copy(), self.count,
                             None if self._exact is None else self._exact.copy(), self.shape)
@@ -243,18 +302,32 @@ def observe_input(moments: InputMoments, node: Node, x: np.ndarray) -> None:
     float32 or float64 matrix product."""
     depthwise = _depthwise_window(node, x)
     if depthwise is not None:
+        count = x.shape[0] * depthwise[-1][0] * depthwise[-1][1]
         if _native():
             from lowbit.backends.cpu import stats
 
             upper = stats.depthwise_moments(x, *depthwise)
+            out_rows, out_cols = depthwise[-1]
+            if x.shape[0] == 1 and out_rows <= max(1, DEPTHWISE_BLOCK // out_cols) and \
+                    moments.can_defer():  # one block: every value is a float32 (exactly)
+                moments.pending_slot()[...] = upper
+                moments.commit_pending(count)
+                return
         else:
             upper = depthwise_moments(x, *depthwise)
-        moments.add_upper(upper, x.shape[0] * depthwise[-1][0] * depthwise[-1][1])
+        moments.add_upper(upper, count)
         return
     items = _row_vectors(node, x) if _native() else None
     if items is not None:
         from lowbit.backends.cpu import stats
 
+        if len(items) == 1 and 0 < items[0][0].shape[0] <= stats.MOMENTS_BLOCK and \
+                moments.can_defer():  # one block: its float32 sums, added later
+            slot = moments.pending_slot()
+            for g, rows in enumerate(items[0]):
+                stats.moments_block(rows, slot[g])
+            moments.commit_pending(items[0][0].shape[0])
+            return
         upper = stats.zeroed_scratch((moments.groups, moments.size * (moments.size + 1) // 2))
         for views in items:
             for g, rows in enumerate(views):
@@ -317,32 +390,47 @@ def _depthwise_window(node: Node, x: np.ndarray) -> tuple | None:
     return (kernel, tuple(window.strides), tuple(window.dilations), (pads[0], pads[1]), outs)
 
 
+DEPTHWISE_BLOCK = 256
+"""Output positions (whole output rows, at least one) whose depthwise products
+`depthwise_moments` sums in float32 before adding them to the float64 total."""
+
+
 def depthwise_moments(x: np.ndarray, kernel: tuple[int, int], strides: tuple[int, int],
                       dilations: tuple[int, int], pads: tuple[int, int],
                       out_size: tuple[int, int]) -> np.ndarray:
     """The upper triangles [C, T] (T = taps (taps + 1) / 2, `np.triu_indices` order) of S for
-    each channel of a depthwise convolution of x [N, C, H, W]: v is the channel's receptive
-    field at one output position (taps row-major, zero outside the input, `pads` = (top,
-    left)), and S = sum of v v^T over the output positions in order (batch item, output row,
-    output column), each product v_a v_b (exact in float64 for float32 data) added to the
-    float64 total in turn. This is the definition the C kernel (`lowbit.backends.cpu.stats`)
-    reproduces bit for bit; it loops over positions in Python (slow)."""
+    each channel of a depthwise convolution of x [N, C, H, W] (float32): v is the channel's
+    receptive field at one output position (taps row-major, zero outside the input, `pads` =
+    (top, left)), and S = sum of v v^T over the output positions in order (batch item, output
+    row, output column), in blocks of whole output rows of one batch item, as many as fit in
+    `DEPTHWISE_BLOCK` positions (at least one row): within a block each product v_a v_b is
+    rounded to float32 and added to a float32 sum in position order (a multiply, then an add:
+    two roundings, no fused multiply-add); each block's sum is then added to the float64
+    total in block order. (Float32 halves the work of float64 products; a block of at most
+    256 products keeps the relative error near 1e-6, which steers no rounding decision.)
+    This is the definition the C kernel (`lowbit.backends.cpu.stats`) reproduces bit for
+    bit; it loops over positions in Python (slow)."""
     n, c, h, w = x.shape
     taps = kernel[0] * kernel[1]
     rows, cols = np.triu_indices(taps)
     total = np.zeros((c, len(rows)))
-    v = np.zeros((c, taps))
+    v = np.zeros((c, taps), np.float32)
+    x = np.asarray(x, np.float32)
+    block = max(1, DEPTHWISE_BLOCK // out_size[1])
     for b in range(n):
-        for oy in range(out_size[0]):
-            for ox in range(out_size[1]):
-                v[...] = 0.0
-                for ky in range(kernel[0]):
-                    iy = oy * strides[0] + ky * dilations[0] - pads[0]
-                    for kx in range(kernel[1]):
-                        ix = ox * strides[1] + kx * dilations[1] - pads[1]
-                        if 0 <= iy < h and 0 <= ix < w:
-                            v[:, ky * kernel[1] + kx] = x[b, :, iy, ix]
-                total = total + v[:, rows] * v[:, cols]
+        for first in range(0, out_size[0], block):
+            s = np.zeros((c, len(rows)), np.float32)
+            for oy in range(first, min(out_size[0], first + block)):
+                for ox in range(out_size[1]):
+                    v[...] = 0.0
+                    for ky in range(kernel[0]):
+                        iy = oy * strides[0] + ky * dilations[0] - pads[0]
+                        for kx in range(kernel[1]):
+                            ix = ox * strides[1] + kx * dilations[1] - pads[1]
+                            if 0 <= iy < h and 0 <= ix < w:
+                                v[:, ky * kernel[1] + kx] = x[b, :, iy, ix]
+                    s = s + v[:, rows] * v[:, cols]  # float32: product rounded, then sum
+            total = total + s.astype(np.float64)
     return total
 
 

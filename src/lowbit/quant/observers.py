@@ -309,16 +309,19 @@ class StatsObserver:
 
         requested = [a for a in self.channel_axes if -x.ndim <= a < x.ndim]
         found = [(a, stats.channel_stats(x, a % x.ndim)) for a in requested]
-        if not found:
-            found = [(None, stats.channel_stats(x, None))]
         if any(f is None for _, f in found):
             return False
+        if not found:  # the whole tensor: no sum needed
+            whole = stats.value_range(x)
+            if whole is None:
+                return False
+            low, high, zeros = whole
         for a, (lo, hi, total, _) in found:  # type: ignore[misc]
-            if a is not None:
-                self._update_channel(a, lo, hi, total,
-                                     np.full(lo.shape, x.size // max(lo.size, 1), np.float64))
-        zeros = found[-1][1][3]  # type: ignore[index]
-        low, high = float(lo.min()), float(hi.max())
+            self._update_channel(a, lo, hi, total,
+                                 np.full(lo.shape, x.size // max(lo.size, 1), np.float64))
+        if found:
+            zeros = found[-1][1][3]  # type: ignore[index]
+            low, high = float(lo.min()), float(hi.max())
         self.min = low if self.min is None else min(self.min, low)
         self.max = high if self.max is None else max(self.max, high)
         self._ensure_window()

@@ -183,6 +183,40 @@ def test_profile_is_the_same_with_nhwc_outputs_and_observer_threads(mnist, monke
         np.testing.assert_array_equal(m.second, plain.moments[name].second, err_msg=name)
 
 
+def test_profile_is_the_same_on_every_isa_and_thread_count(mnist, monkeypatch, tmp_path):
+    """The cpu profile's float model (float32 fused multiply-add chains, `fma_floats`) and its
+    observers give the same profile bit for bit on every ISA path and with 1 or 2 threads; and
+    the float model is not the default double sums (its values differ in the last bits)."""
+    from lowbit.backends.cpu import library
+
+    graph, _, images = mnist
+    batches = [{"input": images[i:i + 20]} for i in range(0, 60, 20)]
+    compile_with = cpu.compile
+    texts = {}
+    for isa in ISAS:
+        for threads in (1, 2):
+            monkeypatch.setenv(library.ISA_ENV, isa)
+            monkeypatch.setattr(cpu, "compile", lambda g, t=threads, **kw: compile_with(
+                g, **{**kw, "threads": t}))
+            prof = lowbit.profile(graph, batches, progress=False, backend="cpu")
+            prof.save(tmp_path / "p.yaml")
+            texts[isa, threads] = (tmp_path / "p.yaml").read_text()
+            for name, m in prof.moments.items():
+                texts[isa, threads, name] = m.second.tobytes()
+    isa0, threads0 = ISAS[0], 1
+    assert len(texts) > 2 * len(ISAS)
+    for key, value in texts.items():
+        assert value == texts[(isa0, threads0, *key[2:])], key
+    monkeypatch.setattr(cpu, "compile", compile_with)
+    observed = graph.copy()
+    observed.outputs = [v for n in observed.nodes for v in n.outputs
+                        if v.type is not None and v.type.dtype.is_float]
+    x = {"input": images[:20]}
+    fma = cpu.compile(observed, fma_floats=True)(x)
+    double = cpu.compile(observed)(x)
+    assert any((fma[n] != double[n]).any() for n in fma)
+
+
 def test_nhwc_outputs_are_views_of_the_same_values(mnist):
     graph, _, images = mnist
     x = {"input": images[:7]}

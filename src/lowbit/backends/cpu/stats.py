@@ -30,11 +30,18 @@ _SIGNATURES = {
                                  C.c_void_p, C.c_void_p, _i64p]),
     "lb_histogram_f32": (None, [C.c_void_p, C.c_int64, C.c_float, C.c_float, _i64p,
                                 C.c_int64]),
+    "lb_range_f32": (C.c_int, [C.c_void_p, C.c_int64, C.c_void_p, _i64p]),
     "lb_gptq_block": (None, [C.c_void_p] * 7 + [C.c_int64] * 5 + [C.c_double] * 2),
     "lb_moments_scratch": (C.c_int64, [C.c_int64]),
     "lb_exactsum_add": (C.c_int, [_i64p, _i64p, C.c_int64, C.c_void_p]),
     "lb_moments_f32": (None, [C.c_void_p, C.c_void_p] + [C.c_int64] * 4 + [C.c_void_p] * 2),
+    "lb_moments_block_f32": (C.c_int, [C.c_void_p, C.c_void_p] + [C.c_int64] * 4
+                             + [C.c_void_p] * 2),
+    "lb_gridsum_add_many": (None, [C.c_void_p, _i64p, C.c_int64, C.c_void_p, C.c_int64,
+                                   C.c_double, C.c_double]),
 }
+MOMENTS_BLOCK = 256
+"""Vectors `moments_upper` sums in float32 before adding to float64 (rt_moments.c)."""
 MAX_TAPS = 25
 """Largest depthwise kernel (taps) `depthwise_moments` takes (rt_stats.c LB_MOMENT_TAPS)."""
 
@@ -159,11 +166,11 @@ def depthwise_moments(x: np.ndarray, kernel: tuple[int, int], strides: tuple[int
     taps = kernel[0] * kernel[1]
     if taps > MAX_TAPS:
         raise ValueError(f"depthwise moments in C take at most {MAX_TAPS} taps, not {taps}")
-    # zero-padded, channel-last float64, channels rounded up to 8 (rt_stats.c)
+    # zero-padded, channel-last float32, channels rounded up to 16 (rt_stats.c)
     hp, wp = (max(pads[i] + size, (out_size[i] - 1) * strides[i]
                   + (kernel[i] - 1) * dilations[i] + 1) for i, size in enumerate((h, w)))
-    cp = -(-c // 8) * 8
-    padded = _reused((n, hp, wp, cp))
+    cp = -(-c // 16) * 16
+    padded = _reused((n, hp, wp, cp), np.float32)
     top, left = pads
     # zero only the padding: the interior is overwritten (clearing it all cost ~2% of a
     # profile's CPU)
@@ -203,6 +210,46 @@ def moments_upper(rows: np.ndarray, upper: np.ndarray) -> None:
                           upper.ctypes.data)
 
 
+def moments_block(rows: np.ndarray, upper: np.ndarray) -> None:
+    """upper (float32 [C (C + 1) / 2], overwritten) = the float32 sums of one block of
+    1 <= P <= `MOMENTS_BLOCK` vectors, float32 `rows` [P, C]: exactly the values
+    `moments_upper` would add to a triangle of zeros (their float64 conversions)."""
+    p, c = (int(d) for d in rows.shape)
+    assert rows.dtype == np.float32 and upper.dtype == np.float32 and upper.flags.c_contiguous
+    assert upper.shape == (c * (c + 1) // 2,) and 1 <= p <= MOMENTS_BLOCK and c > 0
+    sp, si = (int(st) // 4 for st in rows.strides)
+    if min(sp, si) < 1 or any(st % 4 for st in rows.strides):
+        rows = np.ascontiguousarray(rows)
+        sp, si = c, 1
+    scratch = _scratch(int(_lib().lb_moments_scratch(c)))
+    status = _lib().lb_moments_block_f32(_ctx(), rows.ctypes.data, p, c, sp, si,
+                                         scratch.ctypes.data, upper.ctypes.data)
+    assert status == 0
+
+
+def gridsum_add_many(total: GridSum, arrays: list[np.ndarray]) -> int:
+    """`total.add(a)` for each float32 array `a` of `arrays` (C-contiguous, of its shape), in
+    order, up to the first holding a NaN or an infinity; returns how many were added. One
+    pass over the limbs for all of them (the same limbs: an exact sum does not depend on how
+    its additions are grouped)."""
+    largest = C.c_double()
+    counted, nonzero = 0, []
+    for a in arrays:
+        assert a.dtype == np.float32 and a.flags.c_contiguous and a.shape == total.shape
+        if not _lib().lb_stats_maxabs(a.ctypes.data, 0, a.size, C.byref(largest)):
+            break
+        counted += 1
+        if total.begin_add(largest.value) is not None:
+            nonzero.append(a)
+    factors = total.factors()
+    if nonzero and factors is not None:
+        limbs = _limbs(total)
+        pointers = (C.c_void_p * len(nonzero))(*(a.ctypes.data for a in nonzero))
+        _lib().lb_gridsum_add_many(_ctx(), limbs.ctypes.data_as(_i64p), limbs[0].size,
+                                   pointers, len(nonzero), *factors)
+    return counted
+
+
 def _scratch(size: int) -> np.ndarray:
     """This thread's float32 scratch of at least `size` elements."""
     buf = getattr(_local, "scratch", None)
@@ -211,13 +258,16 @@ def _scratch(size: int) -> np.ndarray:
     return buf
 
 
-def _reused(shape: tuple[int, ...]) -> np.ndarray:
-    """A float64 array of `shape` (any values) in this thread's reused buffer (valid until the
-    thread's next call: fresh pages of a new array cost more than clearing warm ones)."""
+def _reused(shape: tuple[int, ...], dtype: type = np.float64) -> np.ndarray:
+    """An array of `shape` and `dtype` (any values) in this thread's reused buffer of that
+    dtype (valid until the thread's next call with it: fresh pages of a new array cost more
+    than clearing warm ones)."""
     size = int(np.prod(shape))
-    buf = getattr(_local, "zeroed", None)
+    name = f"reused_{np.dtype(dtype).name}"
+    buf = getattr(_local, name, None)
     if buf is None or buf.size < size:
-        buf = _local.zeroed = np.empty(size)
+        buf = np.empty(size, dtype)
+        setattr(_local, name, buf)
     return buf[:size].reshape(shape)
 
 
@@ -255,6 +305,21 @@ def channel_stats(x: np.ndarray, axis: int | None
                                  hi.ctypes.data, total.ctypes.data, C.byref(zeros)):
         return None
     return lo, hi, total, zeros.value
+
+
+def value_range(x: np.ndarray) -> tuple[float, float, int] | None:
+    """Minimum, maximum and number of zeros of float32 `x`, None when a value is NaN or
+    infinite: `channel_stats(x, None)` without the sum (the same minimum and maximum, of the
+    values in the same order: which of 0 and -0 comes first decides between them)."""
+    if x.ndim == 4 and x.dtype == np.float32 and not x.flags.c_contiguous and \
+            x.transpose(0, 2, 3, 1).flags.c_contiguous:
+        x = x.transpose(0, 2, 3, 1)  # the order channel_stats reads it in
+    x = np.ascontiguousarray(x, np.float32)
+    lohi = np.empty(2)
+    zeros = C.c_int64()
+    if not _lib().lb_range_f32(x.ctypes.data, x.size, lohi.ctypes.data, C.byref(zeros)):
+        return None
+    return float(lohi[0]), float(lohi[1]), zeros.value
 
 
 def _in_memory_order(x: np.ndarray) -> np.ndarray:

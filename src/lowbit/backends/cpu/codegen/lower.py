@@ -161,11 +161,14 @@ class Lowering:
 
     def __init__(self, graph: Graph, name: str, batch: str | None = None,
                  runtime_dims: bool = False, isas: frozenset[str] = ALL_ISAS,
-                 nhwc_outputs: bool = False) -> None:
+                 nhwc_outputs: bool = False, fma_floats: bool = False) -> None:
         self.graph = graph
         self.nhwc_outputs = nhwc_outputs
         """4-D outputs computed in NHWC are handed out in NHWC (`output_layouts`), not
         converted: for callers that read every element in any order (calibration)."""
+        self.fma_floats = fma_floats
+        """Float Conv, Gemm and MatMul by a constant as float32 fused multiply-add chains
+        (lb_fgemm_fma, lb_fconv.fma) instead of double sums rounded once."""
         self.output_layouts: list[str] = []
         """Per graph output, the layout of its array ("plain", or "nhwc": physical [N, H, W,
         C]), set by `finish`."""

@@ -1,5 +1,7 @@
 """Emitters of float nodes: Conv and Gemm/MatMul with double accumulation (the reference's
-rounding), elementwise ops in float32 as numpy computes them, means in double."""
+rounding) or, with `Lowering.fma_floats`, as float32 fused multiply-add chains (Conv, Gemm and
+MatMul by a constant: lb_fgemm_fma's definition); elementwise ops in float32 as numpy
+computes them, means in double."""
 
 from __future__ import annotations
 
@@ -54,7 +56,8 @@ def conv(lw: Lowering, node) -> None:
     scratch = None if depthwise or pointwise else \
         lw.prog.scratch(Size(oh * ow * taps * c * 4), "im2col")
     code = [f"const lb_fconv conv = {{{cexpr.window(n, ih, iw, c, oh, ow, win, pads)}, {group}, "
-            f"{cg}, {mg}, {lw.prog.data(wdata, 'weights')}, {bias}, {lo}, {hi}}};",
+            f"{cg}, {mg}, {lw.prog.data(wdata, 'weights')}, {bias}, {lo}, {hi}, "
+            f".fma = {int(lw.fma_floats)}}};",
             f"lb_fconv_run(ctx, &conv, (const float *){x.ptr}, (float *){out.ptr}, "
             f"{f'(float *){scratch.ptr}' if scratch else 'NULL'});"]
     lw.prog.step(f"{node.name}: Conv {kh}x{kw} group {group}, {c} -> {m}", code, [x], [out],
@@ -71,7 +74,8 @@ def _fgemm(lw: Lowering, node, av, w_rows: np.ndarray, bias: np.ndarray | None) 
         if bias is not None else "NULL"
     w = lw.prog.data(np.ascontiguousarray(w_rows, np.float32), "weights")
     lw.prog.step(f"{node.name}: {node.op_type} {k} -> {ncols}", [
-        f"lb_fgemm(ctx, {rows.c()}, {ncols}, {k}, (const float *){a.ptr}, {k}, "
+        f"{'lb_fgemm_fma' if lw.fma_floats else 'lb_fgemm'}(ctx, {rows.c()}, {ncols}, {k}, "
+        f"(const float *){a.ptr}, {k}, "
         f"{w}, {k}, {b}, {lo}, {hi}, "
         f"(float *){out.ptr}, {ncols});"], [a], [out])
 

@@ -424,12 +424,20 @@ LB_API void lb_fgemm(const lb_ctx *ctx, int64_t M, int64_t N, int64_t K, const f
                      int64_t lda, const float *B, int64_t ldb, const float *bias, float lo,
                      float hi, float *C, int64_t ldc);
 
+/* The same product as float32 chains: each C[m, n] starts at +0 and takes A[m, k] * B[n, k]
+ * for k in order by one float32 fused multiply-add each (fmaf), then the bias by one float32
+ * addition, then the clamp; the same bits on every ISA path and thread count. */
+LB_API void lb_fgemm_fma(const lb_ctx *ctx, int64_t M, int64_t N, int64_t K, const float *A,
+                         int64_t lda, const float *B, int64_t ldb, const float *bias, float lo,
+                         float hi, float *C, int64_t ldc);
+
 typedef struct lb_fconv {
     lb_window win;
     int64_t groups, cg, mg;
     const float *w; /* per group [mg][taps * cg] in (tap, channel) order */
     const float *bias;
     float lo, hi;
+    int fma; /* products as float32 fused multiply-add chains (lb_fgemm_fma), else in double */
 } lb_fconv;
 
 LB_API void lb_fconv_run(const lb_ctx *ctx, const lb_fconv *p, const float *in, float *out,

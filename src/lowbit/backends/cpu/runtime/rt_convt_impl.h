@@ -9,7 +9,7 @@
  * With 8 output channels or more, vectors hold 8 channels' sums of LB_CT_QB pixels (up to
  * LB_CT_NV such vectors per pixel share each input value); with fewer,
  * blocks of LB_CT_PIX input pixels are transposed so that a vector holds neighbouring
- * pixels' sums. */
+ * pixels' sums (LB_CT_FEW, if defined, may take a row first: the AVX-512 path's). */
 
 /* acc + x * w for doubles x and w converted from floats: their product is exact in double
  * (at most 48 significant bits, far from overflow or underflow), so a fused multiply-add,
@@ -17,6 +17,18 @@
  * uses one). */
 #ifndef LB_CT_MADD
 #define LB_CT_MADD(acc, x, w) ((acc) + (x) * (w))
+#endif
+
+/* o[k] = float((0.0 + a[k]) + bias[k]) (without bias: float(0.0 + a[k])) for k < n. */
+#ifndef LB_CT_STORE
+#define LB_CT_STORE(o, a, bias, n)                                                             \
+    do {                                                                                       \
+        if (bias)                                                                              \
+            for (int64_t k_ = 0; k_ < (n); k_++)                                               \
+                (o)[k_] = (float)((0.0 + (a)[k_]) + (double)(bias)[k_]);                       \
+        else                                                                                   \
+            for (int64_t k_ = 0; k_ < (n); k_++) (o)[k_] = (float)(0.0 + (a)[k_]);            \
+    } while (0)
 #endif
 
 #ifndef LB_CT_QB
@@ -56,7 +68,15 @@ LB_CT_TARGET static void LB_CT_FN(lb_fconvt_row1_)(const lb_fconvt *p, const flo
     int live = fy < p->fh && ky < p->kh && iy < p->ih;
     /* the bias, where no tap lands (with fewer than 8 channels everywhere first: the scattered
      * stores below then find the row in cache, measured faster) */
-    for (int64_t x = 0; x < p->ow; x++) {
+    int64_t bias_end = p->ow;
+#ifdef LB_CT_FEW_SUMS
+    /* LB_CT_FEW writes every output itself when each has a tap: kernel as wide as the stride,
+     * no output past the last input pixel's */
+    if (live && M < 8 && M * p->kw <= LB_CT_FEW_SUMS && p->kw == p->sw &&
+        p->bx + p->ow <= p->iw * p->sw)
+        bias_end = 0;
+#endif
+    for (int64_t x = 0; x < bias_end; x++) {
         int64_t fx = x + p->bx;
         if (M >= 8 && live && fx % p->sw < p->kw && fx / p->sw < p->iw) continue;
         for (int64_t m = 0; m < M; m++)
@@ -82,12 +102,8 @@ LB_CT_TARGET static void LB_CT_FN(lb_fconvt_row1_)(const lb_fconvt *p, const flo
                     for (int64_t q = 0; q < np; q++) {
                         int64_t x = (ix0 + q) * p->sw + kx - p->bx;
                         if (x < 0 || x >= p->ow) continue;
-                        float *o = orow + x * M + m0;
-                        if (p->bias)
-                            for (int64_t k = 0; k < 8 * nv; k++)
-                                o[k] = (float)((0.0 + acc[q][k]) + (double)p->bias[m0 + k]);
-                        else
-                            for (int64_t k = 0; k < 8 * nv; k++) o[k] = (float)(0.0 + acc[q][k]);
+                        LB_CT_STORE(orow + x * M + m0, acc[q], p->bias ? p->bias + m0 : NULL,
+                                    8 * nv);
                     }
                 }
                 for (int64_t q = 0; q < np && m8 < M; q++) {
@@ -111,6 +127,9 @@ LB_CT_TARGET static void LB_CT_FN(lb_fconvt_row1_)(const lb_fconvt *p, const flo
         return;
     }
     /* fewer than 8 output channels (M * kw <= LB_CT_SUMS, checked by the caller) */
+#ifdef LB_CT_FEW
+    if (LB_CT_FEW(p, irow, orow, ky)) return;
+#endif
     double xt[LB_CT_CI][LB_CT_PIX], v[LB_CT_SUMS][LB_CT_PIX];
     for (int64_t ix0 = 0; ix0 < p->iw; ix0 += LB_CT_PIX) {
         int64_t np = LB_MIN(LB_CT_PIX, p->iw - ix0);

@@ -250,13 +250,97 @@ LB_V512 void lb_dw_gather(const lb_epilogue *ep, int64_t c0, __mmask32 k, const 
         *r23 = lb_dwrq_gather(ep, c0, k, 2, METHOD);
     }
 }
+/* P consecutive output pixels (P a constant) of one row and 32 channels: pixel p's taps at
+ * base[p] + c0 + offs[p][t], its results to dst8 / dst16 + p * ldc (OUT: uint8 or 16-bit).
+ * The pixels' products are independent chains, interleaved so that no `vpdpbusd` waits for
+ * the latency of the one before it (one pixel alone is a dependent chain of `quads` products
+ * per accumulator); each quad's weights are loaded once for the P pixels. */
+#define LB_DWQ_PIX 2
+
+/* 32 channels' bytes at address a: all 32 (FULL) or those of mask k. */
+LB_V512 __m256i lb_dwq_load(uintptr_t a, __mmask32 k, const int FULL) {
+    if (FULL) return _mm256_loadu_si256((const __m256i *)a);
+    return _mm256_maskz_loadu_epi8(k, (const void *)a);
+}
+
+/* The address of pixel m's channel c0 in the results (OUT: uint8 or 16-bit codes). */
+LB_V512 void *lb_dwq_dst(const lb_dw512_job *j, int64_t m, int64_t c, int64_t c0,
+                         const int OUT) {
+    if (OUT == LB_U8) return (uint8_t *)j->tile.C + m * c + c0;
+    return (uint16_t *)j->tile.C + m * c + c0;
+}
+
+LB_V512 void lb_dwq_pixels(const uintptr_t *base, const intptr_t *const *offs, int64_t c0,
+                           int64_t quads, const int8_t *wq, __mmask32 k, const lb_dwbq *b01,
+                           const lb_dwbq *b23, const lb_dwrq *r01, const lb_dwrq *r23,
+                           __m512i qmin, __m512i qmax, __m512i order, __m512i order16,
+                           void *dst, int64_t ldc, const int METHOD, const int OUT,
+                           const int P, const int FULL) {
+    uint8_t *const dst8 = (uint8_t *)dst;
+    uint16_t *const dst16 = (uint16_t *)dst;
+    __m256i a0[LB_DWQ_PIX], a1[LB_DWQ_PIX], a2[LB_DWQ_PIX], a3[LB_DWQ_PIX];
+    uintptr_t b[LB_DWQ_PIX];
+#pragma GCC unroll 2
+    for (int p = 0; p < P; p++) {
+        a0[p] = a1[p] = a2[p] = a3[p] = _mm256_setzero_si256();
+        b[p] = base[p] + (uintptr_t)c0;
+    }
+    for (int64_t q = 0; q < quads; q++) {
+        const int8_t *wg = wq + q * 128;
+        const __m256i w0 = _mm256_loadu_si256((const __m256i *)wg);
+        const __m256i w1 = _mm256_loadu_si256((const __m256i *)(wg + 32));
+        const __m256i w2 = _mm256_loadu_si256((const __m256i *)(wg + 64));
+        const __m256i w3 = _mm256_loadu_si256((const __m256i *)(wg + 96));
+#pragma GCC unroll 2
+        for (int p = 0; p < P; p++) {
+            const intptr_t *t4 = offs[p] + 4 * q;
+            __m256i x0 = lb_dwq_load(b[p] + (uintptr_t)t4[0], k, FULL);
+            __m256i x1 = lb_dwq_load(b[p] + (uintptr_t)t4[1], k, FULL);
+            __m256i x2 = lb_dwq_load(b[p] + (uintptr_t)t4[2], k, FULL);
+            __m256i x3 = lb_dwq_load(b[p] + (uintptr_t)t4[3], k, FULL);
+            __m256i l01 = _mm256_unpacklo_epi8(x0, x1), h01 = _mm256_unpackhi_epi8(x0, x1);
+            __m256i l23 = _mm256_unpacklo_epi8(x2, x3), h23 = _mm256_unpackhi_epi8(x2, x3);
+            a0[p] = _mm256_dpbusd_epi32(a0[p], _mm256_unpacklo_epi16(l01, l23), w0);
+            a1[p] = _mm256_dpbusd_epi32(a1[p], _mm256_unpackhi_epi16(l01, l23), w1);
+            a2[p] = _mm256_dpbusd_epi32(a2[p], _mm256_unpacklo_epi16(h01, h23), w2);
+            a3[p] = _mm256_dpbusd_epi32(a3[p], _mm256_unpackhi_epi16(h01, h23), w3);
+        }
+    }
+#pragma GCC unroll 2
+    for (int p = 0; p < P; p++) {
+        __m512i x01 = _mm512_inserti64x4(_mm512_castsi256_si512(a0[p]), a1[p], 1);
+        __m512i x23 = _mm512_inserti64x4(_mm512_castsi256_si512(a2[p]), a3[p], 1);
+        __m512i y01, y23;
+        if (METHOD == LB_DW_BOUNDED) {
+            y01 = lb_dwbq_apply(b01, x01);
+            y23 = lb_dwbq_apply(b23, x23);
+        } else {
+            y01 = lb_dwrq_apply(r01, x01, qmin, qmax, METHOD);
+            y23 = lb_dwrq_apply(r23, x23, qmin, qmax, METHOD);
+        }
+        if (OUT != LB_U8) { /* codes inside the 16-bit type: one exact pack */
+            __m512i w16 = OUT == LB_I16 ? _mm512_packs_epi32(y01, y23)
+                                        : _mm512_packus_epi32(y01, y23);
+            _mm512_mask_storeu_epi16(dst16 + p * ldc, k, _mm512_permutexvar_epi16(order16, w16));
+            continue;
+        }
+        /* codes 0..255: two saturating packs (exact) leave in 128-bit lane L the dwords (4
+         * channels each) of y01's and y23's lane L, i.e. dword 4L holds channels (0, 16, 4,
+         * 20) + L's four and dword 4L+1 (8, 24, 12, 28); one permutation puts the 32 bytes in
+         * channel order. */
+        __m512i w16 = _mm512_packus_epi32(y01, y23);
+        __m256i y = _mm512_castsi512_si256(
+            _mm512_permutexvar_epi32(order, _mm512_packus_epi16(w16, w16)));
+        _mm256_mask_storeu_epi8(dst8 + p * ldc, k, y);
+    }
+}
+
 LB_V512 void lb_dwq_row(const lb_dw512_job *j, int64_t t, const int METHOD, const int OUT) {
     const lb_dwconv *p = j->p;
     const lb_window *w = &p->win;
     const lb_epilogue *ep = &p->ep;
     int64_t row = t / j->chunks, n = row / w->oh, oy = row % w->oh, taps = w->kh * w->kw;
     int64_t c = w->c, c_lo = (t % j->chunks) * j->chunk_c, c_hi = LB_MIN(c, c_lo + j->chunk_c);
-    uint8_t *const out = (uint8_t *)j->tile.C;
     int64_t quads = (taps + 3) / 4, stride = quads * 4;
     /* The taps of pixel i are at base[i] + offs[i][t]: inside the image base is the window's
      * corner and offs the shared `inner` offsets; at the border base is 0 and offs the taps'
@@ -283,7 +367,6 @@ LB_V512 void lb_dwq_row(const lb_dw512_job *j, int64_t t, const int METHOD, cons
         pos16[16 * (jj / 4) + 4 * x + jj % 4] = (int16_t)wd;
     }
     const __m512i order16 = _mm512_loadu_si512(pos16);
-    uint16_t *const out16 = (uint16_t *)j->tile.C;
     for (int64_t ox0 = 0; ox0 < w->ow; ox0 += 32) {
         int64_t count = LB_MIN(32, w->ow - ox0);
         for (int64_t i = 0; i < count; i++) {
@@ -307,55 +390,20 @@ LB_V512 void lb_dwq_row(const lb_dw512_job *j, int64_t t, const int METHOD, cons
             lb_dwrq r01, r23;
             lb_dwbq b01, b23;
             lb_dw_gather(ep, c0, k, METHOD, &r01, &r23, &b01, &b23);
-            for (int64_t i = 0; i < count; i++) {
-                const uintptr_t b = base[i] + (uintptr_t)c0;
-                const intptr_t *o = offs[i];
-                __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
-                for (int64_t q = 0; q < quads; q++) {
-                    const intptr_t *t4 = o + 4 * q;
-                    __m256i x0 = _mm256_maskz_loadu_epi8(k, (const void *)(b + (uintptr_t)t4[0]));
-                    __m256i x1 = _mm256_maskz_loadu_epi8(k, (const void *)(b + (uintptr_t)t4[1]));
-                    __m256i x2 = _mm256_maskz_loadu_epi8(k, (const void *)(b + (uintptr_t)t4[2]));
-                    __m256i x3 = _mm256_maskz_loadu_epi8(k, (const void *)(b + (uintptr_t)t4[3]));
-                    __m256i l01 = _mm256_unpacklo_epi8(x0, x1), h01 = _mm256_unpackhi_epi8(x0, x1);
-                    __m256i l23 = _mm256_unpacklo_epi8(x2, x3), h23 = _mm256_unpackhi_epi8(x2, x3);
-                    const int8_t *wg = wq + q * 128;
-                    a0 = _mm256_dpbusd_epi32(a0, _mm256_unpacklo_epi16(l01, l23),
-                                             _mm256_loadu_si256((const __m256i *)wg));
-                    a1 = _mm256_dpbusd_epi32(a1, _mm256_unpackhi_epi16(l01, l23),
-                                             _mm256_loadu_si256((const __m256i *)(wg + 32)));
-                    a2 = _mm256_dpbusd_epi32(a2, _mm256_unpacklo_epi16(h01, h23),
-                                             _mm256_loadu_si256((const __m256i *)(wg + 64)));
-                    a3 = _mm256_dpbusd_epi32(a3, _mm256_unpackhi_epi16(h01, h23),
-                                             _mm256_loadu_si256((const __m256i *)(wg + 96)));
-                }
-                __m512i x01 = _mm512_inserti64x4(_mm512_castsi256_si512(a0), a1, 1);
-                __m512i x23 = _mm512_inserti64x4(_mm512_castsi256_si512(a2), a3, 1);
-                __m512i y01, y23;
-                if (METHOD == LB_DW_BOUNDED) {
-                    y01 = lb_dwbq_apply(&b01, x01);
-                    y23 = lb_dwbq_apply(&b23, x23);
-                } else {
-                    y01 = lb_dwrq_apply(&r01, x01, qmin, qmax, METHOD);
-                    y23 = lb_dwrq_apply(&r23, x23, qmin, qmax, METHOD);
-                }
-                int64_t m = (n * w->oh + oy) * w->ow + ox0 + i;
-                if (OUT != LB_U8) { /* codes inside the 16-bit type: one exact pack */
-                    __m512i w16 = OUT == LB_I16 ? _mm512_packs_epi32(y01, y23)
-                                                : _mm512_packus_epi32(y01, y23);
-                    _mm512_mask_storeu_epi16(out16 + m * c + c0, k,
-                                             _mm512_permutexvar_epi16(order16, w16));
-                    continue;
-                }
-                /* codes 0..255: two saturating packs (exact) leave in 128-bit lane L the
-                 * dwords (4 channels each) of y01's and y23's lane L, i.e. dword 4L holds
-                 * channels (0, 16, 4, 20) + L's four and dword 4L+1 (8, 24, 12, 28); one
-                 * permutation puts the 32 bytes in channel order. */
-                __m512i w16 = _mm512_packus_epi32(y01, y23);
-                __m256i y = _mm512_castsi512_si256(
-                    _mm512_permutexvar_epi32(order, _mm512_packus_epi16(w16, w16)));
-                _mm256_mask_storeu_epi8(out + m * c + c0, k, y);
-            }
+            const int64_t m0 = (n * w->oh + oy) * w->ow + ox0;
+            int64_t i = 0;
+            for (; k == 0xFFFFFFFFu && i + LB_DWQ_PIX <= count; i += LB_DWQ_PIX)
+                lb_dwq_pixels(base + i, offs + i, c0, quads, wq, k, &b01, &b23, &r01, &r23,
+                              qmin, qmax, order, order16, lb_dwq_dst(j, m0 + i, c, c0, OUT),
+                              c, METHOD, OUT, LB_DWQ_PIX, 1);
+            for (; i + LB_DWQ_PIX <= count; i += LB_DWQ_PIX)
+                lb_dwq_pixels(base + i, offs + i, c0, quads, wq, k, &b01, &b23, &r01, &r23,
+                              qmin, qmax, order, order16, lb_dwq_dst(j, m0 + i, c, c0, OUT),
+                              c, METHOD, OUT, LB_DWQ_PIX, 0);
+            for (; i < count; i++)
+                lb_dwq_pixels(base + i, offs + i, c0, quads, wq, k, &b01, &b23, &r01, &r23,
+                              qmin, qmax, order, order16, lb_dwq_dst(j, m0 + i, c, c0, OUT),
+                              c, METHOD, OUT, 1, 0);
         }
     }
 }
@@ -382,17 +430,6 @@ LB_V512 void lb_dwv_interleave(const uint8_t *p0, const uint8_t *p1, const uint8
     _mm256_store_si256(dst + 3, _mm256_unpackhi_epi16(h01, h23));
 }
 
-/* One quad: the 4 interleaved vectors at v times the 128 weight bytes at wg, as two 512-bit
- * products (accumulators 0-1 and 2-3: a 512-bit `vpdpbusd` costs no more than a 256-bit one
- * here, the products bound this loop). */
-#define LB_DWV_QUAD(v, wg)                                                                  \
-    do {                                                                                    \
-        a01 = _mm512_dpbusd_epi32(a01, _mm512_load_si512((const void *)(v)),                \
-                                  _mm512_loadu_si512((const void *)(wg)));                  \
-        a23 = _mm512_dpbusd_epi32(a23, _mm512_load_si512((const void *)((v) + 2)),          \
-                                  _mm512_loadu_si512((const void *)((wg) + 64)));           \
-    } while (0)
-
 /* The requantized codes of one pixel's 32 channels (accumulators a0..a3 in the lane order
  * above) stored under mask k. */
 LB_V512 void lb_dwv_store(const lb_dwbq *b01, const lb_dwbq *b23, const lb_dwrq *r01,
@@ -410,6 +447,36 @@ LB_V512 void lb_dwv_store(const lb_dwbq *b01, const lb_dwbq *b23, const lb_dwrq 
     __m512i w16 = _mm512_packus_epi32(y01, y23);
     _mm256_mask_storeu_epi8(dst, k, _mm512_castsi512_si256(_mm512_permutexvar_epi32(
                                         order, _mm512_packus_epi16(w16, w16))));
+}
+
+/* P consecutive output pixels of one chunk (P a constant): pixel p's interleaved columns start
+ * at v + p * step, its 32 codes go to dst + p * ldc. The P pixels' products are independent
+ * chains, interleaved so that one pixel's `vpdpbusd` does not wait for the latency of its
+ * previous one (a single pixel's kw products form one dependent chain per accumulator). */
+#define LB_DWV_PIX 4
+LB_V512 void lb_dwv_pixels(const __m256i *v, int64_t step, const int8_t *wq, int64_t kw,
+                           int64_t dw, const lb_dwbq *b01, const lb_dwbq *b23,
+                           const lb_dwrq *r01, const lb_dwrq *r23, __m512i qmin, __m512i qmax,
+                           uint8_t *dst, int64_t ldc, __mmask32 k, const int METHOD,
+                           const int P) {
+    __m512i a01[LB_DWV_PIX], a23[LB_DWV_PIX];
+#pragma GCC unroll 4
+    for (int p = 0; p < P; p++) a01[p] = a23[p] = _mm512_setzero_si512();
+    for (int64_t dx = 0; dx < kw; dx++) {
+        const __m512i w01 = _mm512_loadu_si512((const void *)(wq + dx * 128));
+        const __m512i w23 = _mm512_loadu_si512((const void *)(wq + dx * 128 + 64));
+        const __m256i *vd = v + dx * dw * 4;
+#pragma GCC unroll 4
+        for (int p = 0; p < P; p++) {
+            a01[p] = _mm512_dpbusd_epi32(a01[p], _mm512_load_si512((const void *)(vd + p * step)),
+                                         w01);
+            a23[p] = _mm512_dpbusd_epi32(
+                a23[p], _mm512_load_si512((const void *)(vd + p * step + 2)), w23);
+        }
+    }
+#pragma GCC unroll 4
+    for (int p = 0; p < P; p++)
+        lb_dwv_store(b01, b23, r01, r23, qmin, qmax, a01[p], a23[p], dst + p * ldc, k, METHOD);
 }
 
 /* KWc: the kernel width as a constant (0: read from the window). */
@@ -450,15 +517,14 @@ LB_V512 void lb_dwv_row(const lb_dw512_job *j, int64_t t, const int METHOD, cons
             lb_dwrq r01, r23;
             lb_dwbq b01, b23;
             lb_dw_gather(ep, c0, k, METHOD, &r01, &r23, &b01, &b23);
-            for (int64_t i = 0; i < count; i++) {
-                const __m256i *v = vbuf + i * sw * 4;
-                __m512i a01 = _mm512_setzero_si512(), a23 = a01;
-                for (int64_t dx = 0; dx < kw; dx++)
-                    LB_DWV_QUAD(v + dx * dw * 4, wq + dx * 128);
-                int64_t m = (n * w->oh + oy) * w->ow + ox0 + i;
-                lb_dwv_store(&b01, &b23, &r01, &r23, qmin, qmax, a01, a23, out + m * c + c0,
-                             k, METHOD);
-            }
+            uint8_t *const dst = out + ((n * w->oh + oy) * w->ow + ox0) * c + c0;
+            int64_t i = 0;
+            for (; i + LB_DWV_PIX <= count; i += LB_DWV_PIX)
+                lb_dwv_pixels(vbuf + i * sw * 4, sw * 4, wq, kw, dw, &b01, &b23, &r01, &r23,
+                              qmin, qmax, dst + i * c, c, k, METHOD, LB_DWV_PIX);
+            for (; i < count; i++)
+                lb_dwv_pixels(vbuf + i * sw * 4, sw * 4, wq, kw, dw, &b01, &b23, &r01, &r23,
+                              qmin, qmax, dst + i * c, c, k, METHOD, 1);
         }
     }
 }

@@ -1,6 +1,11 @@
 /* Float kernels: the product (lb_fgemm), convolutions (im2col + product, depthwise), with
- * double accumulation; the per-ISA bodies are in rt_float_impl.h. */
+ * double accumulation (per-ISA bodies in rt_float_impl.h), or as float32 fused multiply-add
+ * chains (lb_fgemm_fma, lb_fconv.fma; rt_ffma_impl.h). */
 #include "rt_internal.h"
+
+#if LB_HAVE_X86
+#include <immintrin.h>
+#endif
 
 typedef struct lb_fgemm_job {
     int64_t M, N, K;
@@ -13,6 +18,7 @@ typedef struct lb_fgemm_job {
     float *C;
     int64_t ldc;
     int64_t rows_per_task, cols_per_task, mtasks;
+    int fma; /* the float32 chain (rt_ffma_impl.h) instead of double sums */
 } lb_fgemm_job;
 
 /* Round the double sum (plus bias) once to float, then clamp (a fused Relu/Clip). */
@@ -48,6 +54,9 @@ static inline void lb_fdw_store(const lb_fdw_job *j, float *out, int64_t ch, dou
 #define LB_FL_CONTRACT __attribute__((optimize("fp-contract=fast")))
 #endif
 
+/* Output pixels of one depthwise row computed together by the float32 chain kernel. */
+#define LB_FDW_PIXELS 4
+
 /* The product's blocks: rows a task (a multiple of every LB_FL_MR), steps of k packed at once. */
 #define LB_FG_ROWS 96
 #define LB_FG_KC 256
@@ -62,6 +71,25 @@ static inline void lb_fdw_store(const lb_fdw_job *j, float *out, int64_t ch, dou
 #undef LB_FL_LANES
 #undef LB_FL_MR
 
+/* The portable chain: fmaf lane by lane (a libm call where the target has no FMA: slower,
+ * the same bits). */
+typedef float lb_vff4 __attribute__((vector_size(16)));
+static inline lb_vff4 lb_ff_fma4(lb_vff4 a, lb_vff4 b, lb_vff4 c) {
+    for (int i = 0; i < 4; i++) c[i] = fmaf(a[i], b[i], c[i]);
+    return c;
+}
+#define LB_FF_SUFFIX scalar
+#define LB_FF_TARGET
+#define LB_FF_LANES 4
+#define LB_FF_MR 4
+#define LB_FF_FMA(a, b, c) lb_ff_fma4(a, b, c)
+#include "rt_ffma_impl.h"
+#undef LB_FF_SUFFIX
+#undef LB_FF_TARGET
+#undef LB_FF_LANES
+#undef LB_FF_MR
+#undef LB_FF_FMA
+
 #if LB_HAVE_AVX2
 #define LB_FL_SUFFIX avx2
 #define LB_FL_TARGET LB_TARGET_AVX2
@@ -72,6 +100,18 @@ static inline void lb_fdw_store(const lb_fdw_job *j, float *out, int64_t ch, dou
 #undef LB_FL_TARGET
 #undef LB_FL_LANES
 #undef LB_FL_MR
+
+#define LB_FF_SUFFIX avx2
+#define LB_FF_TARGET LB_TARGET_AVX2
+#define LB_FF_LANES 8
+#define LB_FF_MR 4
+#define LB_FF_FMA(a, b, c) ((lb_vff_avx2)_mm256_fmadd_ps((__m256)(a), (__m256)(b), (__m256)(c)))
+#include "rt_ffma_impl.h"
+#undef LB_FF_SUFFIX
+#undef LB_FF_TARGET
+#undef LB_FF_LANES
+#undef LB_FF_MR
+#undef LB_FF_FMA
 #endif
 
 #if LB_HAVE_AVX512
@@ -84,6 +124,19 @@ static inline void lb_fdw_store(const lb_fdw_job *j, float *out, int64_t ch, dou
 #undef LB_FL_TARGET
 #undef LB_FL_LANES
 #undef LB_FL_MR
+
+#define LB_FF_SUFFIX avx512
+#define LB_FF_TARGET LB_TARGET_AVX512
+#define LB_FF_LANES 16
+#define LB_FF_MR 12
+#define LB_FF_FMA(a, b, c) \
+    ((lb_vff_avx512)_mm512_fmadd_ps((__m512)(a), (__m512)(b), (__m512)(c)))
+#include "rt_ffma_impl.h"
+#undef LB_FF_SUFFIX
+#undef LB_FF_TARGET
+#undef LB_FF_LANES
+#undef LB_FF_MR
+#undef LB_FF_FMA
 #endif
 
 static void lb_fgemm_task(void *arg, int64_t task, int worker) {
@@ -97,24 +150,24 @@ static void lb_fgemm_task(void *arg, int64_t task, int worker) {
     switch (isa) {
 #if LB_HAVE_AVX512
     case LB_ISA_AVX512VNNI:
-        lb_fgemm_block_avx512(j, m0, m1, n0, n1);
+        (j->fma ? lb_ffgemm_block_avx512 : lb_fgemm_block_avx512)(j, m0, m1, n0, n1);
         break;
 #endif
 #if LB_HAVE_AVX2
     case LB_ISA_AVX2:
-        lb_fgemm_block_avx2(j, m0, m1, n0, n1);
+        (j->fma ? lb_ffgemm_block_avx2 : lb_fgemm_block_avx2)(j, m0, m1, n0, n1);
         break;
 #endif
     default:
-        lb_fgemm_block_scalar(j, m0, m1, n0, n1);
+        (j->fma ? lb_ffgemm_block_scalar : lb_fgemm_block_scalar)(j, m0, m1, n0, n1);
     }
 }
 
-void lb_fgemm(const lb_ctx *ctx, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
-              const float *B, int64_t ldb, const float *bias, float lo, float hi, float *C,
-              int64_t ldc) {
+static void lb_fgemm_any(const lb_ctx *ctx, int64_t M, int64_t N, int64_t K, const float *A,
+                         int64_t lda, const float *B, int64_t ldb, const float *bias, float lo,
+                         float hi, float *C, int64_t ldc, int fma) {
     if (M <= 0 || N <= 0) return;
-    lb_fgemm_job j = {M, N, K, A, lda, B, ldb, bias, lo, hi, C, ldc, 0, 0, 0};
+    lb_fgemm_job j = {M, N, K, A, lda, B, ldb, bias, lo, hi, C, ldc, 0, 0, 0, fma};
     /* B is packed once a task: longer tasks when no partial sums are kept between blocks */
     j.rows_per_task = LB_MIN(M, K <= LB_FG_KC ? 4 * LB_FG_ROWS : LB_FG_ROWS);
     j.mtasks = (M + j.rows_per_task - 1) / j.rows_per_task;
@@ -127,7 +180,34 @@ void lb_fgemm(const lb_ctx *ctx, int64_t M, int64_t N, int64_t K, const float *A
     lb_parallel_for(ctx, ntasks, lb_fgemm_task, (void *)args);
 }
 
+void lb_fgemm(const lb_ctx *ctx, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
+              const float *B, int64_t ldb, const float *bias, float lo, float hi, float *C,
+              int64_t ldc) {
+    lb_fgemm_any(ctx, M, N, K, A, lda, B, ldb, bias, lo, hi, C, ldc, 0);
+}
+
+void lb_fgemm_fma(const lb_ctx *ctx, int64_t M, int64_t N, int64_t K, const float *A,
+                  int64_t lda, const float *B, int64_t ldb, const float *bias, float lo,
+                  float hi, float *C, int64_t ldc) {
+    lb_fgemm_any(ctx, M, N, K, A, lda, B, ldb, bias, lo, hi, C, ldc, 1);
+}
+
 /* ---- convolutions ------------------------------------------------------------------------ */
+
+/* The taps of output pixel (oy, ox) of image `img`: the padded ones point at `zeros`. */
+static inline void lb_fdw_taps(const lb_window *w, const float *img, const float *zeros,
+                               int64_t oy, int64_t ox, const float **kept) {
+    const int64_t c = w->c;
+    for (int64_t ky = 0; ky < w->kh; ky++) {
+        int64_t iy = oy * w->sh - w->pt + ky * w->dh;
+        for (int64_t kx = 0; kx < w->kw; kx++) {
+            int64_t ix = ox * w->sw - w->pl + kx * w->dw;
+            int inside = iy >= 0 && iy < w->ih && ix >= 0 && ix < w->iw;
+            /* padded taps add x * w = 0 * w: a row of zeros stands in for them */
+            kept[ky * w->kw + kx] = inside ? img + (iy * w->iw + ix) * c : zeros;
+        }
+    }
+}
 
 static void lb_fdw_task(void *arg, int64_t t, int worker) {
     (void)worker;
@@ -135,37 +215,52 @@ static void lb_fdw_task(void *arg, int64_t t, int worker) {
     int isa = *(const int *)((const void *const *)arg)[1];
     const lb_window *w = &j->p->win;
     int64_t n = t / w->oh, oy = t % w->oh, taps = w->kh * w->kw, c = w->c;
-    const float *tap[LB_DW_MAX_TAPS];
-    const float *img = j->in + n * w->ih * w->iw * c;
-    for (int64_t ox = 0; ox < w->ow; ox++) {
-        int64_t ntap = 0;
-        const float *kept[LB_DW_MAX_TAPS];
-        const float *wk[LB_DW_MAX_TAPS];
-        (void)wk;
-        for (int64_t ky = 0; ky < w->kh; ky++) {
-            int64_t iy = oy * w->sh - w->pt + ky * w->dh;
-            for (int64_t kx = 0; kx < w->kw; kx++) {
-                int64_t ix = ox * w->sw - w->pl + kx * w->dw;
-                int inside = iy >= 0 && iy < w->ih && ix >= 0 && ix < w->iw;
-                tap[ky * w->kw + kx] = inside ? img + (iy * w->iw + ix) * c : NULL;
+    const float *img = j->in + n * w->ih * w->iw * c, *zeros = j->w + taps * c;
+    float *row = j->out + (n * w->oh + oy) * w->ow * c;
+    if (j->p->fma) {
+        const float *kept[LB_FDW_PIXELS * LB_DW_MAX_TAPS];
+        float *out[LB_FDW_PIXELS];
+        for (int64_t ox = 0; ox < w->ow; ox += LB_FDW_PIXELS) {
+            const int np = (int)LB_MIN(LB_FDW_PIXELS, w->ow - ox);
+            for (int p = 0; p < LB_FDW_PIXELS; p++) {
+                const int64_t x = ox + LB_MIN(p, np - 1);
+                lb_fdw_taps(w, img, zeros, oy, x, kept + p * taps);
+                out[p] = row + x * c;
+            }
+            switch (isa) {
+#if LB_HAVE_AVX512
+            case LB_ISA_AVX512VNNI:
+                lb_ffdw_pixels_avx512(j, kept, taps, np, out);
+                break;
+#endif
+#if LB_HAVE_AVX2
+            case LB_ISA_AVX2:
+                lb_ffdw_pixels_avx2(j, kept, taps, np, out);
+                break;
+#endif
+            default:
+                lb_ffdw_pixels_scalar(j, kept, taps, np, out);
             }
         }
-        /* padded taps add x * w = 0 * w: a row of zeros stands in for them */
-        for (int64_t k = 0; k < taps; k++) kept[ntap++] = tap[k] ? tap[k] : j->w + taps * c;
-        float *out = j->out + ((n * w->oh + oy) * w->ow + ox) * c;
+        return;
+    }
+    for (int64_t ox = 0; ox < w->ow; ox++) {
+        const float *kept[LB_DW_MAX_TAPS];
+        lb_fdw_taps(w, img, zeros, oy, ox, kept);
+        float *out = row + ox * c;
         switch (isa) {
 #if LB_HAVE_AVX512
         case LB_ISA_AVX512VNNI:
-            lb_fdw_pixel_avx512(j, kept, ntap, out);
+            lb_fdw_pixel_avx512(j, kept, taps, out);
             break;
 #endif
 #if LB_HAVE_AVX2
         case LB_ISA_AVX2:
-            lb_fdw_pixel_avx2(j, kept, ntap, out);
+            lb_fdw_pixel_avx2(j, kept, taps, out);
             break;
 #endif
         default:
-            lb_fdw_pixel_scalar(j, kept, ntap, out);
+            lb_fdw_pixel_scalar(j, kept, taps, out);
         }
     }
 }
@@ -191,8 +286,8 @@ void lb_fconv_run(const lb_ctx *ctx, const lb_fconv *p, const float *in, float *
     int pointwise = w->kh == 1 && w->kw == 1 && w->sh == 1 && w->sw == 1 && w->pt == 0 &&
                     w->pl == 0 && w->oh == w->ih && w->ow == w->iw;
     if (pointwise && p->groups == 1) {
-        lb_fgemm(ctx, w->n * pix_in, p->mg, p->cg, in, w->c, p->w, p->cg, p->bias, p->lo, p->hi,
-                 out, mout);
+        lb_fgemm_any(ctx, w->n * pix_in, p->mg, p->cg, in, w->c, p->w, p->cg, p->bias, p->lo,
+                     p->hi, out, mout, p->fma);
         return;
     }
     for (int64_t b = 0; b < w->n; b++) {
@@ -207,8 +302,8 @@ void lb_fconv_run(const lb_ctx *ctx, const lb_fconv *p, const float *in, float *
             gstep = K;
         }
         for (int64_t g = 0; g < p->groups; g++)
-            lb_fgemm(ctx, pix_out, p->mg, K, A + g * gstep, lda, p->w + g * p->mg * K, K,
-                     p->bias ? p->bias + g * p->mg : NULL, p->lo, p->hi,
-                     out + b * pix_out * mout + g * p->mg, mout);
+            lb_fgemm_any(ctx, pix_out, p->mg, K, A + g * gstep, lda, p->w + g * p->mg * K, K,
+                         p->bias ? p->bias + g * p->mg : NULL, p->lo, p->hi,
+                         out + b * pix_out * mout + g * p->mg, mout, p->fma);
     }
 }

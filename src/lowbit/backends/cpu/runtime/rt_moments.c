@@ -21,6 +21,7 @@ typedef struct lb_mom_job {
     int64_t pb, cp, c;
     double *upper;
     int isa;
+    float *upper32; /* non-NULL: one block (pb = p), its float32 sums stored here, not added */
 } lb_mom_job;
 
 /* Index of S[i][i] in the row-major upper triangle (diagonal included) of a C x C matrix. */
@@ -95,31 +96,52 @@ static void lb_mom_task(void *arg, int64_t task, int worker) {
 LB_API int64_t lb_moments_scratch(int64_t c);
 LB_API void lb_moments_f32(const lb_ctx *ctx, const float *x, int64_t p, int64_t c, int64_t sp,
                            int64_t si, float *scratch, double *upper);
+LB_API int lb_moments_block_f32(const lb_ctx *ctx, const float *x, int64_t p, int64_t c,
+                                int64_t sp, int64_t si, float *scratch, float *upper);
 
 /* Floats of lb_moments_f32's scratch for vectors of length c. */
 LB_API int64_t lb_moments_scratch(int64_t c) {
     return LB_MOM_BLOCK * ((c + 15) / 16 * 16 + 16);
 }
 
+/* Packs block [p0, p0 + j->pb) of the vectors into j->pack and sums it into the triangle. */
+static void lb_mom_block(const lb_ctx *ctx, lb_mom_job *j, const float *x, int64_t p0,
+                         int64_t sp, int64_t si) {
+    const int64_t c = j->c;
+    float *scratch = j->pack;
+    for (int64_t q = 0; q < j->pb; q++) {
+        float *row = scratch + q * j->cp;
+        const float *src = x + (p0 + q) * sp;
+        if (si == 1) memcpy(row, src, (size_t)c * sizeof(float));
+        memset(row + c, 0, (size_t)(j->cp - c) * sizeof(float));
+    }
+    if (si != 1) /* a transpose, 16 x 16 at a time */
+        for (int64_t q0 = 0; q0 < j->pb; q0 += 16)
+            for (int64_t i0 = 0; i0 < c; i0 += 16)
+                for (int64_t i = i0; i < LB_MIN(c, i0 + 16); i++)
+                    for (int64_t q = q0; q < LB_MIN(j->pb, q0 + 16); q++)
+                        scratch[q * j->cp + i] = x[(p0 + q) * sp + i * si];
+    lb_parallel_for(ctx, (c + LB_MOM_TASK_ROWS - 1) / LB_MOM_TASK_ROWS, lb_mom_task, j);
+}
+
 /* upper [c (c + 1) / 2] (row-major, diagonal included) += S of the p vectors (header). */
 LB_API void lb_moments_f32(const lb_ctx *ctx, const float *x, int64_t p, int64_t c, int64_t sp,
                            int64_t si, float *scratch, double *upper) {
     if (p <= 0 || c <= 0) return;
-    lb_mom_job j = {scratch, 0, (c + 15) / 16 * 16 + 16, c, upper, ctx->isa};
+    lb_mom_job j = {scratch, 0, (c + 15) / 16 * 16 + 16, c, upper, ctx->isa, NULL};
     for (int64_t p0 = 0; p0 < p; p0 += LB_MOM_BLOCK) {
         j.pb = LB_MIN(LB_MOM_BLOCK, p - p0);
-        for (int64_t q = 0; q < j.pb; q++) {
-            float *row = scratch + q * j.cp;
-            const float *src = x + (p0 + q) * sp;
-            if (si == 1) memcpy(row, src, (size_t)c * sizeof(float));
-            memset(row + c, 0, (size_t)(j.cp - c) * sizeof(float));
-        }
-        if (si != 1) /* a transpose, 16 x 16 at a time */
-            for (int64_t q0 = 0; q0 < j.pb; q0 += 16)
-                for (int64_t i0 = 0; i0 < c; i0 += 16)
-                    for (int64_t i = i0; i < LB_MIN(c, i0 + 16); i++)
-                        for (int64_t q = q0; q < LB_MIN(j.pb, q0 + 16); q++)
-                            scratch[q * j.cp + i] = x[(p0 + q) * sp + i * si];
-        lb_parallel_for(ctx, (c + LB_MOM_TASK_ROWS - 1) / LB_MOM_TASK_ROWS, lb_mom_task, &j);
+        lb_mom_block(ctx, &j, x, p0, sp, si);
     }
+}
+
+/* upper [c (c + 1) / 2] = the float32 sums of one block of 1 <= p <= LB_MOM_BLOCK vectors
+ * (overwritten: lb_moments_f32 on zeros adds exactly these values, converted to float64).
+ * Returns 0, or -1 when p is outside that range. */
+LB_API int lb_moments_block_f32(const lb_ctx *ctx, const float *x, int64_t p, int64_t c,
+                                int64_t sp, int64_t si, float *scratch, float *upper) {
+    if (p <= 0 || p > LB_MOM_BLOCK || c <= 0) return -1;
+    lb_mom_job j = {scratch, p, (c + 15) / 16 * 16 + 16, c, NULL, ctx->isa, upper};
+    lb_mom_block(ctx, &j, x, 0, sp, si);
+    return 0;
 }

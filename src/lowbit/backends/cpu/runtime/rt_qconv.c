@@ -42,49 +42,88 @@ static lb_epilogue lb_epilogue_slice(const lb_epilogue *ep, int64_t off) {
 /* Bytes of im2col rows per band of lb_qconv_run (half of a 1 MB level-2 cache). */
 #define LB_IM2COL_BAND_BYTES ((int64_t)1 << 19)
 
+/* Output rows [oy0, oy0 + rows) of image b: im2col of their windows into `scratch` (unless
+ * pointwise) and the product of each group, on the threads of `ctx`. */
+static void lb_qconv_band(const lb_ctx *ctx, const lb_qconv *p, const uint8_t *in, void *out,
+                          uint8_t *scratch, int32_t *row_sums, int64_t b, int64_t oy0,
+                          int64_t rows, int pointwise) {
+    const lb_window *w = &p->win;
+    int64_t K = p->packed[0].k, mout = p->groups * p->mg;
+    int64_t pix_in = w->ih * w->iw, pix_out = w->oh * w->ow, pix = rows * w->ow;
+    int64_t osize = lb_type_size(p->ep.out_type);
+    int64_t lda = pointwise ? w->c : p->groups * K;
+    const uint8_t *A = in + b * pix_in * w->c;
+    int64_t gstep = p->cg;
+    if (!pointwise) {
+        lb_window one = *w;
+        one.n = 1;
+        one.oh = rows;
+        one.pt = w->pt - oy0 * w->sh; /* output row oy of the band is oy0 + oy */
+        lb_im2col_u8(ctx, &one, p->groups, p->cg, K, A, p->pad, scratch);
+        A = scratch;
+        gstep = K;
+    }
+    lb_epilogue ep = p->ep;
+    int64_t p0 = b * pix_out + oy0 * w->ow; /* the band's first output pixel */
+    if (ep.residual) ep.residual += p0 * ep.ld_residual;
+    for (int64_t g = 0; g < p->groups; g++) {
+        lb_epilogue eg = lb_epilogue_slice(&ep, g * p->mg);
+        char *o = (char *)out + (p0 * mout + g * p->mg) * osize;
+        lb_qgemm(ctx, pix, p->mg, K, A + g * gstep, lda, &p->packed[g], &eg, o, mout,
+                 row_sums);
+    }
+}
+
+typedef struct lb_band_job {
+    const lb_qconv *p;
+    const uint8_t *in;
+    void *out;
+    uint8_t *scratch;
+    int32_t *row_sums;
+    int64_t band, bands; /* output rows per band, bands per image */
+    int isa;
+} lb_band_job;
+
+/* One band on one thread: its im2col rows and row sums go to the worker's own part of
+ * `scratch` and `row_sums` (band rows each; threads * band <= oh, checked by the caller). */
+static void lb_band_task(void *arg, int64_t t, int worker) {
+    const lb_band_job *j = (const lb_band_job *)arg;
+    const lb_window *w = &j->p->win;
+    lb_ctx one = {j->isa, 1, NULL};
+    int64_t b = t / j->bands, oy0 = t % j->bands * j->band;
+    int64_t rows = LB_MIN(j->band, w->oh - oy0), lda = j->p->groups * j->p->packed[0].k;
+    lb_qconv_band(&one, j->p, j->in, j->out, j->scratch + worker * j->band * w->ow * lda,
+                  j->row_sums ? j->row_sums + worker * j->band * w->ow : NULL, b, oy0, rows, 0);
+}
+
 void lb_qconv_run(const lb_ctx *ctx, const lb_qconv *p, const uint8_t *in, void *out,
                   uint8_t *scratch, int32_t *row_sums) {
     const lb_window *w = &p->win;
-    int64_t K = p->packed[0].k, mout = p->groups * p->mg;
-    int64_t pix_in = w->ih * w->iw, pix_out = w->oh * w->ow;
-    int64_t osize = lb_type_size(p->ep.out_type);
+    int64_t K = p->packed[0].k, pix_in = w->ih * w->iw;
     int pointwise = w->kh == 1 && w->kw == 1 && w->sh == 1 && w->sw == 1 && w->pt == 0 &&
                     w->pl == 0 && w->oh == w->ih && w->ow == w->iw;
     if (pointwise && p->groups == 1) {
-        lb_qgemm(ctx, w->n * pix_in, p->mg, p->cg, in, w->c, &p->packed[0], &p->ep, out, mout,
-                 row_sums);
+        lb_qgemm(ctx, w->n * pix_in, p->mg, p->cg, in, w->c, &p->packed[0], &p->ep, out,
+                 p->groups * p->mg, row_sums);
         return;
     }
     /* im2col and product by bands of output rows whose windows fit in a core's cache, so
      * the product reads them from there, not from memory (the result is the same) */
     int64_t lda = pointwise ? w->c : p->groups * K;
     int64_t band = pointwise ? w->oh : LB_MAX(1, LB_IM2COL_BAND_BYTES / (w->ow * lda));
-    if (band > 1 && band < w->oh) band &= ~(int64_t)1; /* even: 2 threads share a band's rows */
-    for (int64_t b = 0; b < w->n; b++) {
-        for (int64_t oy0 = 0; oy0 < w->oh; oy0 += band) {
-            int64_t rows = LB_MIN(band, w->oh - oy0), pix = rows * w->ow;
-            const uint8_t *A = in + b * pix_in * w->c;
-            int64_t gstep = p->cg;
-            if (!pointwise) {
-                lb_window one = *w;
-                one.n = 1;
-                one.oh = rows;
-                one.pt = w->pt - oy0 * w->sh; /* output row oy of the band is oy0 + oy */
-                lb_im2col_u8(ctx, &one, p->groups, p->cg, K, A, p->pad, scratch);
-                A = scratch;
-                gstep = K;
-            }
-            lb_epilogue ep = p->ep;
-            int64_t p0 = b * pix_out + oy0 * w->ow; /* the band's first output pixel */
-            if (ep.residual) ep.residual += p0 * ep.ld_residual;
-            for (int64_t g = 0; g < p->groups; g++) {
-                lb_epilogue eg = lb_epilogue_slice(&ep, g * p->mg);
-                char *o = (char *)out + (p0 * mout + g * p->mg) * osize;
-                lb_qgemm(ctx, pix, p->mg, K, A + g * gstep, lda, &p->packed[g], &eg, o, mout,
-                         row_sums);
-            }
-        }
+    int64_t bands = (w->oh + band - 1) / band;
+    if (!pointwise && ctx->threads > 1 && bands >= 2 * (int64_t)ctx->threads) {
+        /* each thread takes whole bands (one parallel loop instead of two per band, whose
+         * waits cost more than the bands' work when another process shares the cores) */
+        lb_band_job j = {p, in, out, scratch, row_sums, band, bands, ctx->isa};
+        lb_parallel_for(ctx, w->n * bands, lb_band_task, &j);
+        return;
     }
+    if (band > 1 && band < w->oh) band &= ~(int64_t)1; /* even: 2 threads share a band's rows */
+    for (int64_t b = 0; b < w->n; b++)
+        for (int64_t oy0 = 0; oy0 < w->oh; oy0 += band)
+            lb_qconv_band(ctx, p, in, out, scratch, row_sums, b, oy0,
+                          LB_MIN(band, w->oh - oy0), pointwise);
 }
 
 /* ---- depthwise --------------------------------------------------------------------------- */

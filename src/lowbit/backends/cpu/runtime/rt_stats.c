@@ -8,27 +8,32 @@
  *   lb_dw_moments       lowbit.quant.input_moments.depthwise_moments: per channel of a
  *                       depthwise convolution (one input channel per group), the upper triangle
  *                       of S = sum over output positions of v v^T, v the channel's receptive
- *                       field (taps row-major, zero outside the input), summed in float64 in
- *                       position order (batch item, output row, output column).
+ *                       field (taps row-major, zero outside the input): each product rounded
+ *                       to float32 and summed in float32 in position order (batch item,
+ *                       output row, output column) over blocks of whole output rows (at most
+ *                       256 positions, at least a row), the blocks' sums added in float64.
  *
  * Every value is computed by the same IEEE operations in the same order whatever the vector
  * width: lanes are elements (GridSum) or channels (moments), never partial sums of one
  * result. Products of two float32 values are exact in float64, so a fused multiply-add
- * rounds them as a multiply then an add does. No allocation: the accumulators live on the
+ * rounds them as a multiply then an add does (GridSum); the depthwise moments' float32
+ * products are rounded, then added (never fused). No allocation: the accumulators live on the
  * stack (at most LB_MOMENT_TAPS taps). */
 #include "rt_internal.h"
 
 #define LB_MOMENT_TAPS 25
-#define LB_MOMENT_LANES 8
+#define LB_MOMENT_LANES 16
 
 LB_API int lb_stats_maxabs(const void *x, int f64, int64_t n, double *out);
 LB_API int lb_stats_maxabs_upper(const void *x, int f64, int64_t groups, int64_t k,
                                  double *out);
 LB_API void lb_gridsum_add(const lb_ctx *ctx, int64_t *limbs, int64_t n, const void *x,
                            int f64, double first, double second);
+LB_API void lb_gridsum_add_many(const lb_ctx *ctx, int64_t *limbs, int64_t n,
+                                const float *const *xs, int64_t m, double first, double second);
 LB_API void lb_gridsum_add_upper(const lb_ctx *ctx, int64_t *limbs, const void *x, int f64,
                                  int64_t groups, int64_t k, double first, double second);
-LB_API int lb_dw_moments(const lb_ctx *ctx, const double *xp, const int64_t *geometry,
+LB_API int lb_dw_moments(const lb_ctx *ctx, const float *xp, const int64_t *geometry,
                          double *out);
 
 LB_INLINE double lb_stats_load(const void *x, int f64, int64_t i) {
@@ -176,6 +181,57 @@ LB_API void lb_gridsum_add(const lb_ctx *ctx, int64_t *limbs, int64_t n, const v
         lb_gridsum_run(limbs, n, n, x, f64, first, second);
 }
 
+/* Adds m float32 arrays of n values each (xs[b][i]), all scaled by the same powers of two, into
+ * the limbs of elements [0, n): per element the limbs are read and written once, each value's
+ * windows cut as lb_gridsum_run cuts them (integer additions: the same limbs as m calls). */
+static void lb_gridsum_many_run(int64_t *limbs, int64_t stride, int64_t start, int64_t n,
+                                const float *const *xs, int64_t m, double first,
+                                double second) {
+    int64_t *l0 = limbs + start, *l1 = limbs + stride + start, *l2 = limbs + 2 * stride + start;
+    const double window = 4294967296.0;
+    for (int64_t i = 0; i < n; i++) {
+        int64_t a0 = l0[i], a1 = l1[i], a2 = l2[i];
+        for (int64_t b = 0; b < m; b++) {
+            double y = (double)xs[b][start + i] * first;
+            y = y * second;
+            double w = trunc(y);
+            a2 += (int64_t)w;
+            y = (y - w) * window;
+            w = trunc(y);
+            a1 += (int64_t)w;
+            y = (y - w) * window;
+            a0 += (int64_t)trunc(y);
+        }
+        l0[i] = a0, l1[i] = a1, l2[i] = a2;
+    }
+}
+
+typedef struct lb_gridsum_many_job {
+    int64_t *limbs;
+    int64_t n, m;
+    const float *const *xs;
+    double first, second;
+} lb_gridsum_many_job;
+
+static void lb_gridsum_many_task(void *arg, int64_t task, int worker) {
+    (void)worker;
+    const lb_gridsum_many_job *j = (const lb_gridsum_many_job *)arg;
+    int64_t start = task * LB_GRID_TASK, len = LB_MIN(LB_GRID_TASK, j->n - start);
+    lb_gridsum_many_run(j->limbs, j->n, start, len, j->xs, j->m, j->first, j->second);
+}
+
+/* GridSum.add of m float32 arrays of n values (limbs [3][n] int64), the caller having counted
+ * the m additions and raised the top for all of them (`first * second` scales to its units). */
+LB_API void lb_gridsum_add_many(const lb_ctx *ctx, int64_t *limbs, int64_t n,
+                                const float *const *xs, int64_t m, double first, double second) {
+    lb_gridsum_many_job j = {limbs, n, m, xs, first, second};
+    int64_t tasks = (n + LB_GRID_TASK - 1) / LB_GRID_TASK;
+    if (ctx != NULL && tasks > 1)
+        lb_parallel_for(ctx, tasks, lb_gridsum_many_task, &j);
+    else if (n > 0 && m > 0)
+        lb_gridsum_many_run(limbs, n, 0, n, xs, m, first, second);
+}
+
 typedef struct lb_upper_job {
     int64_t *limbs;
     const void *x;
@@ -259,21 +315,26 @@ LB_API int lb_exactsum_add(int64_t *limbs, int64_t *top, int64_t n, const double
 
 /* ---- depthwise input moments --------------------------------------------------------------- */
 
-/* The input is given zero-padded and channel-last in float64: xp [N][Hp][Wp][Cp] (Cp a
- * multiple of 8), so that tap t of output position (oy, ox) of channels [c, c + 8) is the 8
- * values at ((oy sh) Wp + ox sw) Cp + off[t] + c, off[t] = (ky dh Wp + kx dw) Cp. The
- * triangle is cut into R x R tiles (R = 3 up to 9 taps, else 5) of (row tap a, column tap b); a task (8 channels) keeps one
- * tile's accumulators in registers along one output row, then stores them, so every pair's
- * sum still runs over the positions in order. Taps past the last (the tiles' padding) read tap
- * 0 and their sums are dropped. */
+/* The input is given zero-padded and channel-last in float32: xp [N][Hp][Wp][Cp] (Cp a
+ * multiple of 16), so that tap t of output position (oy, ox) of channels [c, c + 16) is the 16
+ * values at ((oy sh) Wp + ox sw) Cp + off[t] + c, off[t] = (ky dh Wp + kx dw) Cp. Blocks are
+ * whole output rows of one batch item, max(1, LB_DWM_BLOCK / out_w) rows a block. The
+ * triangle is cut into R x R tiles (R = 3 up to 9 taps, else 5) of (row tap a, column tap b);
+ * a task (16 channels) keeps one tile's float32 sums in registers over one block's positions
+ * in order (each product rounded to float32, then added: no fused multiply-add), then adds
+ * them to the tile's float64 totals, so every pair's sums run over the blocks in order. Taps
+ * past the last (the tiles' padding) read tap 0 and their sums are dropped. The same vector
+ * code on every ISA path (GCC vector types: lanes are channels), so the bits are the same. */
 typedef struct lb_dwm_job {
-    const double *x;
+    const float *x;
     int64_t n, c, hp, wp, cp, kh, kw, sh, sw, dh, dw, oh, ow;
     double *out; /* [C, T] */
-    int isa;
 } lb_dwm_job;
 
+typedef float lb_dwm_vec __attribute__((vector_size(4 * LB_MOMENT_LANES)));
+
 #define LB_DWM_TILES 15 /* 5 x 6 / 2 tiles of 5 x 5 for 25 taps; 6 of 3 x 3 for up to 9 */
+#define LB_DWM_BLOCK 256
 
 LB_INLINE void lb_dwm_store(const lb_dwm_job *j, int64_t c0, const int R, int64_t taps,
                             int64_t nt, double acc[][25][LB_MOMENT_LANES]) {
@@ -304,124 +365,84 @@ static void lb_dwm_offsets(const lb_dwm_job *j, int64_t c0, int64_t count, int64
     }
 }
 
-LB_INLINE void lb_dwm_portable(const lb_dwm_job *j, int64_t task, const int R) {
-    const int64_t taps = j->kh * j->kw, nt = (taps + R - 1) / R;
-    const int64_t c0 = task * LB_MOMENT_LANES;
-    int64_t off[LB_MOMENT_TAPS + 5];
-    lb_dwm_offsets(j, c0, nt * R, off);
-    double acc[LB_DWM_TILES][25][LB_MOMENT_LANES];
-    memset(acc, 0, sizeof acc);
-    for (int64_t b = 0; b < j->n; b++) {
-        const double *item = j->x + b * j->hp * j->wp * j->cp;
-        for (int64_t oy = 0; oy < j->oh; oy++) {
-            const double *row = item + oy * j->sh * j->wp * j->cp;
-            int64_t tile = 0;
-            for (int64_t ra = 0; ra < nt; ra++) {
-                for (int64_t rb = ra; rb < nt; rb++, tile++) {
-                    double s[25][LB_MOMENT_LANES];
-                    memcpy(s, acc[tile], sizeof(double) * R * R * LB_MOMENT_LANES);
-                    for (int64_t ox = 0; ox < j->ow; ox++) {
-                        const double *p = row + ox * j->sw * j->cp;
-                        for (int i = 0; i < R; i++) {
-                            const double *va = p + off[ra * R + i];
-                            for (int k = 0; k < R; k++) {
-                                const double *vb = p + off[rb * R + k];
-                                for (int l = 0; l < LB_MOMENT_LANES; l++)
-                                    s[i * R + k][l] = s[i * R + k][l] + va[l] * vb[l];
-                            }
-                        }
-                    }
-                    memcpy(acc[tile], s, sizeof(double) * R * R * LB_MOMENT_LANES);
+/* One tile of R x R tap pairs over output rows [r0, r1) of one batch item (one block):
+   s[i R + k] += x[tap a_i] * x[tap b_k] in float32, sixteen channels a vector, then each sum
+   added to acc in float64. Inlined with R a constant (3 or 5) so the sums stay in
+   registers. */
+static inline __attribute__((always_inline)) void lb_dwm_tile(
+    const int R, const int diagonal, const lb_dwm_job *j, const float *item, int64_t r0,
+    int64_t r1, const int64_t *oa, const int64_t *ob, double (*acc)[LB_MOMENT_LANES]) {
+    lb_dwm_vec s[25], b[5];
+    for (int q = 0; q < R * R; q++) s[q] = (lb_dwm_vec){0};
+    const int64_t step = j->sw * j->cp, rows = j->sh * j->wp * j->cp;
+    for (int64_t oy = r0; oy < r1; oy++) {
+        const float *p = item + oy * rows;
+        for (int64_t ox = 0; ox < j->ow; ox++, p += step) {
+            for (int k = 0; k < R; k++) memcpy(&b[k], p + ob[k], sizeof(lb_dwm_vec));
+            for (int i = 0; i < R; i++) {
+                lb_dwm_vec a;
+                memcpy(&a, p + oa[i], sizeof a);
+                /* on the diagonal, pairs below it (dropped by lb_dwm_store) are not summed */
+                for (int k = diagonal ? i : 0; k < R; k++) {
+                    const lb_dwm_vec product = a * b[k];
+                    s[i * R + k] = s[i * R + k] + product;
                 }
             }
         }
     }
-    lb_dwm_store(j, c0, R, taps, nt, acc);
-}
-
-#if LB_HAVE_AVX512
-#include <immintrin.h>
-
-/* One tile of R x R tap pairs over an output row: s[i R + k] += x[tap a_i] * x[tap b_k], eight
-   channels a vector, each lane a float64 sum in position order. Inlined with R a constant (3 or
-   5) so the R * R sums stay in registers. */
-LB_TARGET_AVX512 static inline __attribute__((always_inline)) void lb_dwm_tile_avx512(
-    const int R, const int diagonal, const double *p, int64_t ow, int64_t step,
-    const int64_t *oa, const int64_t *ob, double (*acc)[LB_MOMENT_LANES]) {
-    __m512d s[25], b[5];
-    for (int q = 0; q < R * R; q++) s[q] = _mm512_loadu_pd(acc[q]);
-    for (int64_t ox = 0; ox < ow; ox++, p += step) {
-        for (int k = 0; k < R; k++) b[k] = _mm512_loadu_pd(p + ob[k]);
-        for (int i = 0; i < R; i++) {
-            const __m512d a = _mm512_loadu_pd(p + oa[i]);
-            /* on the diagonal, pairs below it (dropped by lb_dwm_store) are not summed */
-            for (int k = diagonal ? i : 0; k < R; k++)
-                s[i * R + k] = _mm512_fmadd_pd(a, b[k], s[i * R + k]);
-        }
+    for (int q = 0; q < R * R; q++) {
+        float f[LB_MOMENT_LANES];
+        memcpy(f, &s[q], sizeof f);
+        for (int l = 0; l < LB_MOMENT_LANES; l++) acc[q][l] += (double)f[l];
     }
-    for (int q = 0; q < R * R; q++) _mm512_storeu_pd(acc[q], s[q]);
 }
-
-LB_TARGET_AVX512 static void lb_dwm_avx512(const lb_dwm_job *j, int64_t task, const int R) {
-    const int64_t taps = j->kh * j->kw, nt = (taps + R - 1) / R;
-    const int64_t c0 = task * LB_MOMENT_LANES;
-    int64_t off[LB_MOMENT_TAPS + 5];
-    lb_dwm_offsets(j, c0, nt * R, off);
-    double acc[LB_DWM_TILES][25][LB_MOMENT_LANES];
-    memset(acc, 0, sizeof acc);
-    const int64_t step = j->sw * j->cp;
-    for (int64_t b = 0; b < j->n; b++) {
-        const double *item = j->x + b * j->hp * j->wp * j->cp;
-        for (int64_t oy = 0; oy < j->oh; oy++) {
-            const double *row = item + oy * j->sh * j->wp * j->cp;
-            int64_t tile = 0;
-            for (int64_t ra = 0; ra < nt; ra++) {
-                for (int64_t rb = ra; rb < nt; rb++, tile++) {
-                    const int64_t *oa = off + ra * R, *ob = off + rb * R;
-                    if (R == 5 && ra == rb)
-                        lb_dwm_tile_avx512(5, 1, row, j->ow, step, oa, ob, acc[tile]);
-                    else if (R == 5)
-                        lb_dwm_tile_avx512(5, 0, row, j->ow, step, oa, ob, acc[tile]);
-                    else if (ra == rb)
-                        lb_dwm_tile_avx512(3, 1, row, j->ow, step, oa, ob, acc[tile]);
-                    else
-                        lb_dwm_tile_avx512(3, 0, row, j->ow, step, oa, ob, acc[tile]);
-                }
-            }
-        }
-    }
-    lb_dwm_store(j, c0, R, taps, nt, acc);
-}
-#endif
 
 static void lb_dwm_task(void *arg, int64_t task, int worker) {
     (void)worker;
     const lb_dwm_job *j = (const lb_dwm_job *)arg;
     const int R = j->kh * j->kw <= 9 ? 3 : 5;
-#if LB_HAVE_AVX512
-    if (j->isa == LB_ISA_AVX512VNNI) {
-        lb_dwm_avx512(j, task, R);
-        return;
+    const int64_t taps = j->kh * j->kw, nt = (taps + R - 1) / R;
+    const int64_t c0 = task * LB_MOMENT_LANES;
+    const int64_t block = LB_MAX(1, LB_DWM_BLOCK / j->ow);
+    int64_t off[LB_MOMENT_TAPS + 5];
+    lb_dwm_offsets(j, c0, nt * R, off);
+    double acc[LB_DWM_TILES][25][LB_MOMENT_LANES];
+    memset(acc, 0, sizeof acc);
+    for (int64_t b = 0; b < j->n; b++) {
+        const float *item = j->x + b * j->hp * j->wp * j->cp;
+        for (int64_t r0 = 0; r0 < j->oh; r0 += block) {
+            const int64_t r1 = LB_MIN(j->oh, r0 + block);
+            int64_t tile = 0;
+            for (int64_t ra = 0; ra < nt; ra++) {
+                for (int64_t rb = ra; rb < nt; rb++, tile++) {
+                    const int64_t *oa = off + ra * R, *ob = off + rb * R;
+                    if (R == 5 && ra == rb)
+                        lb_dwm_tile(5, 1, j, item, r0, r1, oa, ob, acc[tile]);
+                    else if (R == 5)
+                        lb_dwm_tile(5, 0, j, item, r0, r1, oa, ob, acc[tile]);
+                    else if (ra == rb)
+                        lb_dwm_tile(3, 1, j, item, r0, r1, oa, ob, acc[tile]);
+                    else
+                        lb_dwm_tile(3, 0, j, item, r0, r1, oa, ob, acc[tile]);
+                }
+            }
+        }
     }
-#endif
-    if (R == 3)
-        lb_dwm_portable(j, task, 3);
-    else
-        lb_dwm_portable(j, task, 5);
+    lb_dwm_store(j, c0, R, taps, nt, acc);
 }
 
-/* Depthwise moments (file comment) of xp [N][Hp][Wp][Cp] float64 (zero-padded, channel-last,
- * Cp >= C a multiple of 8) into out [C, T] float64 (T = taps (taps + 1) / 2, overwritten).
+/* Depthwise moments (file comment) of xp [N][Hp][Wp][Cp] float32 (zero-padded, channel-last,
+ * Cp >= C a multiple of 16) into out [C, T] float64 (T = taps (taps + 1) / 2, overwritten).
  * geometry: N C Hp Wp Cp kh kw sh sw dh dw out_h out_w. Returns 0, or -1 when the kernel has
- * more than LB_MOMENT_TAPS taps or Cp is not a multiple of 8. */
-LB_API int lb_dw_moments(const lb_ctx *ctx, const double *xp, const int64_t *geometry,
+ * more than LB_MOMENT_TAPS taps or Cp is not a multiple of 16. */
+LB_API int lb_dw_moments(const lb_ctx *ctx, const float *xp, const int64_t *geometry,
                          double *out) {
     const int64_t *g = geometry;
     if (g[5] * g[6] > LB_MOMENT_TAPS || g[5] < 1 || g[6] < 1 || g[4] % LB_MOMENT_LANES ||
-        g[4] < g[1])
+        g[4] < g[1] || g[12] < 1)
         return -1;
     lb_dwm_job j = {xp, g[0], g[1], g[2], g[3], g[4], g[5], g[6], g[7], g[8], g[9], g[10],
-                    g[11], g[12], out, ctx != NULL ? ctx->isa : LB_ISA_SCALAR};
+                    g[11], g[12], out};
     int64_t tasks = (j.c + LB_MOMENT_LANES - 1) / LB_MOMENT_LANES;
     if (ctx != NULL && tasks > 1)
         lb_parallel_for(ctx, tasks, lb_dwm_task, &j);
@@ -436,6 +457,7 @@ LB_API int lb_observe_f32(const float *x, int64_t outer, int64_t channels, int64
                           double *chmin, double *chmax, double *chsum, int64_t *zeros);
 LB_API void lb_histogram_f32(const float *x, int64_t n, float scale, float offset,
                              int64_t *counts, int64_t bins);
+LB_API int lb_range_f32(const float *x, int64_t n, double *lohi, int64_t *zeros);
 
 /* One pass over x [outer][channels][inner] float32: per channel its minimum, maximum and sum
  * (float64, the values added in order: outer index, then inner), and the number of zeros in
@@ -515,6 +537,59 @@ LB_API int lb_observe_f32(const float *x, int64_t outer, int64_t channels, int64
             chmax[c] = (double)hi > chmax[c] ? (double)hi : chmax[c];
         }
     }
+    *zeros = z;
+    return finite;
+}
+
+#define LB_RANGE_LANES 16
+
+/* The value v of x[0..n) that `v < lo ? v : lo` keeps (lo from +inf, in order): the smallest,
+ * and among equal values the first; only 0 and -0 are equal values with different bits. */
+static float lb_first_zero(const float *x, int64_t n) {
+    for (int64_t i = 0; i < n; i++)
+        if (x[i] == 0.0f) return x[i];
+    return 0.0f;
+}
+
+/* lb_observe_f32 of x as one channel without the sum: minimum and maximum (those of the
+ * values in order: the first of equal ones, which only matters for 0 and -0) in lohi[0..1]
+ * and the number of zeros; returns 0 (outputs unspecified) when a value is NaN or infinite.
+ * Sixteen lanes, each an in-order minimum and maximum of every sixteenth value. */
+LB_API int lb_range_f32(const float *x, int64_t n, double *lohi, int64_t *zeros) {
+    float lo[LB_RANGE_LANES], hi[LB_RANGE_LANES], bad[LB_RANGE_LANES];
+    int64_t zc[LB_RANGE_LANES];
+    for (int l = 0; l < LB_RANGE_LANES; l++) lo[l] = INFINITY, hi[l] = -INFINITY, bad[l] = 0.0f,
+                                             zc[l] = 0;
+    int64_t i = 0;
+    for (; i + LB_RANGE_LANES <= n; i += LB_RANGE_LANES) {
+        for (int l = 0; l < LB_RANGE_LANES; l++) {
+            const float v = x[i + l];
+            lo[l] = v < lo[l] ? v : lo[l];
+            hi[l] = v > hi[l] ? v : hi[l];
+            bad[l] = bad[l] + (v - v); /* NaN from a NaN or an infinity, else 0 */
+            zc[l] += v == 0.0f;
+        }
+    }
+    for (; i < n; i++) {
+        const float v = x[i];
+        lo[0] = v < lo[0] ? v : lo[0];
+        hi[0] = v > hi[0] ? v : hi[0];
+        bad[0] = bad[0] + (v - v);
+        zc[0] += v == 0.0f;
+    }
+    float fl = INFINITY, fh = -INFINITY;
+    int64_t z = 0;
+    int finite = 1;
+    for (int l = 0; l < LB_RANGE_LANES; l++) {
+        fl = lo[l] < fl ? lo[l] : fl;
+        fh = hi[l] > fh ? hi[l] : fh;
+        finite &= bad[l] == 0.0f;
+        z += zc[l];
+    }
+    if (fl == 0.0f) fl = lb_first_zero(x, n);
+    if (fh == 0.0f) fh = lb_first_zero(x, n);
+    lohi[0] = (double)fl;
+    lohi[1] = (double)fh;
     *zeros = z;
     return finite;
 }

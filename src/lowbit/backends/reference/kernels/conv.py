@@ -21,9 +21,10 @@ def _float_operands(node, inputs) -> None:
 
 
 def _add_bias(y: np.ndarray, b: np.ndarray | None) -> np.ndarray:
-    if b is None:
-        return y
-    return y + b.astype(np.float64).reshape((1, -1) + (1,) * (y.ndim - 2))
+    """y + b along the channels, in place (`y` is the kernel's own float64 sum)."""
+    if b is not None:
+        y += b.astype(np.float64).reshape((1, -1) + (1,) * (y.ndim - 2))
+    return y
 
 
 @kernel("Conv")
@@ -32,7 +33,7 @@ def conv(node, inputs):
     _float_operands(node, inputs)
     window = window_from_attrs(node, w.shape[2:], x.ndim - 2)
     y = conv_nd(x, w, window, int(node.attrs["group"]))
-    return [_add_bias(y, b).astype(x.dtype)]
+    return [_add_bias(y, b).astype(x.dtype, order="C")]
 
 
 @kernel("ConvTranspose")
