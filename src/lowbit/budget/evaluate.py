@@ -72,7 +72,11 @@ class EvalContext:
     """"auto" (the cpu backend where it runs the model, else the reference), "cpu" or
     "reference"."""
     reference: dict[int, dict] = field(default_factory=dict, repr=False)
-    compiled: tuple[Raised, Any] | None = field(default=None, repr=False)
+    compiled: tuple[Raised, Any, Any] | None = field(default=None, repr=False)
+    """The last configuration run here: (raised, its runner, its QuantResult)."""
+    quantized: dict = field(default_factory=dict, repr=False)
+    """Configurations quantized before the search ({raised: QuantResult}: the config as given),
+    taken instead of quantizing them again (not pickled: a worker quantizes its own)."""
     float_run: Any = field(default=None, repr=False)
     used: set[str] = field(default_factory=set, repr=False)
     """The backends that ran models in this process."""
@@ -81,7 +85,7 @@ class EvalContext:
 
     def __getstate__(self) -> dict:
         return {**self.__dict__, "reference": {}, "compiled": None, "float_run": None,
-                "used": set()}
+                "used": set(), "quantized": {}}
 
     def float_outputs(self, index: int) -> dict:
         """The float model's outputs on batch `index` (computed once in each process)."""
@@ -99,9 +103,10 @@ class EvalContext:
             if self.profile is not None and not self.profile_checked:
                 self.profile.check(self.graph)
                 self.profile_checked = True
-            result = quantize_raised(self.graph, self.config, dict(raised), self.profile,
-                                     self.cache, self.dynamic, profile_checked=True)
-            self.compiled = (raised, _Runner(result.graph, self.backend, self.used))
+            result = self.quantized.pop(raised, None) or quantize_raised(
+                self.graph, self.config, dict(raised), self.profile, self.cache, self.dynamic,
+                profile_checked=True)
+            self.compiled = (raised, _Runner(result.graph, self.backend, self.used), result)
         return self.compiled[1](self.batches[index])
 
 
@@ -180,7 +185,9 @@ class Evaluator:
     def __init__(self, graph: Graph, budget: Budget, batches: Sequence[Mapping[str, np.ndarray]],
                  progress: Progress, *, config: QuantConfig, profile: Profile | None,
                  cache: QuantCache | None, dynamic: bool, mapper: Mapper | None = None,
-                 workers: int = 1, backend: str = "auto") -> None:
+                 workers: int = 1, backend: str = "auto", base: Any = None) -> None:
+        """`base`: the QuantResult of the config as given, when the caller has it (scoring it
+        then compiles it without quantizing it again)."""
         if backend not in ("auto", "cpu", "reference"):
             raise ValueError(f"budget backend {backend!r}: use 'auto', 'cpu' or 'reference'")
         self.budget = budget
@@ -192,8 +199,16 @@ class Evaluator:
                        budget.name)
         self.context = EvalContext(graph, self.batches, plain, config, profile, cache, dynamic,
                                    backend)
+        if base is not None:
+            self.context.quantized[()] = base
         self.runs = 0
         """Batches run so far on quantized graphs."""
+
+    def quantized(self, raised: Mapping[str, str]) -> Any:
+        """The QuantResult of `raised` when it is the configuration last run here (None
+        otherwise: on a cluster, or another one ran since)."""
+        last = self.context.compiled
+        return last[2] if last is not None and last[0] == tuple(raised.items()) else None
 
     def __len__(self) -> int:
         return len(self.batches)

@@ -166,7 +166,7 @@ def search(graph: Graph, budget: Budget, *, profile: Profile | None = None,
         quantizer = Quantizer(graph, config, profile, dynamic)
     evaluator = Evaluator(graph, budget, batches, show, config=quantizer.config,
                           profile=profile, cache=quantizer.cache, dynamic=dynamic, mapper=mapper,
-                          workers=workers, backend=backend)
+                          workers=workers, backend=backend, base=quantizer.base)
     run = _Search(quantizer, evaluator, budget, show, mapper)
     result = run.run()
     if result.met and result.result is not None:
@@ -247,7 +247,7 @@ class _Search:
         met = self.budget.met(value)
         self._note(top, value, len(self.ev), True, met)
         if self._better(value, self.best_any[2]):
-            self.best_any = (top, self.q.quantize(top), value)
+            self.best_any = (top, self.ev.quantized(top) or self.q.quantize(top), value)
         return value
 
     def _riskiest(self, scores: Scores, count: int) -> list[int]:
@@ -347,7 +347,7 @@ class _Search:
                                                        f"{_describe(raised)}: every batch")
             scores = {**scores, **more}
             rest = [i for i in rest if i in more]
-        result = self.q.quantize(raised)
+        result = self.ev.quantized(raised) or self.q.quantize(raised)
         if missed:
             value = self.ev.best_case(scores, self.base)
             self._note(raised, value, len(scores), False, False, stopped=True)

@@ -202,6 +202,41 @@ typedef struct lb_cw_job {
     void *out;
 } lb_cw_job;
 
+/* acc + the sum over ci < cg of (x[base + ci] - za) * wk[ci], in int64 and in ci order (the
+ * same integers as one lb_load_int a code): one loop per input type, which the compiler
+ * vectorises, instead of a switch on the type for every code. */
+#define LB_CW_DOT(T)                                                                        \
+    do {                                                                                    \
+        const T *x = (const T *)in + base;                                                  \
+        for (int64_t ci = 0; ci < cg; ci++) acc += ((int64_t)x[ci] - za) * (int64_t)wk[ci]; \
+    } while (0)
+
+static inline int64_t lb_cw_dot(const void *in, int32_t type, int64_t base, int64_t za,
+                                const int32_t *wk, int64_t cg, int64_t acc) {
+    switch (type) {
+    case LB_U8:
+        LB_CW_DOT(uint8_t);
+        break;
+    case LB_I8:
+        LB_CW_DOT(int8_t);
+        break;
+    case LB_I16:
+        LB_CW_DOT(int16_t);
+        break;
+    case LB_U16:
+        LB_CW_DOT(uint16_t);
+        break;
+    case LB_I32:
+        LB_CW_DOT(int32_t);
+        break;
+    default:
+        for (int64_t ci = 0; ci < cg; ci++)
+            acc += (lb_load_int(in, type, base + ci) - za) * (int64_t)wk[ci];
+    }
+    return acc;
+}
+#undef LB_CW_DOT
+
 static void lb_cw_task(void *arg, int64_t t, int worker) {
     (void)worker;
     const lb_cw_job *j = (const lb_cw_job *)arg;
@@ -222,9 +257,7 @@ static void lb_cw_task(void *arg, int64_t t, int worker) {
                     if (ix < 0 || ix >= w->iw) continue;
                     int64_t base = ((n * w->ih + iy) * w->iw + ix) * w->c + g * cw->cg;
                     const int32_t *wk = wm + (ky * w->kw + kx) * cw->cg;
-                    for (int64_t ci = 0; ci < cw->cg; ci++)
-                        acc += (lb_load_int(j->in, p->a_type, base + ci) - p->za) *
-                               (int64_t)wk[ci];
+                    acc = lb_cw_dot(j->in, p->a_type, base, p->za, wk, cw->cg, acc);
                 }
             }
             int64_t at = at0 + m;
