@@ -233,6 +233,21 @@ LB_V512 __m512i lb_dwbq_apply(const lb_dwbq *v, __m512i x) {
  * prescale, uint8 only); OUT: LB_U8, LB_I16 or LB_U16. */
 #define LB_DW_BOUNDED 2
 
+/* The requantized 32-bit codes y01, y23 of 32 channels' accumulators x01, x23 (lanes as
+ * `lb_dw_gather` lays out the parameters): the bounded form (b) or the others (r) per
+ * METHOD. */
+LB_V512 void lb_dw_requant(const lb_dwbq *b01, const lb_dwbq *b23, const lb_dwrq *r01,
+                           const lb_dwrq *r23, __m512i qmin, __m512i qmax, __m512i x01,
+                           __m512i x23, __m512i *y01, __m512i *y23, const int METHOD) {
+    if (METHOD == LB_DW_BOUNDED) {
+        *y01 = lb_dwbq_apply(b01, x01);
+        *y23 = lb_dwbq_apply(b23, x23);
+    } else {
+        *y01 = lb_dwrq_apply(r01, x01, qmin, qmax, METHOD);
+        *y23 = lb_dwrq_apply(r23, x23, qmin, qmax, METHOD);
+    }
+}
+
 /* The requantization parameters of channels [c0, c0 + 32) in the layout of the 4-tap-quad
  * kernels (accumulators 0-1 and 2-3): the bounded form's (b) or the others' (r) per METHOD,
  * the unused pair zeroed. */
@@ -311,13 +326,7 @@ LB_V512 void lb_dwq_pixels(const uintptr_t *base, const intptr_t *const *offs, i
         __m512i x01 = _mm512_inserti64x4(_mm512_castsi256_si512(a0[p]), a1[p], 1);
         __m512i x23 = _mm512_inserti64x4(_mm512_castsi256_si512(a2[p]), a3[p], 1);
         __m512i y01, y23;
-        if (METHOD == LB_DW_BOUNDED) {
-            y01 = lb_dwbq_apply(b01, x01);
-            y23 = lb_dwbq_apply(b23, x23);
-        } else {
-            y01 = lb_dwrq_apply(r01, x01, qmin, qmax, METHOD);
-            y23 = lb_dwrq_apply(r23, x23, qmin, qmax, METHOD);
-        }
+        lb_dw_requant(b01, b23, r01, r23, qmin, qmax, x01, x23, &y01, &y23, METHOD);
         if (OUT != LB_U8) { /* codes inside the 16-bit type: one exact pack */
             __m512i w16 = OUT == LB_I16 ? _mm512_packs_epi32(y01, y23)
                                         : _mm512_packus_epi32(y01, y23);
@@ -437,13 +446,7 @@ LB_V512 void lb_dwv_store(const lb_dwbq *b01, const lb_dwbq *b23, const lb_dwrq 
                           __m512i x23, uint8_t *dst, __mmask32 k, const int METHOD) {
     const __m512i order = _mm512_setr_epi32(0, 8, 1, 9, 4, 12, 5, 13, 2, 3, 6, 7, 10, 11, 14, 15);
     __m512i y01, y23;
-    if (METHOD == LB_DW_BOUNDED) {
-        y01 = lb_dwbq_apply(b01, x01);
-        y23 = lb_dwbq_apply(b23, x23);
-    } else {
-        y01 = lb_dwrq_apply(r01, x01, qmin, qmax, METHOD);
-        y23 = lb_dwrq_apply(r23, x23, qmin, qmax, METHOD);
-    }
+    lb_dw_requant(b01, b23, r01, r23, qmin, qmax, x01, x23, &y01, &y23, METHOD);
     __m512i w16 = _mm512_packus_epi32(y01, y23);
     _mm256_mask_storeu_epi8(dst, k, _mm512_castsi512_si256(_mm512_permutexvar_epi32(
                                         order, _mm512_packus_epi16(w16, w16))));
