@@ -308,7 +308,7 @@ def observe_input(moments: InputMoments, node: Node, x: np.ndarray) -> None:
 
             upper = stats.depthwise_moments(x, *depthwise)
             out_rows, out_cols = depthwise[-1]
-            if x.shape[0] == 1 and out_rows <= max(1, DEPTHWISE_BLOCK // out_cols) and \
+            if x.shape[0] == 1 and out_rows <= depthwise_block_rows(out_cols) and \
                     moments.can_defer():  # one block: every value is a float32 (exactly)
                 moments.pending_slot()[...] = upper
                 moments.commit_pending(count)
@@ -395,6 +395,12 @@ DEPTHWISE_BLOCK = 256
 `depthwise_moments` sums in float32 before adding them to the float64 total."""
 
 
+def depthwise_block_rows(out_cols: int) -> int:
+    """Output rows a block of `depthwise_moments` holds: as many whole rows of `out_cols`
+    positions as fit in DEPTHWISE_BLOCK, at least one."""
+    return max(1, DEPTHWISE_BLOCK // out_cols)
+
+
 def depthwise_moments(x: np.ndarray, kernel: tuple[int, int], strides: tuple[int, int],
                       dilations: tuple[int, int], pads: tuple[int, int],
                       out_size: tuple[int, int]) -> np.ndarray:
@@ -416,7 +422,7 @@ def depthwise_moments(x: np.ndarray, kernel: tuple[int, int], strides: tuple[int
     total = np.zeros((c, len(rows)))
     v = np.zeros((c, taps), np.float32)
     x = np.asarray(x, np.float32)
-    block = max(1, DEPTHWISE_BLOCK // out_size[1])
+    block = depthwise_block_rows(out_size[1])
     for b in range(n):
         for first in range(0, out_size[0], block):
             s = np.zeros((c, len(rows)), np.float32)

@@ -279,16 +279,25 @@ def zeroed_scratch(shape: tuple[int, ...]) -> np.ndarray:
     return out
 
 
+def _nhwc_array(x: np.ndarray) -> np.ndarray | None:
+    """The NHWC array that float32 `x` [N, C, H, W] views (`nhwc_outputs`), None when `x` is
+    no such view."""
+    if x.ndim == 4 and x.dtype == np.float32 and not x.flags.c_contiguous:
+        y = x.transpose(0, 2, 3, 1)
+        if y.flags.c_contiguous:
+            return y
+    return None
+
+
 def channel_stats(x: np.ndarray, axis: int | None
                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int] | None:
     """Per channel along `axis` (None: the whole tensor as one channel) of float32 `x`: minimum,
     maximum and sum (float64, the values added in order along the other axes, row-major), and
     the number of zeros; None when a value is NaN or infinite. The C form of
     `lowbit.quant.observers.channel_stats`."""
-    if axis in (1, None) and x.ndim == 4 and x.dtype == np.float32 and \
-            not x.flags.c_contiguous and x.transpose(0, 2, 3, 1).flags.c_contiguous:
-        # [N, C, H, W] viewing an NHWC array: each channel's values in the same order
-        x = x.transpose(0, 2, 3, 1)
+    nhwc = _nhwc_array(x) if axis in (1, None) else None
+    if nhwc is not None:  # each channel's values in the same order
+        x = nhwc
         outer, channels, inner = (1, 1, x.size) if axis is None else (x.size // x.shape[3],
                                                                        x.shape[3], 1)
     elif axis is None:
@@ -311,10 +320,8 @@ def value_range(x: np.ndarray) -> tuple[float, float, int] | None:
     """Minimum, maximum and number of zeros of float32 `x`, None when a value is NaN or
     infinite: `channel_stats(x, None)` without the sum (the same minimum and maximum, of the
     values in the same order: which of 0 and -0 comes first decides between them)."""
-    if x.ndim == 4 and x.dtype == np.float32 and not x.flags.c_contiguous and \
-            x.transpose(0, 2, 3, 1).flags.c_contiguous:
-        x = x.transpose(0, 2, 3, 1)  # the order channel_stats reads it in
-    x = np.ascontiguousarray(x, np.float32)
+    nhwc = _nhwc_array(x)  # read in the order channel_stats reads it
+    x = np.ascontiguousarray(x if nhwc is None else nhwc, np.float32)
     lohi = np.empty(2)
     zeros = C.c_int64()
     if not _lib().lb_range_f32(x.ctypes.data, x.size, lohi.ctypes.data, C.byref(zeros)):
