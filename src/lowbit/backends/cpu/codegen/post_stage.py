@@ -2,10 +2,12 @@
 
 After a quantized Conv (not a depthwise one) whose result only one node reads, the code
 generator looks for
-  1. a chain of one-input quantized functions of that 16-bit result (unary_chain: HardSwish,
-     the "learnable affine" Mul and Add of scalars, Relu, Clip, ...), which becomes one table
-     indexed by the product's code (8-bit results keep their 256-entry table as a step of its
-     own, which lb_lookup runs faster than a gather per code), and/or
+  1. a chain of one-input quantized functions of that 16-bit result (unary_chain: Sigmoid,
+     Mul and Add of scalars, Relu, Clip, ...), which becomes one table indexed by the
+     product's code (8-bit results keep their 256-entry table as a step of its own, which
+     lb_lookup runs faster than a gather per code), or a HardSwish alone (with the scalar Mul
+     and Add the quantizer folded into it), computed by its float32 formula
+     (int_activation.HardSwishParams) instead of a gather, and/or
   2. then a quantized Mul of the result by a constant per channel (or one scalar), such as
      the per-channel scale cross-layer equalization inserts before the next convolution:
      y = requant((t - z_t) * (k_c - z_k)), requant per tensor (int_combine's Mul),
@@ -14,8 +16,8 @@ and computes them on each code in the product's epilogue before it is stored:
     out = mul(table[requant(acc) - qmin]),
 
 so the product's own result and the chain's intermediate codes are never stored. The table is
-the reference's kernels run on every code (unary_chain.chain_table) and the Mul the
-reference's integer formula, so results are the reference's bit for bit.
+the reference's kernels run on every code (unary_chain.chain_table), the HardSwish and the Mul
+the reference's formulas, so results are the reference's bit for bit.
 """
 
 from __future__ import annotations
@@ -105,10 +107,17 @@ def post_stage(lw: Lowering, node: Node, channels: int, groups: int = 1) -> Post
         return None
     nodes: list[Node] = []
     table_c, table_type, table_min = "NULL", "LB_U8", 0
+    hsw: list[str] = []
     chain = unary_chain(lw, user)
     if chain and v.type.dtype.bits == 8:
         return None  # a 256-entry table runs faster as its own step (lb_lookup's byte path)
-    if chain and chain[0].inputs.count(v) >= 1 and \
+    if len(chain) == 1 and chain[0].op_type == "HardSwish" and chain[0].inputs == [v] and \
+            _per_tensor_8_16(chain[0].outputs[0].type):
+        hsw = _hard_swish(chain[0])  # its float32 formula costs less than a table gather
+        nodes = chain
+        v = chain[0].outputs[0]
+        user = lw.sole_user(v)
+    elif chain and chain[0].inputs.count(v) >= 1 and \
             all(_per_tensor_8_16(n.outputs[0].type) for n in chain):
         last_t = chain[-1].outputs[0].type
         tab = chain_table(chain).astype(np.int64) + _shift(last_t)
@@ -134,5 +143,17 @@ def post_stage(lw: Lowering, node: Node, channels: int, groups: int = 1) -> Post
             v = user.outputs[0]
     if not nodes:
         return None
-    return PostStage(nodes, v, [f"const lb_post post = {{{table_c}, {table_type}, {table_min}, "
-                                f"{mul_c}, {z}, {rq}}};"])
+    fields = [f".table = {table_c}", f".table_type = {table_type}", f".table_min = {table_min}",
+              f".mul = {mul_c}", f".z = {z}", f".rq = {rq}", *hsw]
+    return PostStage(nodes, v, [f"const lb_post post = {{{', '.join(fields)}}};"])
+
+
+def _hard_swish(node: Node) -> list[str]:
+    """lb_post's fields computing quantized HardSwish `node` in float32
+    (int_activation.HardSwishParams; zero points and bounds in stored codes)."""
+    p = params.of(node)
+    sx, sy = _shift(node.inputs[0].type), _shift(node.outputs[0].type)
+    return [".hsw = 1", f".hsw_zx = {p.z_x + sx}", f".hsw_zy = {p.z_y + sy}",
+            f".hsw_qmin = {p.qmin + sy}", f".hsw_qmax = {p.qmax + sy}",
+            f".hsw_c1 = {cexpr.flt(p.c1)}", f".hsw_c2 = {cexpr.flt(p.c2)}",
+            f".hsw_c3 = {cexpr.flt(p.c3)}"]

@@ -185,9 +185,23 @@ static inline int32_t lb_add_scalar(const lb_add_params *p, int32_t y1, int32_t 
     return lb_requant_scalar(&p->out, 0, p->sub ? a1 - a2 : a1 + a2);
 }
 
+/* lb_post's float32 HardSwish of the code y (lowbit_rt.h; int_activation.HardSwishParams). */
+static inline int32_t lb_hsw_scalar(const lb_post *p, int32_t y) {
+    float v = (float)(y - p->hsw_zx);
+    float h = v * p->hsw_c1 + 0.5f;
+    h = h > 0.0f ? h : 0.0f;
+    h = h < 1.0f ? h : 1.0f;
+    float u = (v * h) * p->hsw_c2 + p->hsw_c3;
+    float lo = (float)(p->hsw_qmin - p->hsw_zy), hi = (float)(p->hsw_qmax - p->hsw_zy);
+    u = u > lo ? u : lo; /* exact bounds (|code| < 2**24): clamping first rounds the same */
+    u = u < hi ? u : hi;
+    return (int32_t)nearbyintf(u) + p->hsw_zy;
+}
+
 /* lb_post on the code y of channel c (the epilogue's code before it is stored). */
 static inline int32_t lb_post_scalar(const lb_post *p, int64_t c, int32_t y) {
     if (p->table) y = (int32_t)lb_load_int(p->table, p->table_type, (int64_t)y - p->table_min);
+    if (p->hsw) y = lb_hsw_scalar(p, y);
     if (p->mul) {
         int64_t prod = (int64_t)(y - p->z) * p->mul[c];
         y = lb_requant_scalar(&p->rq, 0, lb_clamp32(prod, INT32_MIN, INT32_MAX));
