@@ -236,7 +236,10 @@ def post_names(post: PostStage | None) -> str:
     """A step description's note of the nodes fused after a product."""
     if post is None:
         return ""
-    return " then " + " + ".join(n.op_type for n in post.nodes)
+    names = [n.op_type for n in post.nodes]
+    if post.float_hard_swish:
+        names[0] = "HardSwish in float32"
+    return " then " + " + ".join(names)
 
 
 def raw_bound(w8: np.ndarray) -> int:

@@ -42,11 +42,13 @@ TYPE_NAMES = {np.dtype(np.uint8): "LB_U8", np.dtype(np.int16): "LB_I16",
 @dataclass
 class PostStage:
     """Nodes computed in a product's epilogue: `nodes` (fused, in order), `value` (the last
-    one's result, which the product now stores) and `lines` (C declaring `post`)."""
+    one's result, which the product now stores), `lines` (C declaring `post`) and whether the
+    first is a HardSwish computed in float32 (`float_hard_swish`, else a table if any)."""
 
     nodes: list[Node]
     value: Value
     lines: list[str]
+    float_hard_swish: bool = False
 
 
 def _shift(t: TensorType) -> int:
@@ -145,7 +147,7 @@ def post_stage(lw: Lowering, node: Node, channels: int, groups: int = 1) -> Post
         return None
     fields = [f".table = {table_c}", f".table_type = {table_type}", f".table_min = {table_min}",
               f".mul = {mul_c}", f".z = {z}", f".rq = {rq}", *hsw]
-    return PostStage(nodes, v, [f"const lb_post post = {{{', '.join(fields)}}};"])
+    return PostStage(nodes, v, [f"const lb_post post = {{{', '.join(fields)}}};"], bool(hsw))
 
 
 def _hard_swish(node: Node) -> list[str]:
