@@ -96,25 +96,30 @@ def test_convolutions_with_epilogue_post_stages_are_bit_exact():
 
 def hard_swish_case(g, rng, feeds, tag):
     """A quantized Conv with one group (1x1 or k x k, any number of output channels: edge
-    column blocks, odd pixel counts) into 16 bits, then a HardSwish (folded affine or not)
-    into any 8- or 16-bit type, sometimes then a per-channel Mul."""
+    column blocks, odd pixel counts) or a depthwise one into 16 bits, then a HardSwish
+    (folded affine or not) into any 8- or 16-bit type, sometimes then a per-channel Mul."""
     n, c, m = int(rng.integers(1, 3)), int(rng.integers(1, 40)), int(rng.integers(1, 70))
     k = int(rng.choice([1, 1, 3]))
+    depthwise = rng.random() < 0.35  # no epilogue stage: the HardSwish is a step (lb_post_map)
+    if depthwise:
+        c, m, k = m, m, 3
     h, w = (int(v) for v in rng.integers(k, 12, 2))
     xdt = rng.choice([I8, U8, I16])
     tx = qtype(rng, xdt, (n, c, h, w))
     x = g.add_input(f"x_{tag}", tx)
     feeds[x.name] = codes(rng, xdt, (n, c, h, w))
     wq = QuantParams(2.0 ** rng.uniform(-9, -4, m), 0, axis=0)
-    inputs = [x, const(g, codes(rng, I8, (m, c, k, k)), I8, wq)]
+    inputs = [x, const(g, codes(rng, I8, (m, 1 if depthwise else c, k, k)), I8, wq)]
     if rng.random() < 0.8:
         bscale = (np.float64(np.float32(tx.quant.scale)) * wq.scale).astype(np.float32)
         inputs.append(const(g, rng.integers(-3000, 3000, m), dtypes.INT32,
                             QuantParams(bscale, 0, axis=0)))
-    span = float(tx.quant.scale) * float(np.median(wq.scale)) * 128 * np.sqrt(c * k * k)
+    span = float(tx.quant.scale) * float(np.median(wq.scale)) * 128 * np.sqrt(
+        (1 if depthwise else c) * k * k)
     ty = qtype(rng, I16, None, scale=span * 2.0 ** rng.uniform(-16, -6))
-    attrs = {"group": 1, "kernel_shape": [k, k], "strides": [1, 1], "dilations": [1, 1],
-             "pads": [k // 2] * 4, REQUANT: str(rng.choice(["q31", "prescale"]))}
+    attrs = {"group": m if depthwise else 1, "kernel_shape": [k, k], "strides": [1, 1],
+             "dilations": [1, 1], "pads": [k // 2] * 4,
+             REQUANT: str(rng.choice(["q31", "prescale"]))}
     y = add_node(g, "Conv", inputs, attrs, ty)
     affine = _affine(rng)
     a, b = affine.get(AFFINE, (1.0, 0.0))
@@ -128,8 +133,10 @@ def hard_swish_case(g, rng, feeds, tag):
 
 
 def test_hard_swish_in_the_epilogue_is_bit_exact():
-    computed = 0
+    computed = steps = 0
     for seed in range(3):
         exe = assert_bit_exact_on_every_isa(*graph_of_cases(2000 + seed, 40, hard_swish_case))
         computed += sum("then HardSwish in float32" in s for s in exe.compiled()[0].steps)
-    assert computed >= 50  # so many HardSwish nodes computed in float32 in an epilogue
+        steps += sum(": HardSwish in float32" in s for s in exe.compiled()[0].steps)
+    assert computed >= 30  # so many HardSwish nodes computed in float32 in an epilogue
+    assert steps >= 10  # and as steps of their own (lb_post_map, after depthwise convs)

@@ -18,7 +18,7 @@ from lowbit.backends.cpu.codegen import cexpr
 from lowbit.backends.cpu.codegen.column_arrays import ceil_bound, column_arrays
 from lowbit.backends.cpu.codegen.lower import Lowering, emitter, stored_dtype
 from lowbit.backends.cpu.codegen.ops_shape import concat_into, logical_strides, pool_setup
-from lowbit.backends.cpu.codegen.post_stage import PostStage, post_stage
+from lowbit.backends.cpu.codegen.post_stage import PostStage, hard_swish_map, post_stage
 from lowbit.backends.cpu.codegen.program import Size, Tensor, dim_c, dim_size, is_batch, numel
 from lowbit.backends.cpu.codegen.unary_chain import emit_unary_chain
 from lowbit.backends.reference.kernels import is_quantized
@@ -816,6 +816,17 @@ def clamp(lw: Lowering, node) -> None:
 
 
 def table(lw: Lowering, node) -> None:
+    stage = hard_swish_map(lw, node)
+    if stage is not None:
+        x = lw.operand(node.inputs[0], None)
+        out = lw.result(stage.value, "nhwc")
+        rows = numel((x.shape[0], x.shape[2], x.shape[3])).c()
+        lw.prog.step(f"{node.name}: {post_names(stage)[len(' then '):]}", [
+            *stage.lines,
+            f"lb_post_map(ctx, {rows}, {x.shape[1]}, {x.ptr}, {tname(lw, x)}, &post, "
+            f"{tname(lw, out)}, {out.ptr});"], [x], [out])
+        lw.fused.update(stage.nodes[1:])
+        return
     if emit_unary_chain(lw, node):
         return
     src, out_t = node.inputs[0].type, node.outputs[0].type

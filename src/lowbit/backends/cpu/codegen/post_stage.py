@@ -99,6 +99,21 @@ def _channel_mul(lw: Lowering, node: Node, x: Value, channels: int):
     return mul, zx + _shift(x.type), arrays
 
 
+def _mul_fields(lw: Lowering, user: Node | None, v: Value, channels: int
+                ) -> tuple[str, int, str] | None:
+    """lb_post's (mul, z, rq) initializers when `user` (v's sole reader) is a per-channel Mul
+    an lb_post computes (`_channel_mul`), else None."""
+    if user is None or user in lw.fused:
+        return None
+    found = _channel_mul(lw, user, v, channels)
+    if found is None:
+        return None
+    mul, z, arrays = found
+    padded = np.zeros(-(-channels // 16) * 16, np.int32)
+    padded[:channels] = mul
+    return lw.prog.data(padded), z, cexpr.requant(lw.prog, arrays)
+
+
 def post_stage(lw: Lowering, node: Node, channels: int, groups: int = 1) -> PostStage | None:
     """The nodes after product `node` that its epilogue can compute (module docstring)."""
     v = node.outputs[0]
@@ -133,21 +148,47 @@ def post_stage(lw: Lowering, node: Node, channels: int, groups: int = 1) -> Post
         v = chain[-1].outputs[0]
         user = lw.sole_user(v)
     mul_c, z, rq = "NULL", 0, "{0}"
-    if user is not None and user not in lw.fused:
-        found = _channel_mul(lw, user, v, channels)
-        if found is not None:
-            mul, z, arrays = found
-            padded = np.zeros(-(-channels // 16) * 16, np.int32)
-            padded[:channels] = mul
-            mul_c = lw.prog.data(padded)
-            rq = cexpr.requant(lw.prog, arrays)
-            nodes = [*nodes, user]
-            v = user.outputs[0]
+    mul = _mul_fields(lw, user, v, channels)
+    if mul is not None:
+        mul_c, z, rq = mul
+        nodes = [*nodes, user]
+        v = user.outputs[0]
     if not nodes:
         return None
     fields = [f".table = {table_c}", f".table_type = {table_type}", f".table_min = {table_min}",
               f".mul = {mul_c}", f".z = {z}", f".rq = {rq}", *hsw]
     return PostStage(nodes, v, [f"const lb_post post = {{{', '.join(fields)}}};"], bool(hsw))
+
+
+def hard_swish_map(lw: Lowering, node: Node) -> PostStage | None:
+    """A quantized HardSwish of 16-bit codes that no product's epilogue computed (after a
+    depthwise convolution, say), with the per-channel Mul after it if any, as lb_post's float32
+    HardSwish then Mul (the same formulas as in an epilogue) for lb_post_map over the
+    channels-last input; None when `node` is not such a HardSwish, or when its input is not
+    stored channels last."""
+    x = node.inputs[0]
+    out_t = node.outputs[0].type
+    if node.op_type != "HardSwish" or node.domain not in ("", "ai.onnx") or \
+            not _per_tensor_8_16(x.type) or x.type.dtype.bits != 16 or \
+            not _per_tensor_8_16(out_t) or unary_chain(lw, node) != [node]:
+        return None
+    t = lw.tensors.get(x)
+    shape = lw.shape(x)
+    if t is None or t.layout != "nhwc" or len(shape) != 4 or not isinstance(shape[1], int):
+        return None
+    channels = int(shape[1])
+    v = node.outputs[0]
+    nodes = [node]
+    mul_c, z, rq = "NULL", 0, "{0}"
+    user = lw.sole_user(v)
+    mul = _mul_fields(lw, user, v, channels)
+    if mul is not None:
+        mul_c, z, rq = mul
+        nodes.append(user)
+        v = user.outputs[0]
+    fields = [".table = NULL", ".table_type = LB_U8", ".table_min = 0", f".mul = {mul_c}",
+              f".z = {z}", f".rq = {rq}", *_hard_swish(node)]
+    return PostStage(nodes, v, [f"const lb_post post = {{{', '.join(fields)}}};"], True)
 
 
 def _hard_swish(node: Node) -> list[str]:

@@ -302,6 +302,10 @@ LB_API void lb_requantize(const lb_ctx *ctx, int64_t n, const void *q, int32_t i
 /* y = table[q - qmin_in]: 8-bit inputs (256 entries) or 16-bit (65536). */
 LB_API void lb_lookup(const lb_ctx *ctx, int64_t n, const void *q, int32_t in_type,
                       int32_t in_min, const void *table, int32_t out_type, void *out);
+/* out[r, c] = post(x[r, c]) for rows x channels codes, channels last (lb_post: its table or
+ * float32 HardSwish, then its per-channel Mul), from 8- or 16-bit codes of in_type. */
+LB_API void lb_post_map(const lb_ctx *ctx, int64_t rows, int64_t channels, const void *x,
+                        int32_t in_type, const lb_post *post, int32_t out_type, void *out);
 /* y = clamp(q, lo, hi) on in_type codes (Relu and Clip with unchanged types). */
 LB_API void lb_clamp(const lb_ctx *ctx, int64_t n, const void *q, int32_t type, int32_t lo,
                      int32_t hi, void *out);

@@ -209,6 +209,17 @@ static inline int32_t lb_post_scalar(const lb_post *p, int64_t c, int32_t y) {
     return y;
 }
 
+/* lb_post_map's arguments: rows x channels codes (channels last) through a post stage. */
+typedef struct lb_post_map_job {
+    int64_t rows, channels;
+    const void *x;
+    int32_t in_type;
+    const lb_post *post;
+    int32_t out_type;
+    void *out;
+    int isa;
+} lb_post_map_job;
+
 /* ---- per-ISA entry points (defined in rt_*_avx2.c / rt_*_avx512.c) ---------------------- */
 
 typedef struct lb_gemm_tile {
@@ -254,6 +265,7 @@ void lb_quantize_nhwc3_avx512(const float *x, int64_t hw, int64_t np, const floa
 void lb_qbinary_row_avx512(const lb_qbinary *op, const void *a, int64_t sa, const void *b,
                            int64_t sb, void *out, int64_t n);
 void lb_lookup_u8_avx512(int64_t n, const uint8_t *q, const uint8_t *table, uint8_t *out);
+void lb_post_rows_avx512(const lb_post_map_job *j, int64_t r0, int64_t r1);
 #endif
 
 /* ---- depthwise convolution helpers (rt_qconv.c) ------------------------------------------ */
