@@ -249,6 +249,24 @@ class _Recorder:
                 if not group:
                     self.moments[node.name] = InputMoments.empty(node.name, *shape)
                 group.append(node)
+        self.constants: list[StatsObserver] = []
+        """The float constants' statistics (ranges along every axis), in node order."""
+        self._constant_tasks: list[tuple[float, Callable[[], None]]] = []
+        for node in graph.nodes:
+            array = node.attrs["value"] if node.op_type == CONSTANT else None
+            if array is not None and node.output.name not in self.stats and \
+                    _float_array(array):
+                obs = StatsObserver(node.output.name, bins, tuple(range(array.ndim)))
+                self.constants.append(obs)
+                self._constant_tasks.append((float(array.size) * max(array.ndim, 1),
+                                             functools.partial(obs.observe, array)))
+
+    def constant_tasks(self) -> list[tuple[float, Callable[[], None]]]:
+        """The constants' updates not handed out yet, as `tasks` gives them (each is handed out
+        once: the cpu runner runs them on its pool beside the first batch's model, and
+        `profile` runs those left after the batches)."""
+        tasks, self._constant_tasks = self._constant_tasks, []
+        return tasks
 
     def _watch(self, v: Value) -> None:
         if v.type is None:
@@ -369,14 +387,11 @@ def profile(graph: Graph, batches: Iterable[Mapping[str, np.ndarray]], *, progre
                          "of {input name: array} with at least one batch")
     result.stats.update(recorder.stats)
     result.moments.update(recorder.all_moments())
-    for node in graph.nodes:
-        if node.op_type == CONSTANT and node.output.name not in result.stats:
-            array = node.attrs["value"]
-            if _float_array(array):
-                obs = StatsObserver(node.output.name, bins, tuple(range(array.ndim)))
-                obs.observe(array)
-                result.stats[node.output.name] = obs
-                result.constants.add(node.output.name)
+    for _, task in recorder.constant_tasks():
+        task()
+    for obs in recorder.constants:
+        result.stats[obs.name] = obs
+        result.constants.add(obs.name)
     return result
 
 
@@ -448,6 +463,7 @@ def _cpu_runner(graph: Graph, recorder: _Recorder):
 
     pending: list = []
     ran = [0]  # batches run so far: the pending updates are batch ran[0] - 1's
+    early: list = []  # the constants' statistics, on the pool while the first model runs
 
     def finish() -> None:
         """Wait for the previous batch's updates; the first error names that batch."""
@@ -460,6 +476,9 @@ def _cpu_runner(graph: Graph, recorder: _Recorder):
             pending.clear()
 
     def run(batch: Mapping[str, np.ndarray]) -> None:
+        if workers is not None and not ran[0]:  # otherwise idle, and after the batches
+            early.extend(workers.submit(task) for _, task in
+                         sorted(recorder.constant_tasks(), key=lambda t: -t[0]))
         outs = exe(batch)  # while the previous batch's statistics are updated
         tasks = [t for v in produced for t in recorder.tasks(by_name[v.name], outs[v.name])]
         if workers is None:
@@ -477,6 +496,8 @@ def _cpu_runner(graph: Graph, recorder: _Recorder):
         if workers is not None:
             try:
                 finish()
+                for future in early:
+                    future.result()
             finally:
                 workers.shutdown()
 
