@@ -12,7 +12,9 @@ from lowbit.backends.cpu.codegen.lower import Lowering, emitter
 from lowbit.backends.cpu.codegen.program import Size, dim_c, dim_size, is_batch, numel
 from lowbit.errors import UnsupportedError
 from lowbit.ir.attrs import FUSED_CLIP
+from lowbit.ir.graph import Node, Value
 from lowbit.ops.conv_geometry import window_from_attrs
+from lowbit.ops.registry import QUANT_DOMAIN
 
 
 def _clip(node) -> tuple[str, str]:
@@ -332,6 +334,29 @@ def conv_transpose(lw: Lowering, node) -> None:
     clamp_result(lw, node, out)
 
 
+def codes_through(lw: Lowering, node: Node) -> tuple[Value, Node] | None:
+    """(codes, the Quantize) when Resize/selection `node` reads the Dequantize of per-tensor
+    8- or 16-bit `codes` and its only use is a Quantize to the same type, scale and zero point:
+    then quantize(dequantize(k)) = k for every code k (float32 (k - z) * s divided by s is k
+    within |k| 2**-23 < 1/2 while nothing is subnormal or infinite, s in [2**-100, 2**100]), so
+    selecting the codes themselves gives the reference's result."""
+    dq = node.inputs[0].producer
+    q = lw.sole_user(node.outputs[0])
+    if dq is None or q is None or q in lw.fused or dq.op_type != "Dequantize" or \
+            q.op_type != "Quantize" or dq.domain != QUANT_DOMAIN or q.domain != QUANT_DOMAIN:
+        return None
+    src, t, out_t = dq.inputs[0], dq.inputs[0].type, q.outputs[0].type
+    if t is None or out_t is None or t.quant is None or out_t.quant is None or \
+            not t.quant.per_tensor or not out_t.quant.per_tensor or t.dtype != out_t.dtype or \
+            t.dtype.bits not in (8, 16) or not lw.available(src):
+        return None
+    s, s_out = np.float32(t.quant.scale), np.float32(out_t.quant.scale)
+    if s != s_out or not 2.0**-100 <= s <= 2.0**100 or \
+            int(t.quant.zero_point) != int(out_t.quant.zero_point):
+        return None
+    return src, q
+
+
 @emitter("Resize")
 def resize(lw: Lowering, node) -> None:
     """Nearest-neighbour resizing of images' height and width, with index tables from the
@@ -360,10 +385,19 @@ def resize(lw: Lowering, node) -> None:
         source = ref.source_coordinates(mode, out_len, in_len, scale, None)
         tables[axis] = np.clip(ref._nearest_index(source, node.attrs["nearest_mode"]), 0,
                                in_len - 1)
-    x = lw.operand(node.inputs[0], "nhwc")
-    out = lw.result(node.outputs[0], "nhwc", biased=x.biased)
+    through = codes_through(lw, node)
+    if through is not None:  # the codes themselves: Dequantize -> Resize -> Quantize is a copy
+        src, quantize = through
+        x = lw.operand(src, "nhwc")
+        out = lw.result(quantize.outputs[0], "nhwc")
+        lw.fused.add(quantize)
+    else:
+        x = lw.operand(node.inputs[0], "nhwc")
+        out = lw.result(node.outputs[0], "nhwc", biased=x.biased)
     n, c, ih, iw = shape
-    lw.prog.step(f"{node.name}: Resize nearest {ih}x{iw} -> {out_shape[2]}x{out_shape[3]}", [
+    codes = " of codes" if through is not None else ""
+    lw.prog.step(f"{node.name}: Resize nearest {ih}x{iw} -> {out_shape[2]}x{out_shape[3]}"
+                 f"{codes}", [
         f"lb_resize_nearest(ctx, {dim_c(n)}, {ih}, {iw}, {c}, {out_shape[2]}, {out_shape[3]}, "
         f"{lw.prog.data(tables[2].astype(np.int64))}, {lw.prog.data(tables[3].astype(np.int64))}, "
         f"{x.dtype.itemsize}, {x.ptr}, {out.ptr});"], [x], [out])
