@@ -91,8 +91,21 @@ def quantize(lw: Lowering, node) -> None:
             f"{int(q.axis is not None)}, {scale}, {zp}, {bounds}, {tname(lw, out)}, "
             f"{out.ptr});"], [x], [out])
         return
-    out = lw.result(node.outputs[0], x.layout if four else "plain")
-    lw.prog.step(f"{node.name}: Quantize", [
+    quantize_step(lw, node.name, x, lw.result(node.outputs[0], x.layout if four else "plain"),
+                  out_t)
+
+
+def quantize_step(lw: Lowering, name: str, x: Tensor, out: Tensor, out_t: TensorType) -> None:
+    """A step quantizing float tensor `x` into `out` (x's shape and layout) with out_t's
+    parameters (arith.quantize)."""
+    q = out_t.quant
+    sh = shift_of(out_t)
+    channels = q.channels
+    scale = cexpr.int_array(lw.prog, q.scale, np.float32, channels)
+    zp = cexpr.int_array(lw.prog, q.zero_point.astype(np.int64) + sh, np.int32, channels)
+    bounds = (f"{out_t.dtype.qmin + sh}, {out_t.dtype.qmax + sh}, 0.0f, "
+              f"{cexpr.flt(out_t.dtype.qmin)}, {cexpr.flt(out_t.dtype.qmax)}")
+    lw.prog.step(f"{name}: Quantize", [
         f"lb_quantize_f32(ctx, {numel(x.shape).c()}, (const float *){x.ptr}, "
         f"{axis_of(x, q.axis, channels)}, {scale}, {zp}, {bounds}, {tname(lw, out)}, "
         f"{out.ptr});"], [x], [out])
