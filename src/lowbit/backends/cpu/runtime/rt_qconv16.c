@@ -1,7 +1,7 @@
 /* 16-bit quantized convolutions (lb_qconv16_run, lowbit_rt.h): the im2col rows of one output
  * row as int16, then int16 x int16 products summed in int32 per tile of 8 pixels x 16 output
  * channels (rt_qconv16_avx512.c: vpdpwssd, rt_qconv16_avx2.c: vpmaddwd, portable C here);
- * depthwise ones per output row from the input codes (rt_qconv16_dw.h). Every path computes
+ * depthwise ones per output row from the input codes (rt_qconv16_impl.h). Every path computes
  * the same exact integers; the code generator chooses the mode that keeps them exact. */
 #include "rt_qconv16.h"
 
@@ -32,7 +32,7 @@ void lb_c16_tile_scalar(const int16_t *A, int64_t lda, int64_t rows, int64_t kpa
 
 #define LB_C16_SUFFIX scalar
 #define LB_C16_TARGET
-#include "rt_qconv16_dw.h"
+#include "rt_qconv16_impl.h"
 #undef LB_C16_SUFFIX
 #undef LB_C16_TARGET
 
@@ -47,6 +47,7 @@ typedef struct lb_c16_job {
     int direct; /* the input rows are the product's rows (int16, pointwise, one group) */
     lb_c16_tile_fn tile;
     lb_c16_dw_fn dw;
+    lb_c16_finish_fn finish;
 } lb_c16_job;
 
 /* dst[ci] = the int16 code a of src[ci] for ci < cg. */
@@ -116,16 +117,19 @@ static void lb_c16_task(void *arg, int64_t oy, int worker) {
         for (int64_t nb = 0; nb < blocks; nb++) {
             const int16_t *wb = p->w + (g * blocks + nb) * kpairs * 32;
             int64_t cols = LB_MIN(16, p->mg - nb * 16), m0 = g * p->mg + nb * 16;
+            int64_t off[16] = {0};
+            memcpy(off, p->offset + m0, (size_t)cols * 8);
             for (int64_t r0 = 0; r0 < w->ow; r0 += LB_C16_MR) {
                 int64_t rows = LB_MIN(LB_C16_MR, w->ow - r0);
                 j->tile(A + r0 * lda + g * p->kp, lda, rows, kpairs, wb, split, acc, acc_hi);
                 for (int64_t r = 0; r < rows; r++) {
-                    int64_t at = at_row + (r0 + r) * mout + m0;
-                    for (int64_t c = 0; c < cols; c++) {
-                        int64_t s = acc[r * 16 + c];
-                        if (split) s += (int64_t)acc_hi[r * 16 + c] * 256;
-                        lb_c16_finish(p, m0 + c, at + c, s + p->offset[m0 + c], j->out);
-                    }
+                    int64_t sums[16];
+                    for (int64_t c = 0; c < 16; c++)
+                        sums[c] = (int64_t)acc[r * 16 + c] + off[c];
+                    if (split)
+                        for (int64_t c = 0; c < 16; c++)
+                            sums[c] += (int64_t)acc_hi[r * 16 + c] * 256;
+                    j->finish(p, m0, cols, sums, at_row + (r0 + r) * mout + m0, j->out);
                 }
             }
         }
@@ -135,16 +139,23 @@ static void lb_c16_task(void *arg, int64_t oy, int worker) {
 void lb_qconv16_run(const lb_ctx *ctx, const lb_qconv16 *p, const void *in, void *out,
                     int16_t *scratch) {
     const lb_window *w = &p->win;
-    lb_c16_job j = {p, in, out, scratch, 0, 0, lb_c16_tile_scalar, NULL};
+    lb_c16_job j = {p, in, out, scratch, 0, 0, lb_c16_tile_scalar, NULL,
+                    lb_c16_finish_row_scalar};
     int pointwise = w->kh == 1 && w->kw == 1 && w->sh == 1 && w->sw == 1 && w->pt == 0 &&
                     w->pl == 0 && w->oh == w->ih && w->ow == w->iw;
     j.direct = pointwise && p->groups == 1 && p->a_type == LB_I16 && p->kp == p->cg &&
                p->cg == w->c;
 #if LB_HAVE_AVX2
-    if (ctx->isa == LB_ISA_AVX2) j.tile = lb_c16_tile_avx2;
+    if (ctx->isa == LB_ISA_AVX2) {
+        j.tile = lb_c16_tile_avx2;
+        j.finish = lb_c16_finish_row_avx2;
+    }
 #endif
 #if LB_HAVE_AVX512
-    if (ctx->isa == LB_ISA_AVX512VNNI) j.tile = lb_c16_tile_avx512;
+    if (ctx->isa == LB_ISA_AVX512VNNI) {
+        j.tile = lb_c16_tile_avx512;
+        j.finish = lb_c16_finish_row_avx512;
+    }
 #endif
     if (p->depthwise) {
         j.dw = lb_c16_dw_row_scalar;

@@ -20,18 +20,29 @@ typedef void (*lb_c16_tile_fn)(const int16_t *A, int64_t lda, int64_t rows, int6
 typedef void (*lb_c16_dw_fn)(const lb_qconv16 *p, const void *in, void *out, int64_t n,
                              int64_t oy);
 
+/* The results of channels m0 .. m0 + n - 1 (n <= 64) from their exact accumulators acc (sum +
+ * offset), stored from element `at` on (rt_qconv16_impl.h). */
+typedef void (*lb_c16_finish_fn)(const lb_qconv16 *p, int64_t m0, int64_t n,
+                                 const int64_t *acc, int64_t at, void *out);
+
 void lb_c16_tile_scalar(const int16_t *A, int64_t lda, int64_t rows, int64_t kpairs,
                         const int16_t *wb, int split, int32_t *acc, int32_t *acc_hi);
+void lb_c16_finish_row_scalar(const lb_qconv16 *p, int64_t m0, int64_t n, const int64_t *acc,
+                          int64_t at, void *out);
 void lb_c16_dw_row_scalar(const lb_qconv16 *p, const void *in, void *out, int64_t n,
                           int64_t oy);
 #if LB_HAVE_AVX2
 void lb_c16_tile_avx2(const int16_t *A, int64_t lda, int64_t rows, int64_t kpairs,
                       const int16_t *wb, int split, int32_t *acc, int32_t *acc_hi);
+void lb_c16_finish_row_avx2(const lb_qconv16 *p, int64_t m0, int64_t n, const int64_t *acc,
+                          int64_t at, void *out);
 void lb_c16_dw_row_avx2(const lb_qconv16 *p, const void *in, void *out, int64_t n, int64_t oy);
 #endif
 #if LB_HAVE_AVX512
 void lb_c16_tile_avx512(const int16_t *A, int64_t lda, int64_t rows, int64_t kpairs,
                         const int16_t *wb, int split, int32_t *acc, int32_t *acc_hi);
+void lb_c16_finish_row_avx512(const lb_qconv16 *p, int64_t m0, int64_t n, const int64_t *acc,
+                          int64_t at, void *out);
 void lb_c16_dw_row_avx512(const lb_qconv16 *p, const void *in, void *out, int64_t n,
                           int64_t oy);
 #endif
@@ -39,27 +50,6 @@ void lb_c16_dw_row_avx512(const lb_qconv16 *p, const void *in, void *out, int64_
 /* Element size of the input codes (LB_U8 1, LB_I16 / LB_U16 2). */
 static inline int64_t lb_c16_esize(int32_t a_type) {
     return a_type == LB_U8 ? 1 : 2;
-}
-
-/* Store output element `at` (channel m) from the exact accumulator acc = sum + offset, as
- * lb_qconv_wide: float results from acc, else the narrow shift (rounding half up), the
- * saturation to int32 and the requantization. */
-static inline void lb_c16_finish(const lb_qconv16 *p, int64_t m, int64_t at, int64_t acc,
-                                 void *out) {
-    if (p->rq.method == LB_RQ_DEQUANT) {
-        float v = (float)((double)acc * p->rq.dscale[m]);
-        if (v < p->rq.fmin) v = p->rq.fmin;
-        if (v > p->rq.fmax) v = p->rq.fmax;
-        ((float *)out)[at] = v;
-        return;
-    }
-    if (p->narrow_shift > 0)
-        acc = (acc + ((int64_t)1 << (p->narrow_shift - 1))) >> p->narrow_shift;
-    int32_t x = lb_clamp32(acc, INT32_MIN, INT32_MAX);
-    if (p->out_type == LB_I32)
-        ((int32_t *)out)[at] = x;
-    else
-        lb_store(out, p->out_type, at, lb_requant_scalar(&p->rq, m, x));
 }
 
 /* The input codes each tap of output pixel (n, oy, ox) reads: the pixel's channels, or

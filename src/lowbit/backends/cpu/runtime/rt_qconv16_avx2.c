@@ -1,7 +1,7 @@
 /* AVX2 paths of lb_qconv16 (rt_qconv16.c): the product tile by vpmaddwd (8 int32 lanes, each
  * the sum of a pair of int16 x int16 products, then vpaddd; exact because the code generator
  * bounds every sum below 2**31, so no pair reaches the one case vpmaddwd wraps), 4 rows x 16
- * output channels at a time; the depthwise row as rt_qconv16_dw.h compiled for AVX2. */
+ * output channels at a time; the depthwise row as rt_qconv16_impl.h compiled for AVX2. */
 #include "rt_qconv16.h"
 
 #if LB_HAVE_AVX2
@@ -50,6 +50,6 @@ LB_TARGET_AVX2 void lb_c16_tile_avx2(const int16_t *A, int64_t lda, int64_t rows
 
 #define LB_C16_SUFFIX avx2
 #define LB_C16_TARGET LB_TARGET_AVX2
-#include "rt_qconv16_dw.h"
+#include "rt_qconv16_impl.h"
 
 #endif

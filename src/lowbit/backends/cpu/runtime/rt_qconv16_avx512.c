@@ -1,7 +1,7 @@
 /* AVX-512 paths of lb_qconv16 (rt_qconv16.c): the product tile by vpdpwssd (16 int32 lanes,
  * each adding a pair of int16 x int16 products; wrap-around arithmetic, exact because the
  * code generator bounds every sum below 2**31), 8 rows x 16 output channels; the depthwise
- * row as rt_qconv16_dw.h compiled for AVX-512. */
+ * row as rt_qconv16_impl.h compiled for AVX-512. */
 #include "rt_qconv16.h"
 
 #if LB_HAVE_AVX512
@@ -46,6 +46,6 @@ LB_TARGET_AVX512 void lb_c16_tile_avx512(const int16_t *A, int64_t lda, int64_t 
 
 #define LB_C16_SUFFIX avx512
 #define LB_C16_TARGET LB_TARGET_AVX512
-#include "rt_qconv16_dw.h"
+#include "rt_qconv16_impl.h"
 
 #endif
