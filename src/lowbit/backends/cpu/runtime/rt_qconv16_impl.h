@@ -1,6 +1,7 @@
 /* The epilogue and the depthwise row of lb_qconv16 (lowbit_rt.h), written once in plain C
  * and compiled per instruction set: a file includes this with LB_C16_SUFFIX and
- * LB_C16_TARGET set (the compiler vectorises the channel loops for that target). Each
+ * LB_C16_TARGET set (the compiler vectorises the channel loops for that target; a file that
+ * defines LB_C16_OWN_FINISH brings its own lb_c16_finish_row_SUFFIX). Each
  * channel's sum takes its taps in order, in int32 (LB_C16_INT32: exact by the code
  * generator's bound) or int64, and the epilogue is lb_qconv_wide's (lowbit_rt.h) lane by
  * lane, with lb_q31's and lb_prescale's integer expressions: the same integers on every path. */
@@ -8,6 +9,7 @@
 #define LB_C16_CAT_(a, b) a##b
 #define LB_C16_CAT(a, b) LB_C16_CAT_(a, b)
 
+#ifndef LB_C16_OWN_FINISH /* else the including file defines it (vectorised by hand) */
 /* The results of channels m0 .. m0 + n - 1 (n <= 64) from their exact accumulators acc[0 .. n)
  * (sum + offset), stored from element `at` of `out` on: float results from acc, else the
  * narrow shift (rounding half up), the saturation to int32 and the requantization. */
@@ -48,16 +50,17 @@ LB_C16_TARGET void LB_C16_CAT(lb_c16_finish_row_, LB_C16_SUFFIX)(const lb_qconv1
     const int32_t *zp = rq->zero_point + m0;
     if (rq->method == LB_RQ_Q31) {
         const int32_t *mul = rq->p0 + m0, *l = rq->p1 + m0, *rr = rq->p2 + m0;
+        const int64_t qmin = rq->qmin, qmax = rq->qmax;
         for (int64_t i = 0; i < n; i++) {
             int64_t xs = (int64_t)x[i] * ((int64_t)1 << l[i]);
             xs = xs > INT32_MAX ? INT32_MAX : xs;
             xs = xs < INT32_MIN ? INT32_MIN : xs;
             int64_t h = (xs * mul[i] + ((int64_t)1 << 30)) >> 31;
-            int64_t ri = rr[i];
-            int64_t hr = (h + (((int64_t)1 << (ri > 0 ? ri - 1 : 0))) - (h < 0)) >> ri;
-            int64_t v = (ri > 0 ? hr : h) + zp[i];
-            v = v < rq->qmin ? rq->qmin : v;
-            y[i] = (int32_t)(v > rq->qmax ? rq->qmax : v);
+            /* lb_q31's rounding shift, branch-free: half and the correction are 0 when r = 0 */
+            int64_t r = rr[i], half = ((int64_t)1 << r) >> 1;
+            int64_t v = ((h + half - ((h < 0) & (r > 0))) >> r) + zp[i];
+            v = v < qmin ? qmin : v;
+            y[i] = (int32_t)(v > qmax ? qmax : v);
         }
     } else if (rq->method == LB_RQ_PRESCALE) {
         const int32_t *pre = rq->p0 + m0, *sc = rq->p1 + m0, *post = rq->p2 + m0;
@@ -88,6 +91,8 @@ LB_C16_TARGET void LB_C16_CAT(lb_c16_finish_row_, LB_C16_SUFFIX)(const lb_qconv1
         for (int64_t i = 0; i < n; i++) lb_store(out, p->out_type, at + i, y[i]);
     }
 }
+
+#endif
 
 /* acc[i] += (x[i] - bias) * w[i] over the block's channels, for every tap (bias 32768 moves
  * uint16 codes to int16). */
