@@ -96,7 +96,63 @@ LB_TARGET_AVX512 void lb_c16_finish_row_avx512(const lb_qconv16 *p, int64_t m0, 
     }
 }
 
+/* 16 input codes of channels c.. (under mask k) as int32 lanes of a (uint16 codes - 32768). */
+LB_V512 __m512i lb_c16_load512(const char *x, int32_t type, int64_t c, __mmask16 k) {
+    if (type == LB_U8) return _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(k, x + c));
+    __m512i v = _mm512_cvtepi16_epi32(_mm256_maskz_loadu_epi16(k, (const int16_t *)x + c));
+    if (type == LB_I16) return v;
+    return _mm512_sub_epi32(_mm512_and_si512(v, _mm512_set1_epi32(0xFFFF)),
+                            _mm512_set1_epi32(32768));
+}
+
+/* rt_qconv16_impl.h's depthwise row, 16 channels a vector: each tap's int32 product (exact:
+ * |a w| <= 2**30) added in int32 lanes (LB_C16_INT32) or widened to int64 lanes. */
+LB_TARGET_AVX512 void lb_c16_dw_row_avx512(const lb_qconv16 *p, const void *in, void *out,
+                                           int64_t n, int64_t oy) {
+    const lb_window *w = &p->win;
+    int64_t taps = w->kh * w->kw, c = w->c, esize = lb_c16_esize(p->a_type);
+    const char *tap[LB_DW_MAX_TAPS];
+    int64_t sums[64];
+    int wide = p->mode != LB_C16_INT32;
+    for (int64_t ox = 0; ox < w->ow; ox++) {
+        lb_c16_taps(w, (const char *)in, (const char *)p->zero_row, esize, n, oy, ox, tap);
+        int64_t at0 = ((n * w->oh + oy) * w->ow + ox) * c;
+        for (int64_t c0 = 0; c0 < c; c0 += 64) {
+            int64_t cn = LB_MIN(64, c - c0);
+            for (int64_t b = 0; b < cn; b += 16) {
+                __mmask16 k = lb_tail_mask(cn - b);
+                __m512i acc = _mm512_setzero_si512(), lo = acc, hi = acc;
+                for (int64_t t = 0; t < taps; t++) {
+                    __m512i x = lb_c16_load512(tap[t], p->a_type, c0 + b, k);
+                    __m512i wt = _mm512_cvtepi16_epi32(
+                        _mm256_maskz_loadu_epi16(k, p->w + t * c + c0 + b));
+                    __m512i prod = _mm512_mullo_epi32(x, wt);
+                    if (!wide) {
+                        acc = _mm512_add_epi32(acc, prod);
+                    } else {
+                        lo = _mm512_add_epi64(lo, _mm512_cvtepi32_epi64(
+                                                      _mm512_castsi512_si256(prod)));
+                        hi = _mm512_add_epi64(hi, _mm512_cvtepi32_epi64(
+                                                      _mm512_extracti64x4_epi64(prod, 1)));
+                    }
+                }
+                if (!wide) {
+                    lo = _mm512_cvtepi32_epi64(_mm512_castsi512_si256(acc));
+                    hi = _mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(acc, 1));
+                }
+                const int64_t *off = p->offset + c0 + b;
+                lo = _mm512_add_epi64(lo, _mm512_maskz_loadu_epi64((__mmask8)k, off));
+                hi = _mm512_add_epi64(hi, _mm512_maskz_loadu_epi64((__mmask8)(k >> 8), off + 8));
+                _mm512_storeu_si512(sums + b, lo);
+                _mm512_storeu_si512(sums + b + 8, hi);
+            }
+            lb_c16_finish_row_avx512(p, c0, cn, sums, at0 + c0, out);
+        }
+    }
+}
+
 #define LB_C16_OWN_FINISH
+#define LB_C16_OWN_DW
 #define LB_C16_SUFFIX avx512
 #define LB_C16_TARGET LB_TARGET_AVX512
 #include "rt_qconv16_impl.h"

@@ -1,7 +1,8 @@
 /* The epilogue and the depthwise row of lb_qconv16 (lowbit_rt.h), written once in plain C
  * and compiled per instruction set: a file includes this with LB_C16_SUFFIX and
  * LB_C16_TARGET set (the compiler vectorises the channel loops for that target; a file that
- * defines LB_C16_OWN_FINISH brings its own lb_c16_finish_row_SUFFIX). Each
+ * defines LB_C16_OWN_FINISH / LB_C16_OWN_DW brings its own lb_c16_finish_row_SUFFIX /
+ * lb_c16_dw_row_SUFFIX). Each
  * channel's sum takes its taps in order, in int32 (LB_C16_INT32: exact by the code
  * generator's bound) or int64, and the epilogue is lb_qconv_wide's (lowbit_rt.h) lane by
  * lane, with lb_q31's and lb_prescale's integer expressions: the same integers on every path. */
@@ -116,6 +117,7 @@ LB_C16_TARGET void LB_C16_CAT(lb_c16_finish_row_, LB_C16_SUFFIX)(const lb_qconv1
         LB_C16_DW_TAPS(uint16_t, 32768, ACC_T)                                            \
     }
 
+#ifndef LB_C16_OWN_DW /* else the including file defines it */
 LB_C16_TARGET void LB_C16_CAT(lb_c16_dw_row_, LB_C16_SUFFIX)(const lb_qconv16 *p,
                                                              const void *in, void *out,
                                                              int64_t n, int64_t oy) {
@@ -143,6 +145,8 @@ LB_C16_TARGET void LB_C16_CAT(lb_c16_dw_row_, LB_C16_SUFFIX)(const lb_qconv16 *p
         }
     }
 }
+
+#endif
 
 #undef LB_C16_DW_TYPES
 #undef LB_C16_DW_TAPS
