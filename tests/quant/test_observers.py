@@ -232,3 +232,33 @@ def test_fold_of_one_signed_data_far_from_zero_stays_small():
     folded = obs.histogram.fold()
     assert folded.bins == obs.histogram.bins and folded.offset > 0
     np.testing.assert_array_equal(folded.counts, obs.histogram.counts[::-1])
+
+
+def test_channel_sums_read_after_additions_equal_the_exact_sum():
+    """The per-channel sum is the exact sum's value whenever it is read (rounded when first
+    read after additions, not on each), and a non-finite total afterwards adds to that value."""
+    from lowbit.numerics.exact_sum import ExactSum
+    from lowbit.quant.observers import ChannelRange
+
+    rng = np.random.default_rng(7)
+    totals = [rng.standard_normal(5) * 10.0 ** rng.integers(-8, 8, 5) for _ in range(4)]
+    ch = ChannelRange(1, np.zeros(5), np.ones(5), np.zeros(5), np.zeros(5), ExactSum((5,)))
+    want = ExactSum((5,))
+    for i, total in enumerate(totals):
+        ch.add_sums(total, np.ones(5))
+        want.add(total)
+        if i % 2:
+            np.testing.assert_array_equal(ch.sum, want.value())
+    np.testing.assert_array_equal(ch.sum, want.value())
+    np.testing.assert_array_equal(ch.mean, want.value() / 4)
+    ch.add_sums(totals[0], np.ones(5))  # pending again, then a non-finite total drops it
+    want.add(totals[0])
+    bad = np.array([np.inf, 1.0, 2.0, 3.0, 4.0])
+    ch.add_sums(bad, np.ones(5))
+    assert ch.exact is None
+    np.testing.assert_array_equal(ch.sum, want.value() + bad)
+    other = ChannelRange(1, np.zeros(5), np.ones(5), np.zeros(5), np.zeros(5), ExactSum((5,)))
+    other.add_sums(totals[1], np.ones(5))
+    both = ChannelRange(1, np.zeros(5), np.ones(5), np.zeros(5), np.zeros(5), ExactSum((5,)))
+    both.merge_sums(other)
+    np.testing.assert_array_equal(both.sum, other.exact.value())

@@ -18,6 +18,7 @@ the range of its scales and zero points:
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -159,7 +160,7 @@ class TensorType:
         """Element count when the shape is static, else None."""
         if not self.is_static:
             return None
-        return int(np.prod(self.shape, dtype=np.int64))  # type: ignore[arg-type]
+        return math.prod(self.shape)  # type: ignore[arg-type]
 
     @property
     def is_quantized(self) -> bool:

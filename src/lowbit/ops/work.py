@@ -10,6 +10,7 @@ inputs are.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from lowbit.ir.graph import CONSTANT, Graph, Node, Value
@@ -62,21 +63,26 @@ class GraphWork:
     peak_node: Node | None
 
 
-def graph_work(graph: Graph) -> GraphWork:
+def graph_work(graph: Graph, runs: Sequence[bool] | None = None,
+               known: Iterable[Value] = ()) -> GraphWork:
     """Walk `graph` in order as the interpreter does: inputs and node outputs live until their
-    last reader; constants exist already and are not counted; unknown sizes count as zero."""
+    last reader; constants exist already and are not counted; unknown sizes count as zero.
+    With `runs` (one flag per node), only the nodes that run count, and the `known` values
+    (given to a resumed run instead of computed) live from the start like the inputs."""
     from lowbit.ops import get
 
     last: dict[Value, int] = {}
     for i, node in enumerate(graph.nodes):
+        if runs is not None and not runs[i]:
+            continue
         for v in node.inputs:
             if v is not None:
                 last[v] = i
     keep = set(graph.outputs)
-    live = sum(value_bytes(v) for v in graph.inputs)
+    live = sum(value_bytes(v) for v in graph.inputs) + sum(value_bytes(v) for v in known)
     result = GraphWork(0, live, None)
     for i, node in enumerate(graph.nodes):
-        if node.op_type == CONSTANT:
+        if node.op_type == CONSTANT or (runs is not None and not runs[i]):
             continue
         work = get(node.op_type, node.domain).work(
             node, [v.type if v is not None else None for v in node.inputs],

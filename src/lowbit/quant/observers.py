@@ -192,20 +192,22 @@ class ChannelRange:
                 stats.exactsum_add(self.exact, total)
             else:
                 self.exact.add(total)
-            self.sum = self.exact.value()
+            self._sum_stale = True  # its value when next read (not on every batch)
         else:
+            current = self.sum  # read before the exact sum is dropped
             self.exact = None
-            self.sum = _add(self.sum, total)
+            self.sum = _add(current, total)
         self.count = _add(self.count, count)
 
     def merge_sums(self, other: ChannelRange) -> None:
         """Add another range's sums and counts (exactly when both keep exact sums)."""
         if self.exact is not None and other.exact is not None:
             self.exact.merge(other.exact)
-            self.sum = self.exact.value()
+            self._sum_stale = True
         else:
+            current = self.sum
             self.exact = None
-            self.sum = _add(self.sum, other.sum)
+            self.sum = _add(current, other.sum)
         self.count = _add(self.count, other.count)
 
     @property
@@ -215,6 +217,27 @@ class ChannelRange:
             return None
         with np.errstate(invalid="ignore", divide="ignore"):
             return np.where(self.count > 0, self.sum / np.maximum(self.count, 1), np.nan)
+
+
+def _channel_sum(self: ChannelRange) -> np.ndarray | None:
+    """`sum`: with an exact sum, its value, rounded to float64 when first read after an
+    addition (`ExactSum.value` costs more than the addition itself, and profiling adds once
+    a batch and reads once at the end)."""
+    if self.__dict__.get("_sum_stale", False):
+        assert self.exact is not None
+        self.__dict__["_sum"] = self.exact.value()
+        self.__dict__["_sum_stale"] = False
+    return self.__dict__.get("_sum")
+
+
+def _set_channel_sum(self: ChannelRange, value: np.ndarray | None) -> None:
+    self.__dict__["_sum"] = value
+    self.__dict__["_sum_stale"] = False
+
+
+ChannelRange.sum = property(_channel_sum, _set_channel_sum)  # type: ignore[assignment]
+"""The dataclass's `sum` field, read through `_channel_sum` (its __init__, __eq__ and
+__repr__ use it too)."""
 
 
 @dataclass

@@ -214,6 +214,18 @@ def _float_array(array: np.ndarray) -> bool:
     return kind == "f" or (kind == "V" and "float" in array.dtype.name)
 
 
+STATS_COST = 1.6
+"""Rough nanoseconds a StatsObserver update takes per element (range, channel sums and
+histogram, EfficientNet-Lite0 on one core of the 2026 machine): with the constants below, the
+relative costs by which the observer pool starts the costliest updates first."""
+PRODUCT_COST = 0.04
+"""Rough nanoseconds of one product of input moments (float32 vectors, about 25 G/s)."""
+TRIANGLE_COST = 0.7
+"""Rough nanoseconds per element of the triangles an input-moments update writes and adds."""
+TASK_COST = 50_000.0
+"""Rough nanoseconds of a task's fixed cost (Python calls)."""
+
+
 class _Recorder:
     """The interpreter observer: feeds each profiled node output to its StatsObserver."""
 
@@ -237,6 +249,8 @@ class _Recorder:
         """Per value, the products reading it, grouped by `vector_layout`: a group's moments are
         accumulated once, for its first node (`moments`), and copied to the others at the end."""
         self.moments: dict[str, InputMoments] = {}
+        self._input_axis: dict[str, int] = {}
+        """Per product with moments, the axis of its data input's channels."""
         for node in graph.nodes:
             axis = product_input_axis(node)
             obs = self.watched.get(node.inputs[0]) if axis is not None else None
@@ -248,7 +262,26 @@ class _Recorder:
                     vector_layout(node), [])
                 if not group:
                     self.moments[node.name] = InputMoments.empty(node.name, *shape)
+                    self._input_axis[node.name] = axis
                 group.append(node)
+        self.constants: list[StatsObserver] = []
+        """The float constants' statistics (ranges along every axis), in node order."""
+        self._constant_tasks: list[tuple[float, Callable[[], None]]] = []
+        for node in graph.nodes:
+            array = node.attrs["value"] if node.op_type == CONSTANT else None
+            if array is not None and node.output.name not in self.stats and \
+                    _float_array(array):
+                obs = StatsObserver(node.output.name, bins, tuple(range(array.ndim)))
+                self.constants.append(obs)
+                self._constant_tasks.append((float(array.size) * max(array.ndim, 1),
+                                             functools.partial(obs.observe, array)))
+
+    def constant_tasks(self) -> list[tuple[float, Callable[[], None]]]:
+        """The constants' updates not handed out yet, as `tasks` gives them (each is handed out
+        once: the cpu runner runs them on its pool beside the first batch's model, and
+        `profile` runs those left after the batches)."""
+        tasks, self._constant_tasks = self._constant_tasks, []
+        return tasks
 
     def _watch(self, v: Value) -> None:
         if v.type is None:
@@ -271,13 +304,23 @@ class _Recorder:
                 value.name, self.bins, self.axes)
         out: list[tuple[float, Callable[[], None]]] = []
         if obs is not None:
-            out.append((float(array.size), functools.partial(obs.observe, array)))
+            out.append((STATS_COST * array.size + TASK_COST,
+                        functools.partial(obs.observe, array)))
         if value in self.products and _float_array(array):
             for first, *_ in self.products[value].values():
                 moments = self.moments[first.name]
-                out.append((float(array.size) * min(moments.size, 64), functools.partial(
+                out.append((self._moments_cost(first.name, moments, array), functools.partial(
                     observe_input, moments, first, array)))
         return out
+
+    def _moments_cost(self, name: str, moments: InputMoments, array: np.ndarray) -> float:
+        """Rough nanoseconds of one input-moments update (`tasks`): its products (input
+        positions times the triangles' elements: stride 1) and the triangles written."""
+        axis = self._input_axis[name]
+        channels = int(array.shape[axis]) if -array.ndim <= axis < array.ndim else 1
+        triangles = moments.groups * moments.size * (moments.size + 1) / 2
+        return (array.size / max(channels, 1)) * triangles * PRODUCT_COST + \
+            triangles * TRIANGLE_COST + TASK_COST
 
     def all_moments(self) -> dict[str, InputMoments]:
         """The input moments of every product that saw data, by node name (one copy each)."""
@@ -369,14 +412,11 @@ def profile(graph: Graph, batches: Iterable[Mapping[str, np.ndarray]], *, progre
                          "of {input name: array} with at least one batch")
     result.stats.update(recorder.stats)
     result.moments.update(recorder.all_moments())
-    for node in graph.nodes:
-        if node.op_type == CONSTANT and node.output.name not in result.stats:
-            array = node.attrs["value"]
-            if _float_array(array):
-                obs = StatsObserver(node.output.name, bins, tuple(range(array.ndim)))
-                obs.observe(array)
-                result.stats[node.output.name] = obs
-                result.constants.add(node.output.name)
+    for _, task in recorder.constant_tasks():
+        task()
+    for obs in recorder.constants:
+        result.stats[obs.name] = obs
+        result.constants.add(obs.name)
     return result
 
 
@@ -448,6 +488,7 @@ def _cpu_runner(graph: Graph, recorder: _Recorder):
 
     pending: list = []
     ran = [0]  # batches run so far: the pending updates are batch ran[0] - 1's
+    early: list = []  # the constants' statistics, on the pool while the first model runs
 
     def finish() -> None:
         """Wait for the previous batch's updates; the first error names that batch."""
@@ -460,6 +501,9 @@ def _cpu_runner(graph: Graph, recorder: _Recorder):
             pending.clear()
 
     def run(batch: Mapping[str, np.ndarray]) -> None:
+        if workers is not None and not ran[0]:  # otherwise idle, and after the batches
+            early.extend(workers.submit(task) for _, task in
+                         sorted(recorder.constant_tasks(), key=lambda t: -t[0]))
         outs = exe(batch)  # while the previous batch's statistics are updated
         tasks = [t for v in produced for t in recorder.tasks(by_name[v.name], outs[v.name])]
         if workers is None:
@@ -477,6 +521,8 @@ def _cpu_runner(graph: Graph, recorder: _Recorder):
         if workers is not None:
             try:
                 finish()
+                for future in early:
+                    future.result()
             finally:
                 workers.shutdown()
 

@@ -291,6 +291,17 @@ def test_moments_block_is_what_moments_upper_adds_to_zeros(isa, seed):
         np.testing.assert_array_equal(got.astype(np.float64), want, err_msg=f"{isa} {x.shape}")
 
 
+@pytest.mark.parametrize("p, c", [(49, 200), (3, 129), (256, 64)])
+def test_moments_block_whole_tile_rows_equal_moments_upper(isa, p, c):
+    """Rows of tiles wholly right of the diagonal (stored straight from the registers) and the
+    diagonal and last tiles (stored in part) hold what lb_moments_f32 adds to zeros."""
+    rng = np.random.default_rng(p * 1000 + c)
+    x = (rng.standard_normal((p, c)) * np.exp2(rng.integers(-6, 6, (1, c)))).astype(np.float32)
+    got = np.full(c * (c + 1) // 2, np.nan, np.float32)
+    stats.moments_block(x, got)
+    np.testing.assert_array_equal(got.astype(np.float64), _moments(x), err_msg=f"{isa}")
+
+
 @pytest.mark.parametrize("seed", range(4))
 def test_gridsum_add_many_equals_one_add_each(isa, seed):
     """Several float32 arrays added in one pass over the limbs give the limbs of one

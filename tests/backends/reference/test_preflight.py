@@ -16,6 +16,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import lowbit
+from lowbit.backends.reference.interpreter import Interpreter
 from lowbit.backends.reference.preflight import preflight, specialize
 from lowbit.errors import InputError, ModelError
 from lowbit.ops.work import graph_work as cost
@@ -68,6 +69,29 @@ def test_memory_limit_with_a_given_budget(tmp_path):
     preflight(graph, [x], memory=int(need.peak / 0.8) + 1)
     with pytest.raises(InputError, match="needs about"):
         preflight(graph, [x], memory=int(need.peak / 0.8) - 1)
+
+
+def test_a_resumed_run_checks_what_it_runs(tmp_path):
+    """A run given the conv's output (a resumed run, lowbit.backends.reference.resume) runs the
+    pool alone: its check counts the given array, alive from the start, and the pool, not the
+    conv's float64 temporaries it never allocates; a budget that refuses the full run lets it
+    run."""
+    graph = _load(_window_model("Conv", {"pads": [100] * 4}), tmp_path)
+    x = np.zeros((2, 1, 28, 28), np.float32)
+    big = next(v for n in graph.nodes for v in n.outputs if v.name == "big")
+    given = {big: np.full((2, 8, 226, 226), 3.0, np.float32)}
+    interpreter = Interpreter(graph, known=[big])
+    g = specialize(graph, [x], interpreter._runs, given)
+    resumed = cost(g, interpreter._runs, [v for n in g.nodes for v in n.outputs if v is not None
+                                          and v.name == "big"])
+    full = cost(specialize(graph, [x]))
+    assert resumed.peak_node.name == "pool" and full.peak_node.name == "big_op"
+    assert given[big].nbytes <= resumed.peak < full.peak and resumed.ops < full.ops
+    memory = int(resumed.peak / 0.8) + 1
+    preflight(graph, [x], memory=memory, runs=interpreter._runs, known=given)
+    with pytest.raises(InputError, match="needs about"):
+        preflight(graph, [x], memory=memory)
+    assert (interpreter({"input": x}, given)["y"] == 3.0).all()
 
 
 def test_operations_beyond_the_limit_refused_before_running(tmp_path, monkeypatch):

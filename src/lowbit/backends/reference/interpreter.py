@@ -100,16 +100,21 @@ class Interpreter:
     def _run(self, inputs: Mapping[str, np.ndarray],
              known: Mapping[Value, np.ndarray] | None) -> dict[str, np.ndarray]:
         arrays = check_inputs(self.graph, inputs)
-        signature = tuple((a.dtype.str, a.shape) for a in arrays)
-        if signature not in self._checked:
-            preflight(self.graph, arrays)
-            self._checked.add(signature)
-        env: dict[Value, np.ndarray] = dict(zip(self.graph.inputs, arrays, strict=True))
+        given: dict[Value, np.ndarray] = {}
         if self.known:
             missing = [v.name for v in self.known if known is None or v not in known]
             if missing:
                 raise InputError(f"no array given for known value(s) {', '.join(missing)}")
-            env.update({v: known[v] for v in self.known})
+            assert known is not None
+            given = {v: known[v] for v in self.known}
+        signature = tuple((a.dtype.str, a.shape) for a in arrays) + tuple(
+            (v.name, np.shape(a)) for v, a in given.items())
+        if signature not in self._checked:
+            # a resumed run checks what it runs: the known values and the nodes reading them
+            preflight(self.graph, arrays, runs=self._runs if given else None, known=given)
+            self._checked.add(signature)
+        env: dict[Value, np.ndarray] = dict(zip(self.graph.inputs, arrays, strict=True))
+        env.update(given)
         self._execute(env)
         return {v.name: env[v] for v in self.graph.outputs}
 

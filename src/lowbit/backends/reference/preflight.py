@@ -14,12 +14,12 @@ with the figures, before anything is allocated.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
 from lowbit.errors import InputError, LowbitError, ModelError
-from lowbit.ir.graph import CONSTANT, Graph
+from lowbit.ir.graph import CONSTANT, Graph, Value
 from lowbit.ir.types import TensorType
 from lowbit.ops.work import graph_work
 
@@ -53,20 +53,35 @@ def format_bytes(n: float) -> str:
     return f"{int(n)} B"
 
 
-def specialize(graph: Graph, arrays: Sequence[np.ndarray]) -> Graph:
+def specialize(graph: Graph, arrays: Sequence[np.ndarray],
+               runs: Sequence[bool] | None = None,
+               known: Mapping[Value, np.ndarray] | None = None) -> Graph:
     """A copy of `graph` whose value types are inferred from the input arrays' shapes.
 
-    Refuses, naming the node, a node whose inference fails once the inputs are known."""
+    With `runs` (one flag per node) and `known` (arrays given for values of `graph`, as a
+    resumed run of the interpreter takes them), the known values' types come from their arrays
+    and only the nodes that run are inferred: they read nothing else (`Interpreter`), so the
+    others keep their declared types. Refuses, naming the node, a node whose inference fails
+    once the inputs are known."""
     from lowbit.ops import infer_node, merge_types
 
     g = graph.copy()
     for v, a in zip(g.inputs, arrays, strict=True):
         if v.type is not None:
             v.type = TensorType(v.type.dtype, tuple(int(d) for d in a.shape), v.type.quant)
+    if known:
+        copies = dict(zip(graph.inputs, g.inputs, strict=True))
+        for old, new in zip(graph.nodes, g.nodes, strict=True):
+            copies.update(zip(old.outputs, new.outputs, strict=True))
+        for v, a in known.items():
+            copy = copies[v]
+            if copy.type is not None:
+                copy.type = TensorType(copy.type.dtype, tuple(int(d) for d in np.shape(a)),
+                                       copy.type.quant)
     shapes = ", ".join(f"{v.name} {tuple(a.shape)}" for v, a in zip(g.inputs, arrays,
                                                                        strict=True))
-    for node in g.nodes:
-        if node.op_type == CONSTANT:
+    for i, node in enumerate(g.nodes):
+        if node.op_type == CONSTANT or (runs is not None and not runs[i]):
             continue
         try:
             inferred = infer_node(node)
@@ -87,12 +102,19 @@ def max_ops() -> float:
         raise InputError(f"LOWBIT_MAX_OPS={text!r} is not a number") from None
 
 
-def preflight(graph: Graph, arrays: Sequence[np.ndarray], memory: int | None = None) -> Graph:
+def preflight(graph: Graph, arrays: Sequence[np.ndarray], memory: int | None = None,
+              runs: Sequence[bool] | None = None,
+              known: Mapping[Value, np.ndarray] | None = None) -> Graph:
     """`specialize` the graph to the inputs, then refuse a run whose values and temporaries
     would need more than MEMORY_FRACTION of `memory` (default: the memory available now), or
-    more than `max_ops()` operations. Returns the specialized graph."""
-    g = specialize(graph, arrays)
-    need = graph_work(g)
+    more than `max_ops()` operations. With `runs` and `known` (a resumed run: `specialize`),
+    the nodes that run and the known values count. Returns the specialized graph."""
+    g = specialize(graph, arrays, runs, known)
+    given = None
+    if known:
+        names = {v.name for v in known}
+        given = [v for n in g.nodes for v in n.outputs if v.name in names]  # inputs count
+    need = graph_work(g, runs, given or ())
     memory = available_memory() if memory is None else memory
     shapes = ", ".join(f"{tuple(a.shape)}" for a in arrays)
     where = f", most while computing {need.peak_node.describe()}" \

@@ -8,11 +8,14 @@ from __future__ import annotations
 import numpy as np
 
 from lowbit.backends.cpu.codegen import cexpr
-from lowbit.backends.cpu.codegen.lower import Lowering, emitter
+from lowbit.backends.cpu.codegen.lower import Lowering, emitter, stored_dtype
 from lowbit.backends.cpu.codegen.program import Size, dim_c, dim_size, is_batch, numel
 from lowbit.errors import UnsupportedError
+from lowbit.ir import dtypes
 from lowbit.ir.attrs import FUSED_CLIP
+from lowbit.ir.graph import Node, Value
 from lowbit.ops.conv_geometry import window_from_attrs
+from lowbit.ops.registry import QUANT_DOMAIN
 
 
 def _clip(node) -> tuple[str, str]:
@@ -332,6 +335,45 @@ def conv_transpose(lw: Lowering, node) -> None:
     clamp_result(lw, node, out)
 
 
+def codes_through(lw: Lowering, node: Node) -> tuple[Value, Node] | None:
+    """(codes, the Quantize) when Resize/selection `node` reads the Dequantize of per-tensor
+    8- or 16-bit `codes` and its only use is a Quantize to the same type, scale and zero point:
+    then quantize(dequantize(k)) = k for every code k (float32 (k - z) * s divided by s is k
+    within |k| 2**-23 < 1/2 while nothing is subnormal or infinite, s in [2**-100, 2**100]), so
+    selecting the codes themselves gives the reference's result."""
+    dq = node.inputs[0].producer
+    q = lw.sole_user(node.outputs[0])
+    if dq is None or q is None or q in lw.fused or dq.op_type != "Dequantize" or \
+            q.op_type != "Quantize" or dq.domain != QUANT_DOMAIN or q.domain != QUANT_DOMAIN:
+        return None
+    src, t, out_t = dq.inputs[0], dq.inputs[0].type, q.outputs[0].type
+    if t is None or out_t is None or t.quant is None or out_t.quant is None or \
+            not t.quant.per_tensor or not out_t.quant.per_tensor or t.dtype != out_t.dtype or \
+            t.dtype.bits not in (8, 16) or not lw.available(src):
+        return None
+    s, s_out = np.float32(t.quant.scale), np.float32(out_t.quant.scale)
+    if s != s_out or not 2.0**-100 <= s <= 2.0**100 or \
+            int(t.quant.zero_point) != int(out_t.quant.zero_point):
+        return None
+    return src, q
+
+
+def quantized_after(lw: Lowering, node: Node) -> Node | None:
+    """The Quantize that is the only use of float Resize/selection `node`'s result, with its
+    parameters per tensor or per channel (axis 1): quantizing the input and selecting codes
+    gives the same codes, element for element."""
+    q = lw.sole_user(node.outputs[0])
+    t = node.inputs[0].type
+    if q is None or q in lw.fused or q.op_type != "Quantize" or q.domain != QUANT_DOMAIN or \
+            t is None or t.dtype != dtypes.FLOAT32:
+        return None
+    out_t = q.outputs[0].type
+    if out_t is None or out_t.quant is None or \
+            (out_t.quant.axis is not None and out_t.quant.axis % 4 != 1):
+        return None
+    return q
+
+
 @emitter("Resize")
 def resize(lw: Lowering, node) -> None:
     """Nearest-neighbour resizing of images' height and width, with index tables from the
@@ -360,10 +402,30 @@ def resize(lw: Lowering, node) -> None:
         source = ref.source_coordinates(mode, out_len, in_len, scale, None)
         tables[axis] = np.clip(ref._nearest_index(source, node.attrs["nearest_mode"]), 0,
                                in_len - 1)
-    x = lw.operand(node.inputs[0], "nhwc")
-    out = lw.result(node.outputs[0], "nhwc", biased=x.biased)
+    through = codes_through(lw, node)
+    after = quantized_after(lw, node) if through is None else None
+    if through is not None:  # the codes themselves: Dequantize -> Resize -> Quantize is a copy
+        src, quantize = through
+        x = lw.operand(src, "nhwc")
+        out = lw.result(quantize.outputs[0], "nhwc")
+        lw.fused.add(quantize)
+    elif after is not None:  # selection commutes with Quantize: quantize the smaller image
+        from lowbit.backends.cpu.codegen.ops_quant import quantize_step
+
+        xf = lw.operand(node.inputs[0], "nhwc")
+        out_t = after.outputs[0].type
+        dtype, biased = stored_dtype(out_t)
+        x = lw.prog.tensor(f"{node.name}.codes", dtype, xf.shape, layout="nhwc", biased=biased)
+        quantize_step(lw, f"{node.name}: input of {after.name}", xf, x, out_t)
+        out = lw.result(after.outputs[0], "nhwc")
+        lw.fused.add(after)
+    else:
+        x = lw.operand(node.inputs[0], "nhwc")
+        out = lw.result(node.outputs[0], "nhwc", biased=x.biased)
     n, c, ih, iw = shape
-    lw.prog.step(f"{node.name}: Resize nearest {ih}x{iw} -> {out_shape[2]}x{out_shape[3]}", [
+    codes = " of codes" if through is not None or after is not None else ""
+    lw.prog.step(f"{node.name}: Resize nearest {ih}x{iw} -> {out_shape[2]}x{out_shape[3]}"
+                 f"{codes}", [
         f"lb_resize_nearest(ctx, {dim_c(n)}, {ih}, {iw}, {c}, {out_shape[2]}, {out_shape[3]}, "
         f"{lw.prog.data(tables[2].astype(np.int64))}, {lw.prog.data(tables[3].astype(np.int64))}, "
         f"{x.dtype.itemsize}, {x.ptr}, {out.ptr});"], [x], [out])

@@ -21,6 +21,7 @@ from lowbit.backends.cpu.codegen.ops_conv16 import conv16_code
 from lowbit.backends.cpu.codegen.ops_shape import concat_into, logical_strides, pool_setup
 from lowbit.backends.cpu.codegen.post_stage import PostStage, post_stage
 from lowbit.backends.cpu.codegen.program import Size, Tensor, dim_c, dim_size, is_batch, numel
+from lowbit.backends.cpu.codegen.se_residual import emit_se_residual, qbinary_c
 from lowbit.backends.cpu.codegen.unary_chain import emit_unary_chain
 from lowbit.backends.reference.kernels import is_quantized
 from lowbit.errors import KernelError, UnsupportedError
@@ -91,8 +92,21 @@ def quantize(lw: Lowering, node) -> None:
             f"{int(q.axis is not None)}, {scale}, {zp}, {bounds}, {tname(lw, out)}, "
             f"{out.ptr});"], [x], [out])
         return
-    out = lw.result(node.outputs[0], x.layout if four else "plain")
-    lw.prog.step(f"{node.name}: Quantize", [
+    quantize_step(lw, node.name, x, lw.result(node.outputs[0], x.layout if four else "plain"),
+                  out_t)
+
+
+def quantize_step(lw: Lowering, name: str, x: Tensor, out: Tensor, out_t: TensorType) -> None:
+    """A step quantizing float tensor `x` into `out` (x's shape and layout) with out_t's
+    parameters (arith.quantize)."""
+    q = out_t.quant
+    sh = shift_of(out_t)
+    channels = q.channels
+    scale = cexpr.int_array(lw.prog, q.scale, np.float32, channels)
+    zp = cexpr.int_array(lw.prog, q.zero_point.astype(np.int64) + sh, np.int32, channels)
+    bounds = (f"{out_t.dtype.qmin + sh}, {out_t.dtype.qmax + sh}, 0.0f, "
+              f"{cexpr.flt(out_t.dtype.qmin)}, {cexpr.flt(out_t.dtype.qmax)}")
+    lw.prog.step(f"{name}: Quantize", [
         f"lb_quantize_f32(ctx, {numel(x.shape).c()}, (const float *){x.ptr}, "
         f"{axis_of(x, q.axis, channels)}, {scale}, {zp}, {bounds}, {tname(lw, out)}, "
         f"{out.ptr});"], [x], [out])
@@ -709,34 +723,16 @@ def binary_layout(lw: Lowering, node) -> str:
 @emitter("Sub", quantized=True, dynamic=True)
 @emitter("Mul", quantized=True, dynamic=True)
 def qbinary(lw: Lowering, node) -> None:
-    if emit_unary_chain(lw, node):
+    if emit_unary_chain(lw, node) or emit_se_residual(lw, node):
         return
-    t1, t2, out_t = node.inputs[0].type, node.inputs[1].type, node.outputs[0].type
+    t1, t2 = node.inputs[0].type, node.inputs[1].type
     layout = binary_layout(lw, node)
     a = lw.operand(node.inputs[0], layout if len(t1.shape) == 4 else "plain")
     b = lw.operand(node.inputs[1], layout if len(t2.shape) == 4 else "plain")
     out = lw.result(node.outputs[0], layout)
-    s1, s2, so = shift_of(t1), shift_of(t2), shift_of(out_t)
-    narrow = 1
-    if node.op_type == "Mul":
-        pm = params.of(node)
-        (z1, z2), rq = pm.input_zeros, pm.requant
-        add = (0, z1 + s1, 0, 0, 0, z2 + s2, 0, 0, 0, 0)
-        op = "LB_QMUL"
-        spans = [max(t.dtype.qmax - z, z - t.dtype.qmin) for t, z in ((t1, z1), (t2, z2))]
-        narrow = int(spans[0] * spans[1] < INT32_LIMIT)
-    else:
-        ps = params.of(node)
-        rq = ps.requant
-        q1, q2 = ps.aligners
-        add = (ps.shift, ps.input_zeros[0] + s1, int(q1.multiplier), int(q1.left_shift),
-               int(q1.right_shift), ps.input_zeros[1] + s2, int(q2.multiplier),
-               int(q2.left_shift), int(q2.right_shift), int(node.op_type == "Sub"))
-        op = "LB_QADD" if node.op_type == "Add" else "LB_QSUB"
-    arrays = cexpr.requant_arrays(rq, 1, so)
+    init = qbinary_c(lw, node, (tname(lw, a), tname(lw, b), tname(lw, out)))
     code = [f"const lb_bcast bc = {broadcast(lw, a, b, out)};",
-            f"const lb_qbinary op = {{{op}, {tname(lw, a)}, {tname(lw, b)}, {tname(lw, out)}, "
-            f"{{{', '.join(map(str, add))}, {cexpr.requant(lw.prog, arrays)}}}, {narrow}, NULL}};",
+            f"const lb_qbinary op = {init};",
             f"lb_qbinary_run(ctx, &bc, &op, {a.ptr}, {b.ptr}, {out.ptr});"]
     lw.prog.step(f"{node.name}: quantized {node.op_type}", code, [a, b], [out])
 

@@ -322,6 +322,22 @@ typedef struct lb_qbinary {
 LB_API void lb_qbinary_run(const lb_ctx *ctx, const lb_bcast *bc, const lb_qbinary *op,
                            const void *a, const void *b, void *out);
 
+/* The residual squeeze-excitation of 8-bit NHWC codes (PP-OCR's RSE blocks): y = Add(x, Mul(x,
+ * s)) with s one code per image and channel ([N, C, 1, 1]), the Mul and the Add each exactly as
+ * lb_qbinary_run computes it (every type LB_U8; `mul` has a = x and b = s, or the reverse with
+ * mul_x_second; `add` a = x and b = the Mul's code, or the reverse with add_x_second). For
+ * each image the 256 results of each channel are computed by those same integer expressions
+ * into `tables` (c * 256 + 64 bytes of scratch), then every code is looked up: the Mul's codes
+ * are never stored and one pass over x replaces two. */
+typedef struct lb_qse {
+    lb_qbinary mul, add;
+    int32_t mul_x_second, add_x_second;
+} lb_qse;
+
+LB_API void lb_qse_residual(const lb_ctx *ctx, const lb_qse *op, int64_t n, int64_t hw,
+                            int64_t c, const uint8_t *x, const uint8_t *s, uint8_t *out,
+                            uint8_t *tables);
+
 /* ---- pooling ---------------------------------------------------------------------------- */
 
 /* Max pooling of NHWC codes or floats (type LB_U8, LB_I16, LB_U16, LB_F32); padded positions

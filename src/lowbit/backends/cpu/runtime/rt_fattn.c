@@ -114,16 +114,32 @@ static void lb_fattn_head(const lb_fattn_job *j, int64_t bh, uint8_t *mine) {
     double *acc = (double *)(mine + l->kt + l->vd + l->qd + l->sc + l->pd);
     const float *k = p->k + b * S * p->ldk + h * D;
     const float *v = p->v + b * S * p->ldv + h * D;
-    for (int64_t s = 0; s < S; s++)
+    const int64_t ldk = p->ldk, ldv = p->ldv, ldq = p->ldq;
+    for (int64_t s = 0; s < S; s++) {
+        const float *vs = v + s * ldv;
+        double *out = vd + s * D;
+        for (int64_t d = 0; d < D; d++) out[d] = (double)vs[d];
+    }
+    /* K^T in blocks of 8 keys: each d writes one run of 8 doubles (a cache line), where
+     * the transposed store of one key at a time hit D lines S * 8 bytes apart */
+    int64_t s0 = 0;
+    for (; s0 + 8 <= S; s0 += 8) {
+        const float *ks = k + s0 * ldk;
         for (int64_t d = 0; d < D; d++) {
-            kt[d * S + s] = (double)k[s * p->ldk + d];
-            vd[s * D + d] = (double)v[s * p->ldv + d];
+            double *out = kt + d * S + s0;
+            for (int64_t i = 0; i < 8; i++) out[i] = (double)ks[i * ldk + d];
         }
+    }
+    for (; s0 < S; s0++)
+        for (int64_t d = 0; d < D; d++) kt[d * S + s0] = (double)k[s0 * ldk + d];
     for (int64_t r0 = 0; r0 < S; r0 += LB_FATTN_ROWS) {
         const int64_t R = LB_MIN(LB_FATTN_ROWS, S - r0);
-        const float *q = p->q + (b * S + r0) * p->ldq + h * D;
-        for (int64_t r = 0; r < R; r++)
-            for (int64_t d = 0; d < D; d++) qd[r * D + d] = (double)q[r * p->ldq + d];
+        const float *q = p->q + (b * S + r0) * ldq + h * D;
+        for (int64_t r = 0; r < R; r++) {
+            const float *qr = q + r * ldq;
+            double *out = qd + r * D;
+            for (int64_t d = 0; d < D; d++) out[d] = (double)qr[d];
+        }
         lb_fattn_gemm(j->isa, R, S, D, qd, D, kt, S, sc, S, acc);
         for (int64_t r = 0; r < R; r++) {
             float *row = sc + r * S;

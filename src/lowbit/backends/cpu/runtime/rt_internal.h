@@ -240,6 +240,9 @@ void lb_quantize_nhwc3_avx512(const float *x, int64_t hw, int64_t np, const floa
 void lb_qbinary_row_avx512(const lb_qbinary *op, const void *a, int64_t sa, const void *b,
                            int64_t sb, void *out, int64_t n);
 void lb_lookup_u8_avx512(int64_t n, const uint8_t *q, const uint8_t *table, uint8_t *out);
+/* out[p * c + ch] = tables[ch * 256 + x[p * c + ch]] for p < npix (lb_qse_residual) */
+void lb_qse_lookup_avx512(const uint8_t *tables, int64_t c, const uint8_t *x, uint8_t *out,
+                          int64_t npix);
 #endif
 
 /* ---- depthwise convolution helpers (rt_qconv.c) ------------------------------------------ */

@@ -31,9 +31,15 @@ LB_MOM_TARGET LB_MOM_CONTRACT static inline __attribute__((always_inline)) void 
     }
     for (int r = 0; r < rows; r++) {
         const int64_t i = i0 + r;
+        const int64_t lo = LB_MAX(i, j0), hi = LB_MIN(j->c, j0 + 16 * NJ);
+        if (j->upper32 != NULL && lo == j0 && hi == j0 + 16 * NJ) { /* the whole tile row */
+            float *out = j->upper32 + lb_mom_row(j->c, i) - i + j0;
+#pragma GCC unroll 4
+            for (int v = 0; v < NJ; v++) memcpy(out + 16 * v, &acc[r][v], sizeof(lb_vf16));
+            continue;
+        }
         float s[16 * LB_MOM_NJ];
         for (int v = 0; v < NJ; v++) memcpy(s + 16 * v, &acc[r][v], sizeof(lb_vf16));
-        const int64_t lo = LB_MAX(i, j0), hi = LB_MIN(j->c, j0 + 16 * NJ);
         if (j->upper32 != NULL) {
             float *out = j->upper32 + lb_mom_row(j->c, i) - i;
             if (hi > lo) memcpy(out + lo, s + (lo - j0), (size_t)(hi - lo) * sizeof(float));

@@ -565,3 +565,71 @@ void lb_qbinary_run(const lb_ctx *ctx, const lb_bcast *bc, const lb_qbinary *op,
     int64_t per = (total + LB_QB_TASKS - 1) / LB_QB_TASKS;
     lb_parallel_for_sized(ctx, (total + per - 1) / per, rows * last * 3, lb_qbinary_task, &j);
 }
+
+/* ---- residual squeeze-excitation: y = x + x * s ----------------------------------------- */
+
+#define LB_QSE_BUILD 8     /* channels a table-building task */
+#define LB_QSE_PIECE 16384 /* codes a lookup task, about */
+
+typedef struct lb_qse_job {
+    const lb_qse *op;
+    const uint8_t *x, *s; /* this image's codes and its c codes of s */
+    uint8_t *out, *tables;
+    int64_t hw, c, per; /* per: pixels a lookup task */
+    int isa;
+} lb_qse_job;
+
+/* Tables of channels [LB_QSE_BUILD t, LB_QSE_BUILD (t + 1)): the Mul's code of each x code
+ * (lb_qbinary_span with s's code at stride 0), then the Add's result of x code and that code,
+ * through the same spans (and so the same integers) as lb_qbinary_run. */
+static void lb_qse_build_task(void *arg, int64_t t, int worker) {
+    (void)worker;
+    const lb_qse_job *j = (const lb_qse_job *)arg;
+    const lb_qse *op = j->op;
+    lb_qb_job jm = {NULL, &op->mul, NULL, NULL, NULL, 1, 256, j->isa, NULL, NULL};
+    lb_qb_job ja = {NULL, &op->add, NULL, NULL, NULL, 1, 256, j->isa, NULL, NULL};
+    _Alignas(64) uint8_t m[256];
+    int64_t c1 = LB_MIN(j->c, (t + 1) * LB_QSE_BUILD);
+    for (int64_t ch = t * LB_QSE_BUILD; ch < c1; ch++) {
+        if (op->mul_x_second)
+            lb_qbinary_span(&jm, j->s, ch, 0, lb_iota256, 0, 1, m, 0, 256);
+        else
+            lb_qbinary_span(&jm, lb_iota256, 0, 1, j->s, ch, 0, m, 0, 256);
+        if (op->add_x_second)
+            lb_qbinary_span(&ja, m, 0, 1, lb_iota256, 0, 1, j->tables, ch * 256, 256);
+        else
+            lb_qbinary_span(&ja, lb_iota256, 0, 1, m, 0, 1, j->tables, ch * 256, 256);
+    }
+}
+
+static void lb_qse_lookup_task(void *arg, int64_t t, int worker) {
+    (void)worker;
+    const lb_qse_job *j = (const lb_qse_job *)arg;
+    int64_t p0 = t * j->per, p1 = LB_MIN(j->hw, p0 + j->per), c = j->c;
+    if (p0 >= p1) return;
+    const uint8_t *x = j->x + p0 * c;
+    uint8_t *o = j->out + p0 * c;
+#if LB_HAVE_AVX512
+    if (j->isa == LB_ISA_AVX512VNNI) {
+        lb_qse_lookup_avx512(j->tables, c, x, o, p1 - p0);
+        return;
+    }
+#endif
+    for (int64_t p = 0; p < p1 - p0; p++)
+        for (int64_t ch = 0; ch < c; ch++)
+            o[p * c + ch] = j->tables[ch * 256 + x[p * c + ch]];
+}
+
+void lb_qse_residual(const lb_ctx *ctx, const lb_qse *op, int64_t n, int64_t hw, int64_t c,
+                     const uint8_t *x, const uint8_t *s, uint8_t *out, uint8_t *tables) {
+    if (n <= 0 || hw <= 0 || c <= 0) return;
+    int64_t per = LB_MAX(1, LB_QSE_PIECE / c);
+    lb_qse_job j = {op, NULL, NULL, NULL, tables, hw, c, per, ctx->isa};
+    for (int64_t b = 0; b < n; b++) {
+        j.x = x + b * hw * c;
+        j.s = s + b * c;
+        j.out = out + b * hw * c;
+        lb_parallel_for(ctx, (c + LB_QSE_BUILD - 1) / LB_QSE_BUILD, lb_qse_build_task, &j);
+        lb_parallel_for(ctx, (hw + per - 1) / per, lb_qse_lookup_task, &j);
+    }
+}

@@ -46,6 +46,26 @@ LB_TARGET_AVX512 void lb_lookup_u8_avx512(int64_t n, const uint8_t *q, const uin
     }
 }
 
+/* out[p * c + ch] = tables[ch * 256 + x[p * c + ch]] (lb_qse_residual's lookup): 16 channels
+ * of a pixel a step, each code's table byte fetched by a dword gather at byte offsets (the
+ * tables are readable 64 bytes past their end) and narrowed. */
+LB_TARGET_AVX512 void lb_qse_lookup_avx512(const uint8_t *tables, int64_t c, const uint8_t *x,
+                                           uint8_t *out, int64_t npix) {
+    const __m512i lanes = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+    for (int64_t p = 0; p < npix; p++) {
+        const uint8_t *xp = x + p * c;
+        uint8_t *op = out + p * c;
+        for (int64_t ch = 0; ch < c; ch += 16) {
+            __mmask16 k = lb_tail_mask(c - ch);
+            __m512i chv = _mm512_add_epi32(_mm512_set1_epi32((int)ch), lanes);
+            __m512i code = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(k, xp + ch));
+            __m512i idx = _mm512_add_epi32(_mm512_slli_epi32(chv, 8), code);
+            __m512i g = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), k, idx, tables, 1);
+            _mm_mask_storeu_epi8(op + ch, k, _mm512_cvtepi32_epi8(g));
+        }
+    }
+}
+
 /* lb_q31_v512 with a left shift of 0: its saturation step is skipped for such lanes. */
 LB_V512 __m512i lb_q31_l0_v512(__m512i x, __m512i m, __m512i r) {
     return lb_q31_v512(x, m, _mm512_setzero_si512(), r);

@@ -116,38 +116,65 @@ LB_API int lb_stats_maxabs_upper(const void *x, int f64, int64_t groups, int64_t
     return finite;
 }
 
+/* Eight elements at a time (GCC vector types, any target): a value's three windows are the
+ * same integers whatever the width, so every ISA path gives the same limbs. Converting a double
+ * of magnitude below 2**32 to int64 truncates toward zero, as trunc() does, and converting the
+ * integer back is exact: (int64_t)trunc(y) and trunc(y) at once. */
+typedef double lb_gs_vd __attribute__((vector_size(64)));
+typedef int64_t lb_gs_vl __attribute__((vector_size(64)));
+typedef float lb_gs_vf __attribute__((vector_size(32)));
+#define LB_GS_LANES 8
+
+/* a2, a1, a0 (lb_gs_vl) += the windows of y (lb_gs_vd, scaled to units of the top window). */
+#define LB_GS_CUT(y, a0, a1, a2)                                                               \
+    do {                                                                                       \
+        lb_gs_vl w_ = __builtin_convertvector(y, lb_gs_vl);                                    \
+        a2 += w_;                                                                              \
+        y = (y - __builtin_convertvector(w_, lb_gs_vd)) * 4294967296.0;                        \
+        w_ = __builtin_convertvector(y, lb_gs_vl);                                             \
+        a1 += w_;                                                                              \
+        y = (y - __builtin_convertvector(w_, lb_gs_vd)) * 4294967296.0;                        \
+        a0 += __builtin_convertvector(y, lb_gs_vl);                                            \
+    } while (0)
+
 /* Adds n values, the first at x, into the limbs of elements [0, n) (limb j of element i at
  * limbs[j * stride + i]). */
 static void lb_gridsum_run(int64_t *limbs, int64_t stride, int64_t n, const void *x, int f64,
                            double first, double second) {
     int64_t *l0 = limbs, *l1 = limbs + stride, *l2 = limbs + 2 * stride;
     const double window = 4294967296.0;
-    if (f64) {
-        const double *p = (const double *)x;
-        for (int64_t i = 0; i < n; i++) {
-            double y = p[i] * first;
-            y = y * second;
-            double w = trunc(y);
-            l2[i] += (int64_t)w;
-            y = (y - w) * window;
-            w = trunc(y);
-            l1[i] += (int64_t)w;
-            y = (y - w) * window;
-            l0[i] += (int64_t)trunc(y);
+    int64_t i = 0;
+    for (; i + LB_GS_LANES <= n; i += LB_GS_LANES) {
+        lb_gs_vd y;
+        if (f64) {
+            memcpy(&y, (const double *)x + i, sizeof y);
+        } else {
+            lb_gs_vf v;
+            memcpy(&v, (const float *)x + i, sizeof v);
+            y = __builtin_convertvector(v, lb_gs_vd);
         }
-    } else {
-        const float *p = (const float *)x;
-        for (int64_t i = 0; i < n; i++) {
-            double y = (double)p[i] * first;
-            y = y * second;
-            double w = trunc(y);
-            l2[i] += (int64_t)w;
-            y = (y - w) * window;
-            w = trunc(y);
-            l1[i] += (int64_t)w;
-            y = (y - w) * window;
-            l0[i] += (int64_t)trunc(y);
-        }
+        y = y * first;
+        y = y * second;
+        lb_gs_vl a0, a1, a2;
+        memcpy(&a0, l0 + i, sizeof a0);
+        memcpy(&a1, l1 + i, sizeof a1);
+        memcpy(&a2, l2 + i, sizeof a2);
+        LB_GS_CUT(y, a0, a1, a2);
+        memcpy(l0 + i, &a0, sizeof a0);
+        memcpy(l1 + i, &a1, sizeof a1);
+        memcpy(l2 + i, &a2, sizeof a2);
+    }
+    for (; i < n; i++) {
+        double y = f64 ? ((const double *)x)[i] : (double)((const float *)x)[i];
+        y = y * first;
+        y = y * second;
+        double w = trunc(y);
+        l2[i] += (int64_t)w;
+        y = (y - w) * window;
+        w = trunc(y);
+        l1[i] += (int64_t)w;
+        y = (y - w) * window;
+        l0[i] += (int64_t)trunc(y);
     }
 }
 
@@ -189,7 +216,24 @@ static void lb_gridsum_many_run(int64_t *limbs, int64_t stride, int64_t start, i
                                 double second) {
     int64_t *l0 = limbs + start, *l1 = limbs + stride + start, *l2 = limbs + 2 * stride + start;
     const double window = 4294967296.0;
-    for (int64_t i = 0; i < n; i++) {
+    int64_t i = 0;
+    for (; i + LB_GS_LANES <= n; i += LB_GS_LANES) {
+        lb_gs_vl a0, a1, a2;
+        memcpy(&a0, l0 + i, sizeof a0);
+        memcpy(&a1, l1 + i, sizeof a1);
+        memcpy(&a2, l2 + i, sizeof a2);
+        for (int64_t b = 0; b < m; b++) {
+            lb_gs_vf v;
+            memcpy(&v, xs[b] + start + i, sizeof v);
+            lb_gs_vd y = __builtin_convertvector(v, lb_gs_vd) * first;
+            y = y * second;
+            LB_GS_CUT(y, a0, a1, a2);
+        }
+        memcpy(l0 + i, &a0, sizeof a0);
+        memcpy(l1 + i, &a1, sizeof a1);
+        memcpy(l2 + i, &a2, sizeof a2);
+    }
+    for (; i < n; i++) {
         int64_t a0 = l0[i], a1 = l1[i], a2 = l2[i];
         for (int64_t b = 0; b < m; b++) {
             double y = (double)xs[b][start + i] * first;

@@ -1,8 +1,9 @@
 /* The erf form of GELU as PyTorch's exporter writes it (lowbit TorchGelu): per value,
  * d = x / divisor, e = (float)erf((double)d) (the Erf kernel's evaluation, rt_fops.c),
  * y = (x * (e + one)) * half, each step one float32 operation (-ffp-contract=off keeps them
- * apart), so the fused pass gives the bits of the five separate ops. The spans
- * (rt_torchgelu_impl.h) are compiled for the scalar, AVX2 and AVX-512 paths; no allocation. */
+ * apart), so the fused pass gives the bits of the five separate ops. The portable span
+ * (rt_torchgelu_impl.h) is compiled for the scalar and AVX2 paths; the AVX-512 path has its
+ * own (rt_torchgelu_avx512.c: one polynomial per lane); no allocation. */
 #include "rt_tf_internal.h"
 
 #include <math.h>

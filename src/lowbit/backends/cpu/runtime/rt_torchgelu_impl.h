@@ -1,4 +1,4 @@
-/* The erf-form GELU pass of rt_torchgelu.c, portable C compiled once per instruction set
+/* The erf-form GELU pass of rt_torchgelu.c, portable C compiled for the scalar and AVX2 paths
  * (define LB_TGELU_SUFFIX and LB_TGELU_TARGET before including).
  *
  * e = (float)erf((double)d) is the Erf kernel's value (libm's erf, rounded once to float32).
