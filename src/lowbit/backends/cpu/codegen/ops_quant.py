@@ -17,6 +17,7 @@ from lowbit.backends.cpu import packing, params
 from lowbit.backends.cpu.codegen import cexpr
 from lowbit.backends.cpu.codegen.column_arrays import ceil_bound, column_arrays
 from lowbit.backends.cpu.codegen.lower import Lowering, emitter, stored_dtype
+from lowbit.backends.cpu.codegen.ops_conv16 import conv16_code
 from lowbit.backends.cpu.codegen.ops_shape import concat_into, logical_strides, pool_setup
 from lowbit.backends.cpu.codegen.post_stage import PostStage, hard_swish_map, post_stage
 from lowbit.backends.cpu.codegen.program import Size, Tensor, dim_c, dim_size, is_batch, numel
@@ -469,14 +470,20 @@ def wide_params(lw: Lowering, p: params.Product, x: Tensor, out: Tensor, out_t: 
     m = centred.shape[0]
     if np.abs(centred).max(initial=0) >= 2**31:
         raise UnsupportedError("weights wider than 32 bits")
+    bias = lw.prog.data(np.asarray(p.bias, np.int64)) if p.bias is not None else "NULL"
+    return (f"{{{tname(lw, x)}, {tname(lw, out)}, {za}, {p.narrow_shift}, "
+            f"{lw.prog.data(centred.astype(np.int32))}, {bias}, "
+            f"{wide_requant(lw, p, out_t, m)}}}")
+
+
+def wide_requant(lw: Lowering, p: params.Product, out_t: TensorType, m: int) -> str:
+    """The lb_requant initializer of a product summed exactly (lb_qgemm_wide, lb_qconv16):
+    the requantization, or the dequantization of a float output."""
     if p.requant is None:
         arrays = packing.dequant_arrays(p.scale, m, *p.clip)
     else:
         arrays = cexpr.requant_arrays(p.requant, m, shift_of(out_t))
-    bias = lw.prog.data(np.asarray(p.bias, np.int64)) if p.bias is not None else "NULL"
-    return (f"{{{tname(lw, x)}, {tname(lw, out)}, {za}, {p.narrow_shift}, "
-            f"{lw.prog.data(centred.astype(np.int32))}, {bias}, "
-            f"{cexpr.requant(lw.prog, arrays)}}}")
+    return cexpr.requant(lw.prog, arrays)
 
 
 def wide_conv(lw, node, x, tx, w, p, out, out_t, wdesc, group, za) -> None:
@@ -486,6 +493,14 @@ def wide_conv(lw, node, x, tx, w, p, out, out_t, wdesc, group, za) -> None:
     if x.dtype == np.int8:
         raise UnsupportedError("raw int8 activations")
     centred = (w.astype(np.int64) - p.w_zero.reshape(-1, 1, 1, 1)).transpose(0, 2, 3, 1)
+    found = conv16_code(lw, centred, group, tname(lw, x), tname(lw, out), za, p.narrow_shift,
+                        p.bias, wide_requant(lw, p, out_t, m), wdesc, x, out,
+                        out.shape[2], out.shape[3])
+    if found is not None:
+        code16, scratch, how = found
+        lw.prog.step(f"{node.name}: Conv {kh}x{kw} group {group}, {tx.dtype} ({how})", code16,
+                     [x], [out], scratch)
+        return
     code = [f"const lb_qconv_wide conv = {{{wdesc}, {group}, {cg}, {m // group}, "
             f"{wide_params(lw, p, x, out, out_t, centred.reshape(m, -1), za)}}};",
             f"lb_qconv_wide_run(ctx, &conv, {x.ptr}, {out.ptr});"]

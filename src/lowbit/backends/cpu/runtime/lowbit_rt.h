@@ -424,6 +424,40 @@ typedef struct lb_qconv_wide {
 LB_API void lb_qconv_wide_run(const lb_ctx *ctx, const lb_qconv_wide *p, const void *in,
                               void *out);
 
+/* 16-bit convolutions (W8A16, W16A8, W16A16) by int16 x int16 products summed in int32
+ * (rt_qconv16*.c: vpdpwssd on AVX-512, vpmaddwd on AVX2, portable C). Each input code x
+ * becomes a = x (LB_U8 stored codes, LB_I16) or x - 32768 (LB_U16), an int16, with zero point
+ * za in the same domain; weights are centred (w - zw) and inside int16. Then
+ *   acc = sum_k a_k w_k + offset[m],  offset[m] = bias[m] - za * sum_k w_k   (int64)
+ * equals the reference's sum (x - zx)(w - zw) + bias, and is finished as lb_qconv_wide (narrow
+ * shift, saturation to int32, requantization; float results from the unshifted acc).
+ * `mode` says how the sum stays exact (the code generator proves it from the weights):
+ *   LB_C16_INT32: |sum| <= max|a| * max_m sum_k |w_mk| < 2**31, one int32 sum;
+ *   LB_C16_SPLIT: a = 256 hi + lo (hi = a >> 8, lo = a & 255), two int32 sums, each < 2**31,
+ *     acc = 256 sum_hi + sum_lo + offset in int64 (not depthwise);
+ *   LB_C16_INT64: int64 sums (depthwise only).
+ * General (depthwise == 0): weights per group, per 16 output channels, per pair of k (k in
+ * (tap, channel) order, kp = taps * cg rounded up to even, zero weights past the last
+ * channel): 16 x 2 int16; `scratch`: oh * ow * groups * kp int16 (im2col of one image).
+ * Depthwise (cg == mg == 1): weights [taps][c]; `zero_row`: c raw input codes equal to the
+ * zero point (padded taps read it); `scratch` NULL. */
+typedef struct lb_qconv16 {
+    lb_window win;
+    int64_t groups, cg, mg, kp;
+    int32_t a_type, out_type;
+    int32_t za, narrow_shift;
+    int32_t mode, depthwise;
+    const int16_t *w;
+    const int64_t *offset;
+    const void *zero_row;
+    lb_requant rq;
+} lb_qconv16;
+
+enum lb_c16_mode { LB_C16_INT32 = 0, LB_C16_SPLIT = 1, LB_C16_INT64 = 2 };
+
+LB_API void lb_qconv16_run(const lb_ctx *ctx, const lb_qconv16 *p, const void *in, void *out,
+                           int16_t *scratch);
+
 /* A batch of products of two activations, C_b = A_b B_b (A_b [M, K], B_b [K, N], row-major,
  * b-th matrices `*_bstride` elements apart, 0 to reuse one): attention's products. Each B_b is
  * packed at run time (`packed`: ceil(N/16) * ceil(K/4) * 64 bytes), its column sums fold the
