@@ -34,6 +34,7 @@ from lowbit.backends.reference.kernels import integer_params
 from lowbit.errors import UnsupportedError
 from lowbit.exporters.uint8_activations import move_activations_to_uint8
 from lowbit.ir import dtypes
+from lowbit.ir.attrs import AFFINE
 from lowbit.ir.dead_code import eliminate_dead_code
 from lowbit.ir.graph import CONSTANT, Graph, Node, Value
 from lowbit.ir.types import TensorType
@@ -81,8 +82,9 @@ class _Lowering:
         return node.output
 
     def quantize_after(self, node: Node, index: int, t: TensorType) -> None:
-        """Make output `index` of `node` float and append a QuantizeLinear (after a Clip for a
-        fused clamp) that produces the original integer value."""
+        """Make output `index` of `node` float and append a QuantizeLinear (after a HardSwish's
+        folded Mul and Add, and a Clip for a fused clamp) that produces the original integer
+        value."""
         out = node.outputs[index]
         scale, zero = self.params(t, node)
         clip = node.attrs.pop(FUSED_CLIP, None) if index == 0 else None
@@ -95,6 +97,15 @@ class _Lowering:
         real.producer = node
         after: list[Node] = []
         source = real
+        affine = node.attrs.pop(AFFINE, None) if index == 0 else None
+        if affine is not None:  # a HardSwish's folded Mul and Add (float, as before folding)
+            for op, c in (("Mul", affine[0]), ("Add", affine[1])):
+                k = self.g.add_constant(np.asarray(c, np.float32), f"{out.name}_{op.lower()}",
+                                        before=node)
+                step = Value(self.g.unique_name(f"{out.name}_{op.lower()}ed"), real.type)
+                after.append(Node(op, [source, k], [step], {},
+                                  self.g.unique_node_name(f"{node.name}_{op.lower()}")))
+                source = step
         if clip is not None:
             clipped = Value(self.g.unique_name(f"{out.name}_clipped"), real.type)
             after.append(Node("Clip", [real, *bounds], [clipped], {},

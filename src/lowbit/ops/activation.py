@@ -12,6 +12,7 @@ from typing import ClassVar
 import numpy as np
 
 from lowbit.ir import dtypes as dt
+from lowbit.ir.attrs import AFFINE
 from lowbit.ir.graph import Node
 from lowbit.ir.types import TensorType
 from lowbit.ops.elementwise_rules import (
@@ -107,9 +108,11 @@ class HardSigmoid(Unary):
 
 @register
 class HardSwish(Unary):
-    """Y = X * max(0, min(1, X / 6 + 0.5))."""
+    """Y = X * max(0, min(1, X / 6 + 0.5)); with lowbit's own `affine = [a, b]` (a scalar Mul
+    and Add the quantizer folded in, `lowbit.ir.attrs.AFFINE`), Y = a * that + b."""
 
     op_type = "HardSwish"
+    attrs: ClassVar[dict[str, Attr]] = {AFFINE: Attr("floats")}
 
 
 @register

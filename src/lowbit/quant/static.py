@@ -21,6 +21,9 @@ quantization rule (`lowbit.ops.registry`):
   output for an integer consumer.
 - KEEP (Relu, MaxPool, Reshape, Transpose, ...) follows its input: integer in, integer out with
   the same parameters.
+- Last, the quantized Muls and Adds of one-element constants right after a quantized HardSwish
+  fold into it (`fold_hard_swish_affine`: Y = a * HardSwish(X) + b, one rounding, computed in
+  float32 on codes as `int_activation.HardSwishParams` defines).
 
 Integers pay only where an integer node uses them: a RESCALE, TABLE or KEEP node whose results
 only float nodes read (not a graph output) stays float, and says so, since rounding its result
@@ -65,7 +68,7 @@ from lowbit.ops.registry import (
     RESCALE,
     TABLE,
 )
-from lowbit.passes.quant_cleanup import simplify_quantize
+from lowbit.passes.quant_cleanup import fold_hard_swish_affine, simplify_quantize
 from lowbit.passes.verifier import verify
 from lowbit.quant import (
     bias_correction,
@@ -184,7 +187,7 @@ def quantize(graph: Graph, profile: Profile, config: QuantConfig | None = None, 
     g = graph.copy()
     builder = _Builder(g, profile, config, plan_config or config, cache)
     builder.run()
-    g = simplify_quantize(g)
+    g = fold_hard_swish_affine(simplify_quantize(g))
     summary = QuantSummary(builder.rows, list(warnings))
     if assert_all_quantized and summary.float_nodes:
         listed = ", ".join(f"{r.name} ({r.op_type}: {r.detail})" for r in summary.float_nodes)

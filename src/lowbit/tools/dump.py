@@ -52,7 +52,11 @@ import numpy as np
 from lowbit.backends.reference.interpreter import Interpreter, check_inputs
 from lowbit.backends.reference.kernels import integer_params
 from lowbit.backends.reference.kernels.dynamic import DynamicMatMulParams
-from lowbit.backends.reference.kernels.int_activation import ClampParams, TableParams
+from lowbit.backends.reference.kernels.int_activation import (
+    ClampParams,
+    HardSwishParams,
+    TableParams,
+)
 from lowbit.backends.reference.kernels.int_combine import AddParams, ConcatParams, MulParams
 from lowbit.backends.reference.kernels.int_linear import LinearParams
 from lowbit.backends.reference.kernels.int_pool import AverageParams
@@ -334,6 +338,15 @@ def _show_table(node: Node, p: TableParams, lines: list[str],
     lines.append(f"y = table[q - ({p.offset})], a {p.table.size}-entry table {_p(p.table)}")
 
 
+def _show_hard_swish(node: Node, p: HardSwishParams, lines: list[str],
+                     arrays: dict[str, np.ndarray]) -> None:
+    arrays["table"] = p.table
+    lines.append(f"v = float32(q - ({p.z_x})); t = min(max(v * {p.c1!r} + 0.5, 0), 1); "
+                 f"y = clamp(round_half_even((v * t) * {p.c2!r} + {p.c3!r}) + ({p.z_y}), "
+                 f"{p.qmin}, {p.qmax}), in float32 (as a {p.table.size}-entry table "
+                 f"{_p(p.table)})")
+
+
 def _show_dynamic(node: Node, p: DynamicMatMulParams, lines: list[str],
                   arrays: dict[str, np.ndarray]) -> None:
     if p.group_size:
@@ -369,6 +382,7 @@ def _show_qlinear(node: Node, p: QLinearParams, lines: list[str],
 _SHOW = {LinearParams: _show_linear, AddParams: _show_add, MulParams: _show_mul,
          ConcatParams: _show_concat, RequantizeParams: _show_requantize,
          ClampParams: _show_clamp, AverageParams: _show_average, TableParams: _show_table,
+         HardSwishParams: _show_hard_swish,
          DynamicMatMulParams: _show_dynamic, QLinearParams: _show_qlinear}
 """How each kind of kernel parameters prints."""
 

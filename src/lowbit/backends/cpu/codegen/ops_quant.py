@@ -19,7 +19,7 @@ from lowbit.backends.cpu.codegen.column_arrays import ceil_bound, column_arrays
 from lowbit.backends.cpu.codegen.lower import Lowering, emitter, stored_dtype
 from lowbit.backends.cpu.codegen.ops_conv16 import conv16_code
 from lowbit.backends.cpu.codegen.ops_shape import concat_into, logical_strides, pool_setup
-from lowbit.backends.cpu.codegen.post_stage import PostStage, post_stage
+from lowbit.backends.cpu.codegen.post_stage import PostStage, hard_swish_map, post_stage
 from lowbit.backends.cpu.codegen.program import Size, Tensor, dim_c, dim_size, is_batch, numel
 from lowbit.backends.cpu.codegen.se_residual import emit_se_residual, qbinary_c
 from lowbit.backends.cpu.codegen.unary_chain import emit_unary_chain
@@ -251,7 +251,10 @@ def post_names(post: PostStage | None) -> str:
     """A step description's note of the nodes fused after a product."""
     if post is None:
         return ""
-    return " then " + " + ".join(n.op_type for n in post.nodes)
+    names = [n.op_type for n in post.nodes]
+    if post.float_hard_swish:
+        names[0] = "HardSwish in float32"
+    return " then " + " + ".join(names)
 
 
 def raw_bound(w8: np.ndarray) -> int:
@@ -824,6 +827,17 @@ def clamp(lw: Lowering, node) -> None:
 
 
 def table(lw: Lowering, node) -> None:
+    stage = hard_swish_map(lw, node)
+    if stage is not None:
+        x = lw.operand(node.inputs[0], None)
+        out = lw.result(stage.value, "nhwc")
+        rows = numel((x.shape[0], x.shape[2], x.shape[3])).c()
+        lw.prog.step(f"{node.name}: {post_names(stage)[len(' then '):]}", [
+            *stage.lines,
+            f"lb_post_map(ctx, {rows}, {x.shape[1]}, {x.ptr}, {tname(lw, x)}, &post, "
+            f"{tname(lw, out)}, {out.ptr});"], [x], [out])
+        lw.fused.update(stage.nodes[1:])
+        return
     if emit_unary_chain(lw, node):
         return
     src, out_t = node.inputs[0].type, node.outputs[0].type

@@ -152,11 +152,17 @@ typedef struct lb_add_params {
 } lb_add_params;
 
 /* An elementwise function of each requantized code, applied before it is stored: a chain of
- * one-input quantized ops (a lookup table) and/or a quantized Mul by a per-channel constant
- * that read the product's result alone, fused by the code generator (ops_quant.post_stage).
+ * one-input quantized ops (a lookup table) or a quantized HardSwish computed in float32,
+ * and/or a quantized Mul by a per-channel constant that read the product's result alone,
+ * fused by the code generator (codegen/post_stage.py).
  * With y the code the epilogue's rq gives (and its residual Add, if any):
  *   t = table ? table[y - table_min] : y      (entries of table_type: LB_U8, LB_I16, LB_U16;
  *                                               the table is readable 4 bytes past its end)
+ *   t = hsw ? lb_hsw(y) : t                   (int_activation.HardSwishParams, in float32:
+ *         v = (float)(y - hsw_zx); h = min(max(v * hsw_c1 + 0.5f, 0), 1);
+ *         t = clamp(rint((v * h) * hsw_c2 + hsw_c3) + hsw_zy, hsw_qmin, hsw_qmax),
+ *         every operation rounded to nearest even, in this order, no FMA; zero points and
+ *         bounds in stored codes; table is NULL then)
  *   out = mul ? requant(rq, 0, (t - z) * mul[c]) : t      (lowbit's quantized Mul, rq per
  *                                                          tensor, |(t - z) * mul[c]| < 2**31)
  * stored as the epilogue's out_type. */
@@ -166,6 +172,9 @@ typedef struct lb_post {
     const int32_t *mul; /* NULL, or the constant's centred codes per channel (padded to 16) */
     int32_t z;
     lb_requant rq;
+    /* appended (set by name): the float32 HardSwish instead of a table */
+    int32_t hsw, hsw_zx, hsw_zy, hsw_qmin, hsw_qmax;
+    float hsw_c1, hsw_c2, hsw_c3;
 } lb_post;
 
 typedef struct lb_epilogue {
@@ -293,6 +302,10 @@ LB_API void lb_requantize(const lb_ctx *ctx, int64_t n, const void *q, int32_t i
 /* y = table[q - qmin_in]: 8-bit inputs (256 entries) or 16-bit (65536). */
 LB_API void lb_lookup(const lb_ctx *ctx, int64_t n, const void *q, int32_t in_type,
                       int32_t in_min, const void *table, int32_t out_type, void *out);
+/* out[r, c] = post(x[r, c]) for rows x channels codes, channels last (lb_post: its table or
+ * float32 HardSwish, then its per-channel Mul), from 8- or 16-bit codes of in_type. */
+LB_API void lb_post_map(const lb_ctx *ctx, int64_t rows, int64_t channels, const void *x,
+                        int32_t in_type, const lb_post *post, int32_t out_type, void *out);
 /* y = clamp(q, lo, hi) on in_type codes (Relu and Clip with unchanged types). */
 LB_API void lb_clamp(const lb_ctx *ctx, int64_t n, const void *q, int32_t type, int32_t lo,
                      int32_t hi, void *out);

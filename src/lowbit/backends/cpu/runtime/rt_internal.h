@@ -185,15 +185,40 @@ static inline int32_t lb_add_scalar(const lb_add_params *p, int32_t y1, int32_t 
     return lb_requant_scalar(&p->out, 0, p->sub ? a1 - a2 : a1 + a2);
 }
 
+/* lb_post's float32 HardSwish of the code y (lowbit_rt.h; int_activation.HardSwishParams). */
+static inline int32_t lb_hsw_scalar(const lb_post *p, int32_t y) {
+    float v = (float)(y - p->hsw_zx);
+    float h = v * p->hsw_c1 + 0.5f;
+    h = h > 0.0f ? h : 0.0f;
+    h = h < 1.0f ? h : 1.0f;
+    float u = (v * h) * p->hsw_c2 + p->hsw_c3;
+    float lo = (float)(p->hsw_qmin - p->hsw_zy), hi = (float)(p->hsw_qmax - p->hsw_zy);
+    u = u > lo ? u : lo; /* exact bounds (|code| < 2**24): clamping first rounds the same */
+    u = u < hi ? u : hi;
+    return (int32_t)nearbyintf(u) + p->hsw_zy;
+}
+
 /* lb_post on the code y of channel c (the epilogue's code before it is stored). */
 static inline int32_t lb_post_scalar(const lb_post *p, int64_t c, int32_t y) {
     if (p->table) y = (int32_t)lb_load_int(p->table, p->table_type, (int64_t)y - p->table_min);
+    if (p->hsw) y = lb_hsw_scalar(p, y);
     if (p->mul) {
         int64_t prod = (int64_t)(y - p->z) * p->mul[c];
         y = lb_requant_scalar(&p->rq, 0, lb_clamp32(prod, INT32_MIN, INT32_MAX));
     }
     return y;
 }
+
+/* lb_post_map's arguments: rows x channels codes (channels last) through a post stage. */
+typedef struct lb_post_map_job {
+    int64_t rows, channels;
+    const void *x;
+    int32_t in_type;
+    const lb_post *post;
+    int32_t out_type;
+    void *out;
+    int isa;
+} lb_post_map_job;
 
 /* ---- per-ISA entry points (defined in rt_*_avx2.c / rt_*_avx512.c) ---------------------- */
 
@@ -240,6 +265,7 @@ void lb_quantize_nhwc3_avx512(const float *x, int64_t hw, int64_t np, const floa
 void lb_qbinary_row_avx512(const lb_qbinary *op, const void *a, int64_t sa, const void *b,
                            int64_t sb, void *out, int64_t n);
 void lb_lookup_u8_avx512(int64_t n, const uint8_t *q, const uint8_t *table, uint8_t *out);
+void lb_post_rows_avx512(const lb_post_map_job *j, int64_t r0, int64_t r1);
 /* out[p * c + ch] = tables[ch * 256 + x[p * c + ch]] for p < npix (lb_qse_residual) */
 void lb_qse_lookup_avx512(const uint8_t *tables, int64_t c, const uint8_t *x, uint8_t *out,
                           int64_t npix);

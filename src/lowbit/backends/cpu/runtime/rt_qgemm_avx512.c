@@ -261,8 +261,9 @@ LB_TARGET_AVX512 __attribute__((noinline)) static void lb_epi_i32(
 }
 
 /* An epilogue with a post stage (lb_post) for q31 or prescale into 8- or 16-bit codes: the
- * product's codes, then the table (TT: 0 none, 1 uint8 entries, 2 int16, 3 uint16) and the
- * per-channel Mul (MUL), every parameter loaded once per tile or column block. */
+ * product's codes, then the table (TT: 0 none, 1 uint8 entries, 2 int16, 3 uint16; 4 the
+ * float32 HardSwish instead) and the per-channel Mul (MUL), every parameter loaded once per
+ * tile or column block. */
 LB_V512 void lb_tile_epilogue_post(const lb_gemm_tile *t, int64_t m, int64_t nb, int mr, int nv,
                                    const __m512i *acc, const int METHOD, const int TT,
                                    const int MUL) {
@@ -316,7 +317,9 @@ LB_V512 void lb_tile_epilogue_post(const lb_gemm_tile *t, int64_t m, int64_t nb,
                     _mm_maskz_loadu_epi8(k, ep->residual + (m + r) * ep->ld_residual + n0));
                 y = lb_add_v512(ep->add, &addv, y, res);
             }
-            if (TT) {
+            if (TT == 4) {
+                y = lb_hsw_v512(post, y);
+            } else if (TT) {
                 __m512i idx = _mm512_sub_epi32(y, tmin);
                 if (TT == 1) {
                     y = _mm512_mask_i32gather_epi32(zero, k, idx, table, 1);
@@ -341,17 +344,20 @@ LB_V512 void lb_tile_epilogue_post(const lb_gemm_tile *t, int64_t m, int64_t nb,
         lb_tile_epilogue_post(t, m, nb, mr, nv, acc, METHOD, TT, MUL);                       \
     }
 #define LB_POST_TT(M, TT) LB_POST_FN(M, TT, 0) LB_POST_FN(M, TT, 1)
-#define LB_POST_M(M) LB_POST_TT(M, 0) LB_POST_TT(M, 1) LB_POST_TT(M, 2) LB_POST_TT(M, 3)
+#define LB_POST_M(M) \
+    LB_POST_TT(M, 0) LB_POST_TT(M, 1) LB_POST_TT(M, 2) LB_POST_TT(M, 3) LB_POST_TT(M, 4)
 LB_POST_M(0) /* q31 */
 LB_POST_M(1) /* prescale */
 #define LB_POST_NAMES_TT(M, TT) {lb_post_##M##_##TT##_0, lb_post_##M##_##TT##_1}
 #define LB_POST_NAMES(M)                                                                   \
     {LB_POST_NAMES_TT(M, 0), LB_POST_NAMES_TT(M, 1), LB_POST_NAMES_TT(M, 2),                \
-     LB_POST_NAMES_TT(M, 3)}
-static const lb_epi_fn lb_posts[2][4][2] = {LB_POST_NAMES(0), LB_POST_NAMES(1)};
+     LB_POST_NAMES_TT(M, 3), LB_POST_NAMES_TT(M, 4)}
+static const lb_epi_fn lb_posts[2][5][2] = {LB_POST_NAMES(0), LB_POST_NAMES(1)};
 
-/* The table kind of a post stage for lb_posts: 0 none, 1 uint8, 2 int16, 3 uint16. */
+/* The table kind of a post stage for lb_posts: 0 none, 1 uint8, 2 int16, 3 uint16, 4 the
+ * float32 HardSwish. */
 static int lb_post_tt(const lb_post *p) {
+    if (p->hsw) return 4;
     if (!p->table) return 0;
     return p->table_type == LB_U8 ? 1 : p->table_type == LB_I16 ? 2 : 3;
 }

@@ -307,6 +307,32 @@ void lb_lookup(const lb_ctx *ctx, int64_t n, const void *q, int32_t in_type, int
     lb_parallel_for(ctx, lb_chunks(n), lb_lookup_task, &j);
 }
 
+/* ---- a post stage as a step of its own (lb_post_map) -------------------------------------- */
+
+static void lb_post_map_task(void *arg, int64_t t, int worker) {
+    (void)worker;
+    const lb_post_map_job *j = (const lb_post_map_job *)arg;
+    int64_t per = LB_MAX(1, LB_CHUNK / j->channels);
+    int64_t r0 = t * per, r1 = LB_MIN(j->rows, r0 + per);
+#if LB_HAVE_AVX512
+    if (j->isa == LB_ISA_AVX512VNNI) {
+        lb_post_rows_avx512(j, r0, r1);
+        return;
+    }
+#endif
+    for (int64_t i = r0 * j->channels; i < r1 * j->channels; i++)
+        lb_store(j->out, j->out_type, i,
+                 lb_post_scalar(j->post, i % j->channels, lb_load_int(j->x, j->in_type, i)));
+}
+
+void lb_post_map(const lb_ctx *ctx, int64_t rows, int64_t channels, const void *x,
+                 int32_t in_type, const lb_post *post, int32_t out_type, void *out) {
+    if (rows <= 0 || channels <= 0) return;
+    lb_post_map_job j = {rows, channels, x, in_type, post, out_type, out, ctx->isa};
+    int64_t per = LB_MAX(1, LB_CHUNK / channels);
+    lb_parallel_for(ctx, (rows + per - 1) / per, lb_post_map_task, &j);
+}
+
 static void lb_clamp_task(void *arg, int64_t t, int worker) {
     (void)worker;
     const lb_lut_job *j = (const lb_lut_job *)arg;

@@ -46,6 +46,19 @@ LB_TARGET_AVX512 void lb_lookup_u8_avx512(int64_t n, const uint8_t *q, const uin
     }
 }
 
+/* lb_post_map's rows [r0, r1): 16 channels at a time through lb_post_v512. */
+LB_TARGET_AVX512 void lb_post_rows_avx512(const lb_post_map_job *j, int64_t r0, int64_t r1) {
+    const int64_t C = j->channels, size = lb_tsize(j->in_type);
+    for (int64_t r = r0; r < r1; r++) {
+        for (int64_t c = 0; c < C; c += 16) {
+            __mmask16 k = lb_tail_mask(C - c);
+            int64_t at = r * C + c;
+            __m512i y = lb_load16((const char *)j->x + at * size, j->in_type, 1, k);
+            lb_store_v512(j->out, j->out_type, at, lb_post_v512(j->post, c, y, k), k);
+        }
+    }
+}
+
 /* out[p * c + ch] = tables[ch * 256 + x[p * c + ch]] (lb_qse_residual's lookup): 16 channels
  * of a pixel a step, each code's table byte fetched by a dword gather at byte offsets (the
  * tables are readable 64 bytes past their end) and narrowed. */

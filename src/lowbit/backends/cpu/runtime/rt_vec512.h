@@ -161,8 +161,22 @@ LB_V512 __mmask16 lb_tail_mask(int64_t n) {
     return n >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << n) - 1u);
 }
 
+/* lb_post's float32 HardSwish on 16 codes (lb_hsw_scalar's operations, in its order). */
+LB_V512 __m512i lb_hsw_v512(const lb_post *p, __m512i y) {
+    __m512 v = _mm512_cvtepi32_ps(_mm512_sub_epi32(y, _mm512_set1_epi32(p->hsw_zx)));
+    __m512 h = _mm512_add_ps(_mm512_mul_ps(v, _mm512_set1_ps(p->hsw_c1)), _mm512_set1_ps(0.5f));
+    h = _mm512_min_ps(_mm512_max_ps(h, _mm512_setzero_ps()), _mm512_set1_ps(1.0f));
+    __m512 u = _mm512_add_ps(_mm512_mul_ps(_mm512_mul_ps(v, h), _mm512_set1_ps(p->hsw_c2)),
+                             _mm512_set1_ps(p->hsw_c3));
+    u = _mm512_max_ps(u, _mm512_set1_ps((float)(p->hsw_qmin - p->hsw_zy)));
+    u = _mm512_min_ps(u, _mm512_set1_ps((float)(p->hsw_qmax - p->hsw_zy)));
+    __m512i r = _mm512_cvt_roundps_epi32(u, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    return _mm512_add_epi32(r, _mm512_set1_epi32(p->hsw_zy));
+}
+
 /* lb_post on 16 codes of channels c.. (lanes outside mask k are not read from the table). */
 LB_V512 __m512i lb_post_v512(const lb_post *p, int64_t c, __m512i y, __mmask16 k) {
+    if (p->hsw) y = lb_hsw_v512(p, y);
     if (p->table) {
         __m512i idx = _mm512_sub_epi32(y, _mm512_set1_epi32(p->table_min));
         if (p->table_type == LB_U8) {

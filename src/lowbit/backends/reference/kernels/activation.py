@@ -17,6 +17,7 @@ from lowbit.backends.reference.floatmath import narrow, widen
 from lowbit.backends.reference.kernels import kernel
 from lowbit.backends.reference.special import erfc
 from lowbit.errors import KernelError
+from lowbit.ir.attrs import AFFINE
 from lowbit.numerics import elementary
 
 Activation = Callable[[np.ndarray, dict[str, Any]], np.ndarray]
@@ -61,7 +62,12 @@ def hard_sigmoid(x, attrs):
 
 @activation("HardSwish")
 def hard_swish(x, attrs):
-    return x * np.clip(x * np.float32(1 / 6) + 0.5, 0, 1)
+    y = x * np.clip(x * np.float32(1 / 6) + 0.5, 0, 1)
+    affine = attrs.get(AFFINE)
+    if affine is None:
+        return y
+    a, b = (np.asarray(v, x.dtype) for v in affine)  # the Mul, then the Add, that were folded
+    return y * a + b
 
 
 @activation("Tanh")

@@ -9,8 +9,11 @@ Every op whose quantization rule is TABLE (Sigmoid, Tanh, HardSwish, Gelu, Exp, 
 table over all input codes, built by `lowbit.numerics.arith.lookup_table` from the op's own float
 kernel: `y = table[q - qmin]` with
 `table[i] = saturate(round_half_even(f(s_x * (qmin + i - z_x)) / s_y) + z_y)` — 256 entries for
-8-bit inputs, 65536 for 16-bit ones. The parameters come from `relu_params`, `clip_params`
-(`ClampParams`) and `table_params` (`TableParams`).
+8-bit inputs, 65536 for 16-bit ones. HardSwish (with the scalar Mul and Add the quantizer may
+have folded into it) is instead defined by a float32 formula on its codes (`HardSwishParams`),
+which the cpu backend computes in a product's epilogue; its table holds that formula's codes.
+The parameters come from `relu_params`, `clip_params` (`ClampParams`), `table_params`
+(`TableParams`) and `hard_swish_params` (`HardSwishParams`).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from lowbit.backends.reference.kernels import Inputs, get_kernel, integer_params, kernel, params
+from lowbit.ir.attrs import AFFINE
 from lowbit.ir.graph import Node
 from lowbit.numerics import arith
 from lowbit.numerics.arith import Requant
@@ -104,6 +108,62 @@ def table_params(node: Node, inputs: Inputs) -> TableParams:
     return TableParams(table, int(tx.dtype.qmin))
 
 
+@dataclass(frozen=True, eq=False)
+class HardSwishParams(TableParams):
+    """A quantized HardSwish, Y = a * X * max(0, min(1, X / 6 + 1/2)) + b with [a, b] its
+    `affine` attribute (default [1, 0]), on codes in float32 arithmetic, each operation rounded
+    to nearest even in this order (no fused multiply-add):
+
+        v = float32(q - z_x)                               (exact: |q - z_x| < 2**24)
+        t = min(max(v * c1 + 0.5, 0), 1)                   c1 = float32(s_x / 6)
+        u = (v * t) * c2 + c3                              c2 = float32(a * s_x / s_y)
+                                                           c3 = float32(b / s_y)
+        y = round_half_even(clamp(u, qmin - z_y, qmax - z_y)) + z_y
+                                                    (qmin, qmax: the output dtype's bounds)
+
+    (`hard_swish_codes`). `table` holds y for every input code (the TableParams form, which the
+    reference and 8-bit-input kernels look up); the cpu backend computes the formula itself
+    after a product's 16-bit result (one table gather cost more than these float operations)."""
+
+    z_x: int
+    c1: np.float32
+    c2: np.float32
+    c3: np.float32
+    z_y: int
+    qmin: int
+    qmax: int
+
+
+def hard_swish_codes(p: HardSwishParams, q: np.ndarray) -> np.ndarray:
+    """The output codes (int64) of a quantized HardSwish for input codes `q` (the formula of
+    `HardSwishParams`, in float32)."""
+    v = (np.asarray(q, np.int64) - p.z_x).astype(np.float32)
+    t = np.minimum(np.maximum(v * p.c1 + np.float32(0.5), np.float32(0)), np.float32(1))
+    u = (v * t) * p.c2 + p.c3
+    u = np.clip(u, np.float32(p.qmin - p.z_y), np.float32(p.qmax - p.z_y))
+    return np.rint(u).astype(np.int64) + p.z_y
+
+
+def hard_swish_params(node: Node, inputs: Inputs) -> HardSwishParams:
+    """`HardSwishParams` of a quantized HardSwish for its current input and output types."""
+    tx, out = node.inputs[0].type, node.outputs[0].type
+    a, b = node.attrs.get(AFFINE) or (1.0, 0.0)
+    s_x, s_y = float(arith.scale_of(tx)), float(arith.scale_of(out))
+    fields = dict(offset=int(tx.dtype.qmin), z_x=int(arith.zero_of(tx)),
+                  c1=np.float32(s_x / 6), c2=np.float32(a * s_x / s_y), c3=np.float32(b / s_y),
+                  z_y=int(arith.zero_of(out)), qmin=int(out.dtype.qmin), qmax=int(out.dtype.qmax))
+    key = ("HardSwish", tx, out, a, b)
+    table = _TABLES.get(key)
+    if table is None:
+        codes = np.arange(tx.dtype.qmin, tx.dtype.qmax + 1)
+        draft = HardSwishParams(np.zeros(0, out.dtype.np_dtype), **fields)
+        table = hard_swish_codes(draft, codes).astype(out.dtype.np_dtype)
+        if len(_TABLES) > 4096:
+            _TABLES.clear()
+        _TABLES[key] = table
+    return HardSwishParams(table, **fields)
+
+
 # -- kernels ------------------------------------------------------------------------------------
 
 
@@ -134,4 +194,5 @@ def _table_kernel(node, inputs):
 for (_domain, _op_type), _op in all_ops().items():
     if _op.quant_rule == TABLE:
         kernel(_op_type, _domain, quantized=True)(_table_kernel)
-        params(_op_type, domain=_domain)(table_params)
+        params(_op_type, domain=_domain)(
+            hard_swish_params if (_domain, _op_type) == ("", "HardSwish") else table_params)
