@@ -265,8 +265,8 @@ def _reused(shape: tuple[int, ...], dtype: type = np.float64) -> np.ndarray:
     """An array of `shape` and `dtype` (any values) in this thread's reused buffer of that
     dtype (valid until the thread's next call with it: fresh pages of a new array cost more
     than clearing warm ones)."""
-    size = int(np.prod(shape))
-    name = f"reused_{np.dtype(dtype).name}"
+    size = math.prod(shape)
+    name = f"reused_{dtype.__name__}"  # a numpy scalar type: float32, float64
     buf = getattr(_local, name, None)
     if buf is None or buf.size < size:
         buf = np.empty(size, dtype)
@@ -337,6 +337,9 @@ def _in_memory_order(x: np.ndarray) -> np.ndarray:
     C-contiguous array (for reductions indifferent to the order), else `x`."""
     if x.flags.c_contiguous or x.ndim < 2:
         return x
+    nhwc = _nhwc_array(x)  # the profile's float model's outputs: no argsort
+    if nhwc is not None:
+        return nhwc
     y = x.transpose(np.argsort([-abs(st) for st in x.strides], kind="stable"))
     return y if y.flags.c_contiguous else x
 
