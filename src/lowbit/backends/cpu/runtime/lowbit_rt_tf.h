@@ -125,8 +125,9 @@ enum lb_rowop_kind {
     LB_ROW_GELU,        /* v = gelu(v), flag 1: tanh form */
     LB_ROW_STORE,       /* out[m * ld + n] = v (float32) */
     LB_ROW_GATHER,      /* out[m * ld + i] = v[idx[i]] for i < count (float32) */
-    LB_ROW_DQ           /* dynamic quantization of v (lb_dq_rows: group `count`, channel scale
+    LB_ROW_DQ,          /* dynamic quantization of v (lb_dq_rows: group `count`, channel scale
                          * b, codes out (ld), scale/zero (ldp), flag 1: symmetric) */
+    LB_ROW_SOFTMAX      /* v = softmax(v) (lb_softmax's row kernel, in place) */
 };
 
 typedef struct lb_rowop {
