@@ -87,7 +87,7 @@ def type_name(lw: Lowering, t: Tensor) -> str:
 @emitter("GreaterOrEqual", dynamic=True)
 @emitter("Pow", dynamic=True)
 def elementwise(lw: Lowering, node) -> None:
-    from lowbit.backends.cpu.codegen import ops_float, ops_quant, row_chain
+    from lowbit.backends.cpu.codegen import ops_float, ops_quant, ops_transformer
 
     ins = [v for v in node.inputs if v is not None]
     floats = all(v.type is not None and v.type.dtype.np_dtype == np.float32
@@ -97,7 +97,7 @@ def elementwise(lw: Lowering, node) -> None:
             ops_quant.binary_layout(lw, node) == "nhwc"):
         ops_float._binary(lw, node)  # images in NHWC, fused clamps, Pow
         return
-    if floats and row_chain.add_then_rows(lw, node):
+    if floats and ops_transformer.bias_softmax(lw, node):
         return
     if len(ins) == 1 and node.op_type in ("Max", "Min"):
         lw.alias_result(node.outputs[0], lw.operand(ins[0]))

@@ -25,7 +25,7 @@ from lowbit.numerics.dynamic_params import normalize_axes, qmax
 from lowbit.ops.registry import QUANT_DOMAIN
 
 KINDS = {"add_vec": 0, "add_rows": 1, "mul_vec": 2, "layernorm": 3, "gelu": 4, "store": 5,
-         "gather": 6, "dq": 7, "softmax": 8}
+         "gather": 6, "dq": 7}
 MAX_OPS = 10
 
 
@@ -136,9 +136,6 @@ def _continuing(lw: Lowering, node: Node, cur: Value, n) -> bool:
         return False
     if node.op_type == "Gelu":
         return True
-    if node.op_type == "Softmax":
-        rank = len(lw.shape(cur))
-        return int(node.attrs.get("axis", -1)) % rank == rank - 1
     if node.op_type == "LayerNormalization":
         rank = len(lw.shape(cur))
         extra = [v for v in node.outputs[1:] if v is not None]
@@ -234,8 +231,6 @@ def _emit_gather(lw: Lowering, node: Node, chain: Chain, shape) -> None:
 def _emit_continuing(lw: Lowering, node: Node, cur: Value, chain: Chain, n) -> None:
     if node.op_type == "Gelu":
         chain.ops.append(RowOp("gelu", flag=int(node.attrs.get("approximate") == "tanh")))
-    elif node.op_type == "Softmax":
-        chain.ops.append(RowOp("softmax"))
     elif node.op_type == "LayerNormalization":
         gamma = _row_vector(lw, node.inputs[1], n)
         beta = node.input_or_none(2)
@@ -256,51 +251,6 @@ def _emit_continuing(lw: Lowering, node: Node, cur: Value, chain: Chain, n) -> N
             chain.ops.append(RowOp(kind, a=f"(const float *){t.ptr}"))
         else:  # Add of a same-shaped tensor (a residual)
             chain.ops.append(RowOp("add_rows", a=f"(const float *){t.ptr}", ld=dim_c(n)))
-
-
-def add_then_rows(lw: Lowering, node: Node) -> bool:
-    """Emit a float Add of a constant row vector whose sole user is a Softmax over the last
-    axis (a classifier head's bias, then its Softmax) as one row chain: add_vec, softmax and
-    what follows them, one pass over each row instead of one per op. Returns False (nothing
-    emitted) when `node` is not such an Add."""
-    if node.op_type != "Add" or len(node.inputs) != 2 or node.domain not in ("", "ai.onnx") \
-            or is_quantized(node) or FUSED_CLIP in node.attrs or \
-            not all(_float32(v) for v in (*node.inputs, node.outputs[0])):
-        return False
-    shape = lw.shape(node.outputs[0])
-    if not shape or node.outputs[0] in lw.output_values:
-        return False
-    n = shape[-1]
-    start, user, between = node.outputs[0], lw.sole_user(node.outputs[0]), []
-    if user is not None and user.op_type in ("Flatten", "Reshape") and \
-            user.inputs[0] is start and user.outputs[0] not in lw.output_values and \
-            lw.shape(user.outputs[0])[-1:] == (n,):  # the same rows, regrouped
-        between = [user]
-        start = user.outputs[0]
-        user = lw.sole_user(start)
-    if user is None or user.op_type != "Softmax":
-        return False
-    for x_v, vec_v in (node.inputs, node.inputs[::-1]):
-        vec = _row_vector(lw, vec_v, n)
-        if vec is not None and not x_v.is_constant and lw.shape(x_v) == shape:
-            break
-    else:
-        return False
-    if not _continuing(lw, user, start, n):
-        return False
-    from lowbit.backends.cpu.codegen.ops_tensor import cprod
-
-    x = lw.operand(x_v)
-    chain = row_chain(lw, start, lw.shape(start),
-                      Chain([RowOp("add_vec", a=lw.prog.data(vec))], nodes=[node, *between]))
-    lw.fused.update(chain.nodes[1:])
-    rows = lw.prog.scratch(numel(shape) * 4, "rows")
-    nc = dim_c(n)
-    lw.prog.step(f"{node.name}: Add + {' + '.join(m.op_type for m in chain.nodes[1:])} by rows",
-                 [chain.c(), f"lb_rowops_run(ctx, {cprod(*shape[:-1])}, {nc}, "
-                  f"(const float *){x.ptr}, {nc}, &ro, (float *){rows.ptr});"],
-                 [x, *chain.reads], chain.writes, [rows])
-    return True
 
 
 def reorder_for_fusion(nodes: list[Node], users) -> list[Node]:

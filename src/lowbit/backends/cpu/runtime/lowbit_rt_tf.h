@@ -125,9 +125,8 @@ enum lb_rowop_kind {
     LB_ROW_GELU,        /* v = gelu(v), flag 1: tanh form */
     LB_ROW_STORE,       /* out[m * ld + n] = v (float32) */
     LB_ROW_GATHER,      /* out[m * ld + i] = v[idx[i]] for i < count (float32) */
-    LB_ROW_DQ,          /* dynamic quantization of v (lb_dq_rows: group `count`, channel scale
+    LB_ROW_DQ           /* dynamic quantization of v (lb_dq_rows: group `count`, channel scale
                          * b, codes out (ld), scale/zero (ldp), flag 1: symmetric) */
-    LB_ROW_SOFTMAX      /* v = softmax(v) (lb_softmax's row kernel, in place) */
 };
 
 typedef struct lb_rowop {
@@ -270,6 +269,12 @@ LB_API void lb_layernorm(const lb_ctx *ctx, int64_t rows, int64_t n, const float
 /* Softmax over rows of n float32 values (lowbit.numerics.elementary.softmax). */
 LB_API void lb_softmax(const lb_ctx *ctx, int64_t rows, int64_t n, const float *x, int64_t ldx,
                        float *y, int64_t ldy);
+
+/* lb_softmax of the rows of x + bias (bias: n float32 values added to every row, one IEEE
+ * add each, the sums rounded to float32 as the separate Add stores them): a classifier
+ * head's bias and Softmax in one pass over each row. */
+LB_API void lb_softmax_bias(const lb_ctx *ctx, int64_t rows, int64_t n, const float *x,
+                            int64_t ldx, const float *bias, float *y, int64_t ldy);
 
 /* GELU of n float32 values (lowbit.numerics.elementary.gelu): tanh_form 0 (erf) or 1. */
 LB_API void lb_gelu(const lb_ctx *ctx, int64_t n, const float *x, int32_t tanh_form, float *y);

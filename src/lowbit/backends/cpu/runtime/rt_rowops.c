@@ -71,23 +71,6 @@ static void lb_row_dq(int isa, int64_t m0, int64_t m1, int64_t n, float *buf, in
     lb_dq_rows_scalar(&dq, 0, dq.rows);
 }
 
-static void lb_row_softmax(int isa, int64_t rows, int64_t n, float *buf, int64_t ldb) {
-    (void)isa;
-#if LB_HAVE_AVX512
-    if (isa == LB_ISA_AVX512VNNI) {
-        lb_softmax_rows_avx512(0, rows, n, buf, ldb, buf, ldb);
-        return;
-    }
-#endif
-#if LB_HAVE_AVX2
-    if (isa == LB_ISA_AVX2) {
-        lb_softmax_rows_avx2(0, rows, n, buf, ldb, buf, ldb);
-        return;
-    }
-#endif
-    lb_softmax_rows_scalar(0, rows, n, buf, ldb, buf, ldb);
-}
-
 /* v = v + a or v * a over one row (the row buffer never overlaps the operands: restrict
  * lets the compiler vectorise) */
 static void lb_row_fvec(int64_t n, float *restrict v, const float *restrict a, int mul) {
@@ -137,9 +120,6 @@ void lb_rowops_apply(int isa, int64_t m0, int64_t m1, int64_t n, float *buf, int
             break;
         case LB_ROW_DQ:
             lb_row_dq(isa, m0, m1, n, buf, ldb, op);
-            break;
-        case LB_ROW_SOFTMAX:
-            lb_row_softmax(isa, rows, n, buf, ldb);
             break;
         default:
             break;
