@@ -63,7 +63,7 @@ def step_medians(exe, inputs, runs: int) -> tuple[list[str], np.ndarray]:
 
 
 POOL_FIELDS = ("jobs", "tasks", "caller_tasks", "alone_jobs", "job_ns", "wait_ns", "inline",
-               "step_ns", "worker_ns", "join_ns", "asleep_jobs")
+               "step_ns", "worker_ns", "join_ns", "asleep_jobs", "worker_tail_ns")
 
 
 def pool_stats(exe, inputs, runs: int) -> tuple[list[str], np.ndarray]:
@@ -88,16 +88,19 @@ def print_pool_stats(names: list[str], counters: np.ndarray, runs: int, top: int
     c = {f: counters[:, i] / runs for i, f in enumerate(POOL_FIELDS)}
     wall, wait = c["step_ns"].sum() / 1e3, c["wait_ns"].sum() / 1e3
     alone = c["jobs"] == 0
+    busy = (c["job_ns"].sum() - c["wait_ns"].sum() + c["worker_ns"].sum()) / \
+        max(1.0, 2 * c["job_ns"].sum())
     print(f"pool counters a run (wall clock): step wall {wall:.1f} us, in pool jobs "
           f"{c['job_ns'].sum() / 1e3:.1f} us, caller waiting at job ends {wait:.1f} us; "
           f"{int(c['jobs'].sum())} jobs ({c['alone_jobs'].sum():.1f} no worker joined), "
           f"{int(c['inline'].sum())} calls inline; steps without a job: {int(alone.sum())} "
           f"({c['step_ns'][alone].sum() / 1e3:.1f} us); workers busy "
           f"{c['worker_ns'].sum() / 1e3:.1f} us, {c['asleep_jobs'].sum():.1f} jobs started "
-          f"while a worker slept")
+          f"while a worker slept, workers idle at job ends {c['worker_tail_ns'].sum() / 1e3:.1f} "
+          f"us; threads busy {100 * busy:.1f} % of 2 x job wall")
     header = f"  {'wall us':>8s} {'job us':>7s} {'wait us':>7s} {'jobs':>5s} {'tasks':>6s} " \
              f"{'caller%':>7s} {'alone':>5s} {'inl':>4s} {'join us':>7s} {'wbusy':>6s} " \
-             f"{'slept':>5s}"
+             f"{'slept':>5s} {'wtail':>6s}"
 
     def row(idx) -> str:
         tasks = c["tasks"][idx].sum()
@@ -106,7 +109,8 @@ def print_pool_stats(names: list[str], counters: np.ndarray, runs: int, top: int
                 f"{c['wait_ns'][idx].sum() / 1e3:7.1f} {c['jobs'][idx].sum():5.1f} "
                 f"{tasks:6.0f} {own:7.1f} {c['alone_jobs'][idx].sum():5.1f} "
                 f"{c['inline'][idx].sum():4.0f} {c['join_ns'][idx].sum() / 1e3:7.1f} "
-                f"{c['worker_ns'][idx].sum() / 1e3:6.1f} {c['asleep_jobs'][idx].sum():5.2f}")
+                f"{c['worker_ns'][idx].sum() / 1e3:6.1f} {c['asleep_jobs'][idx].sum():5.2f} "
+                f"{c['worker_tail_ns'][idx].sum() / 1e3:6.1f}")
 
     kinds: dict[str, list[int]] = defaultdict(list)
     for i, name in enumerate(names):

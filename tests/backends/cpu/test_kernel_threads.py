@@ -104,7 +104,7 @@ def test_default_thread_count_comes_from_the_environment(monkeypatch):
 
 
 POOL_FIELDS = ("jobs", "tasks", "caller_tasks", "alone_jobs", "job_ns", "wait_ns", "inline",
-               "step_ns", "worker_ns", "join_ns", "asleep_jobs")
+               "step_ns", "worker_ns", "join_ns", "asleep_jobs", "worker_tail_ns")
 
 
 def test_pool_counters_count_each_step_only_while_attached():
@@ -144,3 +144,5 @@ def test_pool_counters_count_each_step_only_while_attached():
     assert 0 <= c["wait_ns"][0] <= c["job_ns"][0] <= c["step_ns"][0]
     assert c["step_ns"][2] >= 2 * 1_000_000 and c["job_ns"][2] == 0
     assert 0 <= c["asleep_jobs"][0] <= 4
+    assert 0 <= c["worker_tail_ns"][0] <= c["job_ns"][0]
+    assert (c["worker_tail_ns"][0] > 0) <= (c["caller_tasks"][0] < 20)

@@ -136,7 +136,7 @@ struct lb_pool {
     int64_t *stats;
     int64_t stats_steps, step, step_t0;
     atomic_int stats_on;                   /* workers time their tasks */
-    atomic_int_fast64_t w_busy_ns, w_join; /* of the current job, when stats_on */
+    atomic_int_fast64_t w_busy_ns, w_join, w_last; /* of the current job, when stats_on */
     atomic_int sleeping;                   /* workers in pthread_cond_wait */
 #if LB_POOL_AFFINITY
     cpu_set_t allowed; /* the CPUs the creating thread could run on */
@@ -181,7 +181,9 @@ static int64_t lb_run_tasks(lb_pool *p, uint32_t gen, int worker) {
             int64_t t0 = lb_wall_ns(), none = 0;
             atomic_compare_exchange_strong(&p->w_join, &none, t0); /* the first claim */
             p->fn(p->arg, t, worker);
-            atomic_fetch_add(&p->w_busy_ns, lb_wall_ns() - t0); /* before `done` counts it */
+            int64_t t1 = lb_wall_ns();
+            atomic_fetch_add(&p->w_busy_ns, t1 - t0); /* before `done` counts it */
+            atomic_store(&p->w_last, t1);
         } else {
             p->fn(p->arg, t, worker);
         }
@@ -270,6 +272,7 @@ static lb_pool *lb_pool_create(int nworkers) {
     atomic_init(&p->stats_on, 0);
     atomic_init(&p->w_busy_ns, 0);
     atomic_init(&p->w_join, 0);
+    atomic_init(&p->w_last, 0);
     atomic_init(&p->sleeping, 0);
 #if LB_POOL_AFFINITY
     p->kept_off = -1;
@@ -329,6 +332,7 @@ static void lb_pool_run(lb_pool *p, int64_t ntasks, lb_task_fn fn, void *arg) {
     if (counters) {
         atomic_store(&p->w_busy_ns, 0);
         atomic_store(&p->w_join, 0);
+        atomic_store(&p->w_last, 0);
         asleep = atomic_load(&p->sleeping) > 0;
         t_start = lb_wall_ns();
     }
@@ -361,6 +365,8 @@ static void lb_pool_run(lb_pool *p, int64_t ntasks, lb_task_fn fn, void *arg) {
         counters[LB_PS_WORKER_NS] += atomic_load(&p->w_busy_ns);
         int64_t join = atomic_load(&p->w_join);
         if (join) counters[LB_PS_JOIN_NS] += join - t_start;
+        int64_t last = atomic_load(&p->w_last);
+        if (last) counters[LB_PS_WORKER_TAIL_NS] += t_end - last;
         counters[LB_PS_ASLEEP_JOBS] += asleep;
     }
     pthread_mutex_unlock(&p->run_mu);
