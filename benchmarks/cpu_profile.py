@@ -5,6 +5,10 @@ thread the work of each step even when other processes share the cores) and prin
 grouped by kind, with each step's median over `--runs` inferences.
 
     python benchmarks/cpu_profile.py [--model effnet] [--threads 1] [--runs 200] [--top 40]
+
+With --pool-stats (2+ threads) it prints instead the thread pool's wall-clock counters per step
+(lb_pool_stats_attach): where the second thread's time is lost (the caller waiting at a step's
+end, steps run on one thread, jobs no worker joined).
 """
 
 from __future__ import annotations
@@ -58,6 +62,67 @@ def step_medians(exe, inputs, runs: int) -> tuple[list[str], np.ndarray]:
     return list(compiled.steps), np.median(np.array(per_run), axis=0)
 
 
+POOL_FIELDS = ("jobs", "tasks", "caller_tasks", "alone_jobs", "job_ns", "wait_ns", "inline",
+               "step_ns", "worker_ns", "join_ns", "asleep_jobs", "worker_tail_ns")
+
+
+def pool_stats(exe, inputs, runs: int) -> tuple[list[str], np.ndarray]:
+    """Step names and the pool counters of each step summed over `runs` inferences."""
+    from lowbit.backends.cpu.library import lib
+
+    exe(inputs)
+    compiled = next(iter(exe._compiled.values()))
+    counters = np.zeros((len(compiled.steps), len(POOL_FIELDS)), np.int64)
+    if not lib().lb_pool_stats_attach(exe.context.handle, counters.ctypes.data, len(counters)):
+        raise SystemExit("--pool-stats needs --threads 2 or more")
+    try:
+        for _ in range(runs):
+            exe._run(inputs, None, keep=True)
+    finally:
+        lib().lb_pool_stats_attach(exe.context.handle, None, 0)
+    return list(compiled.steps), counters
+
+
+def print_pool_stats(names: list[str], counters: np.ndarray, runs: int, top: int) -> None:
+    """The counters as microseconds a run: totals, by kind of step, then the top steps."""
+    c = {f: counters[:, i] / runs for i, f in enumerate(POOL_FIELDS)}
+    wall, wait = c["step_ns"].sum() / 1e3, c["wait_ns"].sum() / 1e3
+    alone = c["jobs"] == 0
+    busy = (c["job_ns"].sum() - c["wait_ns"].sum() + c["worker_ns"].sum()) / \
+        max(1.0, 2 * c["job_ns"].sum())
+    print(f"pool counters a run (wall clock): step wall {wall:.1f} us, in pool jobs "
+          f"{c['job_ns'].sum() / 1e3:.1f} us, caller waiting at job ends {wait:.1f} us; "
+          f"{int(c['jobs'].sum())} jobs ({c['alone_jobs'].sum():.1f} no worker joined), "
+          f"{int(c['inline'].sum())} calls inline; steps without a job: {int(alone.sum())} "
+          f"({c['step_ns'][alone].sum() / 1e3:.1f} us); workers busy "
+          f"{c['worker_ns'].sum() / 1e3:.1f} us, {c['asleep_jobs'].sum():.1f} jobs started "
+          f"while a worker slept, workers idle at job ends {c['worker_tail_ns'].sum() / 1e3:.1f} "
+          f"us; threads busy {100 * busy:.1f} % of 2 x job wall")
+    header = f"  {'wall us':>8s} {'job us':>7s} {'wait us':>7s} {'jobs':>5s} {'tasks':>6s} " \
+             f"{'caller%':>7s} {'alone':>5s} {'inl':>4s} {'join us':>7s} {'wbusy':>6s} " \
+             f"{'slept':>5s} {'wtail':>6s}"
+
+    def row(idx) -> str:
+        tasks = c["tasks"][idx].sum()
+        own = 100 * c["caller_tasks"][idx].sum() / tasks if tasks else 0.0
+        return (f"  {c['step_ns'][idx].sum() / 1e3:8.1f} {c['job_ns'][idx].sum() / 1e3:7.1f} "
+                f"{c['wait_ns'][idx].sum() / 1e3:7.1f} {c['jobs'][idx].sum():5.1f} "
+                f"{tasks:6.0f} {own:7.1f} {c['alone_jobs'][idx].sum():5.1f} "
+                f"{c['inline'][idx].sum():4.0f} {c['join_ns'][idx].sum() / 1e3:7.1f} "
+                f"{c['worker_ns'][idx].sum() / 1e3:6.1f} {c['asleep_jobs'][idx].sum():5.2f} "
+                f"{c['worker_tail_ns'][idx].sum() / 1e3:6.1f}")
+
+    kinds: dict[str, list[int]] = defaultdict(list)
+    for i, name in enumerate(names):
+        kinds[kind_of(name)].append(i)
+    print("by kind:" + header[1:] + "  steps kind")
+    for kind, idx in sorted(kinds.items(), key=lambda kv: -c["step_ns"][kv[1]].sum()):
+        print(row(np.array(idx)) + f"  {len(idx):5d} {kind}")
+    print(f"top {top} steps by wall:" + header[1:] + "  step")
+    for i in np.argsort(-c["step_ns"])[:top]:
+        print(row(np.array([i])) + f"  {names[i]}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="effnet")
@@ -66,9 +131,14 @@ def main() -> None:
     parser.add_argument("--top", type=int, default=40)
     parser.add_argument("--cache", type=Path, default=None,
                         help="pickle of the quantized model (made on the first run)")
+    parser.add_argument("--pool-stats", action="store_true",
+                        help="the thread pool's wall-clock counters per step instead")
     args = parser.parse_args()
     q, inputs = quantized(args.model, args.cache)
     exe = cpu.compile(q, threads=args.threads)
+    if args.pool_stats:
+        print_pool_stats(*pool_stats(exe, inputs, args.runs), args.runs, args.top)
+        return
     names, med = step_medians(exe, inputs, args.runs)
     total = med.sum()
     print(f"{args.model}: {len(names)} steps, sum of step medians {total * 1e3:.3f} ms "

@@ -101,3 +101,48 @@ def test_default_thread_count_comes_from_the_environment(monkeypatch):
         monkeypatch.setenv("LOWBIT_THREADS", bad)
         with pytest.raises(LowbitError, match="LOWBIT_THREADS"):
             L.default_threads()
+
+
+POOL_FIELDS = ("jobs", "tasks", "caller_tasks", "alone_jobs", "job_ns", "wait_ns", "inline",
+               "step_ns", "worker_ns", "join_ns", "asleep_jobs", "worker_tail_ns")
+
+
+def test_pool_counters_count_each_step_only_while_attached():
+    ctx = L.Context(2)
+    run = L.lib().lb_parallel_for
+    run.argtypes = [C.POINTER(L.Ctx), C.c_int64, TASK, C.c_void_p]
+    run.restype = None
+    step = L.lib().lb_pool_step
+    step.argtypes, step.restype = [C.POINTER(L.Ctx), C.c_int64], None
+    callback = TASK(lambda _arg, _t, _worker: time.sleep(0.001))
+    counters = np.zeros((3, len(POOL_FIELDS)), np.int64)
+    one = L.Context(1)  # no pool: nothing to attach
+    assert L.lib().lb_pool_stats_attach(one.handle, counters.ctypes.data, 3) == 0
+    assert L.lib().lb_pool_stats_attach(ctx.handle, counters.ctypes.data, 3) == 1
+    run(ctx.handle, 5, callback, None)  # outside a step: not counted
+    for _ in range(2):
+        step(ctx.handle, 0)
+        run(ctx.handle, 7, callback, None)
+        run(ctx.handle, 3, callback, None)
+        step(ctx.handle, -1)
+        step(ctx.handle, 2)
+        run(ctx.handle, 1, callback, None)  # one task: inline
+        step(ctx.handle, -1)
+    assert L.lib().lb_pool_stats_attach(ctx.handle, None, 0) == 0
+    seen = counters.copy()
+    step(ctx.handle, 0)
+    run(ctx.handle, 7, callback, None)
+    step(ctx.handle, -1)
+    assert (counters == seen).all()  # detached
+    c = dict(zip(POOL_FIELDS, seen.T, strict=True))
+    assert list(c["jobs"]) == [4, 0, 0] and list(c["tasks"]) == [20, 0, 0]
+    assert list(c["inline"]) == [0, 0, 2] and (seen[1] == 0).all()
+    assert 0 < c["caller_tasks"][0] <= 20 and 0 <= c["alone_jobs"][0] <= 4
+    assert (c["worker_ns"][0] > 0) == (c["caller_tasks"][0] < 20)
+    assert (c["join_ns"][0] > 0) <= (c["caller_tasks"][0] < 20)
+    assert c["job_ns"][0] >= 20 * 1_000_000 / 2 * 0.9  # 20 tasks of 1 ms on 2 threads at most
+    assert 0 <= c["wait_ns"][0] <= c["job_ns"][0] <= c["step_ns"][0]
+    assert c["step_ns"][2] >= 2 * 1_000_000 and c["job_ns"][2] == 0
+    assert 0 <= c["asleep_jobs"][0] <= 4
+    assert 0 <= c["worker_tail_ns"][0] <= c["job_ns"][0]
+    assert (c["worker_tail_ns"][0] > 0) <= (c["caller_tasks"][0] < 20)

@@ -33,6 +33,13 @@ def test_random_transformer_ops_are_bit_exact(kind, seed):
         got = exe(feeds)
         for name, want in ref.items():
             np.testing.assert_array_equal(got[name], want, err_msg=f"{name} on {isa}")
+        if kind == "float":  # each Add of a bias then Softmax as one step
+            users = g.users()
+            adds = sum(n.op_type == "Add" and
+                       [u.op_type for u, _ in users.get(n.outputs[0], [])] in
+                       (["Softmax"], ["Flatten"]) for n in g.nodes)
+            steps = exe.compiled()[0].steps
+            assert sum(s.endswith("Softmax") and "Add" in s for s in steps) == adds
         if kind == "attention":  # every case fused
             steps = exe.compiled()[0].steps
             assert sum("fused float attention" in s for s in steps) == len(g.outputs)

@@ -141,6 +141,11 @@ def float_case(g: Graph, rng, feeds: dict, tag: str) -> Value:
         if rng.random() < 0.2:
             a.reshape(-1, n)[-1, int(rng.integers(n))] = np.nan
         feeds[x.name] = a
+        if rng.random() < 0.5:  # a classifier head's bias first (fused: lb_softmax_bias)
+            bias = const(g, activations(rng, (n,)) * np.float32(rng.uniform(1, 10)))
+            x = node_outputs(g, "Add", [x, bias] if rng.random() < 0.5 else [bias, x])[0]
+            if len(rows) > 1 and rng.random() < 0.5:  # the same rows, regrouped
+                x = node_outputs(g, "Flatten", [x], {"axis": len(rows)})[0]
         return node_outputs(g, "Softmax", [x], {"axis": -1})[0]
     if kind == "gelu":
         x = float_input(g, rng, feeds, tag, (*rows, n))

@@ -76,6 +76,7 @@ _SIGNATURES = {
     "lb_isa_name": (C.c_char_p, [C.c_int]),
     "lb_ctx_create": (C.POINTER(Ctx), [C.c_int, C.c_int]),
     "lb_ctx_destroy": (None, [C.POINTER(Ctx)]),
+    "lb_pool_stats_attach": (C.c_int, [C.POINTER(Ctx), C.c_void_p, C.c_int64]),
     "lb_requant_one": (C.c_int32, [C.POINTER(Requant), C.c_int64, C.c_int32]),
     "lb_requant_i32": (None, [C.POINTER(Ctx), C.c_int64, C.c_void_p, C.POINTER(Requant),
                               C.c_int32, C.c_void_p]),

@@ -75,13 +75,6 @@ def quantize(lw: Lowering, node) -> None:
     x = lw.operand(node.inputs[0], None)
     out_t = node.outputs[0].type
     q = out_t.quant
-    sh = shift_of(out_t)
-    channels = q.channels
-    scale = cexpr.int_array(lw.prog, q.scale, np.float32, channels)
-    zp = cexpr.int_array(lw.prog, q.zero_point.astype(np.int64) + sh, np.int32, channels)
-    # arith.quantize: NaN -> 0, infinities -> the type's range before the zero point
-    bounds = (f"{out_t.dtype.qmin + sh}, {out_t.dtype.qmax + sh}, 0.0f, "
-              f"{cexpr.flt(out_t.dtype.qmin)}, {cexpr.flt(out_t.dtype.qmax)}")
     four = len(x.shape) == 4
     if four and x.layout == "plain" and wants_nhwc(lw, node.outputs[0]) and \
             (q.axis is None or q.axis % 4 == 1):
@@ -89,26 +82,31 @@ def quantize(lw: Lowering, node) -> None:
         n, c, h, w = x.shape
         lw.prog.step(f"{node.name}: Quantize into NHWC", [
             f"lb_quantize_f32_nhwc(ctx, {dim_c(n)}, {c}, {h * w}, (const float *){x.ptr}, "
-            f"{int(q.axis is not None)}, {scale}, {zp}, {bounds}, {tname(lw, out)}, "
+            f"{int(q.axis is not None)}, {quantize_args(lw, out_t)}, {tname(lw, out)}, "
             f"{out.ptr});"], [x], [out])
         return
     quantize_step(lw, node.name, x, lw.result(node.outputs[0], x.layout if four else "plain"),
                   out_t)
 
 
+def quantize_args(lw: Lowering, out_t: TensorType) -> str:
+    """The scale, zero-point and bounds arguments of lb_quantize_f32(_nhwc) for `out_t`
+    (arith.quantize: NaN -> 0, infinities -> the type's range before the zero point)."""
+    q = out_t.quant
+    sh = shift_of(out_t)
+    scale = cexpr.int_array(lw.prog, q.scale, np.float32, q.channels)
+    zp = cexpr.int_array(lw.prog, q.zero_point.astype(np.int64) + sh, np.int32, q.channels)
+    return (f"{scale}, {zp}, {out_t.dtype.qmin + sh}, {out_t.dtype.qmax + sh}, 0.0f, "
+            f"{cexpr.flt(out_t.dtype.qmin)}, {cexpr.flt(out_t.dtype.qmax)}")
+
+
 def quantize_step(lw: Lowering, name: str, x: Tensor, out: Tensor, out_t: TensorType) -> None:
     """A step quantizing float tensor `x` into `out` (x's shape and layout) with out_t's
     parameters (arith.quantize)."""
     q = out_t.quant
-    sh = shift_of(out_t)
-    channels = q.channels
-    scale = cexpr.int_array(lw.prog, q.scale, np.float32, channels)
-    zp = cexpr.int_array(lw.prog, q.zero_point.astype(np.int64) + sh, np.int32, channels)
-    bounds = (f"{out_t.dtype.qmin + sh}, {out_t.dtype.qmax + sh}, 0.0f, "
-              f"{cexpr.flt(out_t.dtype.qmin)}, {cexpr.flt(out_t.dtype.qmax)}")
     lw.prog.step(f"{name}: Quantize", [
         f"lb_quantize_f32(ctx, {numel(x.shape).c()}, (const float *){x.ptr}, "
-        f"{axis_of(x, q.axis, channels)}, {scale}, {zp}, {bounds}, {tname(lw, out)}, "
+        f"{axis_of(x, q.axis, q.channels)}, {quantize_args(lw, out_t)}, {tname(lw, out)}, "
         f"{out.ptr});"], [x], [out])
 
 

@@ -87,7 +87,7 @@ def type_name(lw: Lowering, t: Tensor) -> str:
 @emitter("GreaterOrEqual", dynamic=True)
 @emitter("Pow", dynamic=True)
 def elementwise(lw: Lowering, node) -> None:
-    from lowbit.backends.cpu.codegen import ops_float, ops_quant
+    from lowbit.backends.cpu.codegen import ops_float, ops_quant, ops_transformer
 
     ins = [v for v in node.inputs if v is not None]
     floats = all(v.type is not None and v.type.dtype.np_dtype == np.float32
@@ -96,6 +96,8 @@ def elementwise(lw: Lowering, node) -> None:
             node.op_type == "Pow" or node.attrs.get(FUSED_CLIP) is not None or
             ops_quant.binary_layout(lw, node) == "nhwc"):
         ops_float._binary(lw, node)  # images in NHWC, fused clamps, Pow
+        return
+    if floats and ops_transformer.bias_softmax(lw, node):
         return
     if len(ins) == 1 and node.op_type in ("Max", "Min"):
         lw.alias_result(node.outputs[0], lw.operand(ins[0]))

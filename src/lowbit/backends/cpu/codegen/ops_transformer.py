@@ -18,8 +18,17 @@ from lowbit.backends.cpu import packing
 from lowbit.backends.cpu.codegen.lower import Lowering, emitter
 from lowbit.backends.cpu.codegen.ops_tensor import cprod
 from lowbit.backends.cpu.codegen.program import Tensor, dim_c, dim_size, numel
-from lowbit.backends.cpu.codegen.row_chain import Chain, RowOp, epilogue_adds, row_chain
+from lowbit.backends.cpu.codegen.row_chain import (
+    Chain,
+    RowOp,
+    _float32,
+    _row_vector,
+    epilogue_adds,
+    row_chain,
+)
+from lowbit.backends.reference.kernels import is_quantized
 from lowbit.errors import UnsupportedError
+from lowbit.ir.attrs import FUSED_CLIP
 from lowbit.numerics import arith
 from lowbit.numerics.dynamic_params import normalize_axes, qmax
 from lowbit.ops.registry import QUANT_DOMAIN
@@ -90,6 +99,47 @@ def softmax(lw: Lowering, node) -> None:
     lw.prog.step(f"{node.name}: Softmax", [
         f"lb_softmax(ctx, {cprod(*x.shape[:-1])}, {n}, (const float *){x.ptr}, {n}, "
         f"(float *){out.ptr}, {n});"], [x], [out])
+
+
+def bias_softmax(lw: Lowering, node) -> bool:
+    """Emit a float Add of a constant row vector whose sole user is a Softmax over the last
+    axis (directly or through a Flatten/Reshape keeping the rows: a classifier head's bias,
+    then its Softmax) as one lb_softmax_bias, each row added then normalised while in cache.
+    Returns False (nothing emitted) when `node` is not such an Add."""
+    if node.op_type != "Add" or len(node.inputs) != 2 or node.domain not in ("", "ai.onnx") \
+            or is_quantized(node) or FUSED_CLIP in node.attrs or \
+            not all(_float32(v) for v in (*node.inputs, node.outputs[0])):
+        return False
+    shape = lw.shape(node.outputs[0])
+    if not shape or node.outputs[0] in lw.output_values:
+        return False
+    n = shape[-1]
+    cur, user, fused = node.outputs[0], lw.sole_user(node.outputs[0]), []
+    if user is not None and user.op_type in ("Flatten", "Reshape") and \
+            user.inputs[0] is cur and user.outputs[0] not in lw.output_values and \
+            tuple(lw.shape(user.outputs[0])[-1:]) == (n,):  # the same rows, regrouped
+        fused.append(user)
+        cur = user.outputs[0]
+        user = lw.sole_user(cur)
+    if user is None or user.op_type != "Softmax" or user.inputs[0] is not cur or \
+            not _float32(user.outputs[0]) or \
+            int(user.attrs.get("axis", -1)) % len(lw.shape(cur)) != len(lw.shape(cur)) - 1:
+        return False
+    for x_v, b_v in (node.inputs, node.inputs[::-1]):
+        bias = _row_vector(lw, b_v, n)
+        if bias is not None and not x_v.is_constant and lw.shape(x_v) == shape:
+            break
+    else:
+        return False
+    fused.append(user)
+    lw.fused.update(fused)
+    x = lw.operand(x_v)
+    out = lw.result(user.outputs[0])
+    nc = dim_c(n)
+    lw.prog.step(f"{node.name}: Add + {' + '.join(m.op_type for m in fused)}", [
+        f"lb_softmax_bias(ctx, {cprod(*shape[:-1])}, {nc}, (const float *){x.ptr}, {nc}, "
+        f"{lw.prog.data(bias)}, (float *){out.ptr}, {nc});"], [x], [out])
+    return True
 
 
 @emitter("Gelu", dynamic=True)

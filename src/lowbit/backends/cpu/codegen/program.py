@@ -369,10 +369,12 @@ class Program:
             body.append(f"    /* {s.comment} */")
             body.append("    {")
             if timing:
+                body.append(f"        if (step_seconds) lb_pool_step(ctx, {i});")
                 body.append("        double t0 = step_seconds ? lb_seconds() : 0;")
             body += ["        " + re.sub(r"@T(\d+)@", resolve, line) for line in s.code]
             if timing:
                 body.append(f"        if (step_seconds) step_seconds[{i}] += lb_seconds() - t0;")
+                body.append("        if (step_seconds) lb_pool_step(ctx, -1);")
             body.append("    }")
         dims = "".join(f"    const int64_t {v} = dims[{i}];\n"
                        for i, v in enumerate(self.dim_vars))

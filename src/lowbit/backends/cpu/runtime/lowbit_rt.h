@@ -75,6 +75,25 @@ LB_API void lb_ctx_destroy(lb_ctx *ctx);
 typedef void (*lb_task_fn)(void *arg, int64_t task, int worker);
 LB_API void lb_parallel_for(const lb_ctx *ctx, int64_t ntasks, lb_task_fn fn, void *arg);
 
+/* Debug counters of the thread pool, per step of generated code (zero cost unless attached):
+ * lb_pool_stats_attach points the pool at `counters` (nsteps * LB_POOL_STATS_FIELDS int64,
+ * added to, never cleared; NULL detaches; returns 1 when attached, 0 without a pool), and
+ * generated code with step timing calls lb_pool_step(ctx, i) before step i and
+ * lb_pool_step(ctx, -1) after it. Per step: jobs run on the pool, their tasks, the tasks the
+ * caller ran itself, jobs whose tasks the caller ran all (no worker took one), wall ns from
+ * each job's start to its end, wall ns the caller waited at the job's end after its own
+ * tasks, jobs run inline on the caller (one task or too small to split), the step's wall ns,
+ * wall ns the workers spent in its tasks, wall ns from each job's start to a worker's first
+ * claim (jobs a worker joined), jobs started while a worker slept (woken by a futex), and
+ * wall ns from the workers' last task end to the job's end (jobs a worker joined). */
+enum {
+    LB_PS_JOBS, LB_PS_TASKS, LB_PS_CALLER_TASKS, LB_PS_ALONE_JOBS, LB_PS_JOB_NS, LB_PS_WAIT_NS,
+    LB_PS_INLINE, LB_PS_STEP_NS, LB_PS_WORKER_NS, LB_PS_JOIN_NS, LB_PS_ASLEEP_JOBS,
+    LB_PS_WORKER_TAIL_NS, LB_POOL_STATS_FIELDS
+};
+LB_API int lb_pool_stats_attach(const lb_ctx *ctx, int64_t *counters, int64_t nsteps);
+LB_API void lb_pool_step(const lb_ctx *ctx, int64_t step);
+
 /* CPU time of the process in seconds (per-step profiles of generated code: on one thread, the
  * work of each step even when other processes share the cores). */
 LB_API double lb_seconds(void);

@@ -270,6 +270,12 @@ LB_API void lb_layernorm(const lb_ctx *ctx, int64_t rows, int64_t n, const float
 LB_API void lb_softmax(const lb_ctx *ctx, int64_t rows, int64_t n, const float *x, int64_t ldx,
                        float *y, int64_t ldy);
 
+/* lb_softmax of the rows of x + bias (bias: n float32 values added to every row, one IEEE
+ * add each, the sums rounded to float32 as the separate Add stores them): a classifier
+ * head's bias and Softmax in one pass over each row. */
+LB_API void lb_softmax_bias(const lb_ctx *ctx, int64_t rows, int64_t n, const float *x,
+                            int64_t ldx, const float *bias, float *y, int64_t ldy);
+
 /* GELU of n float32 values (lowbit.numerics.elementary.gelu): tanh_form 0 (erf) or 1. */
 LB_API void lb_gelu(const lb_ctx *ctx, int64_t n, const float *x, int32_t tanh_form, float *y);
 

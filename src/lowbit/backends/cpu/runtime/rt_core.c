@@ -132,6 +132,12 @@ struct lb_pool {
     lb_task_fn fn;
     void *arg;
     int64_t ntasks;
+    /* debug counters (lb_pool_stats_attach): NULL unless attached, written by the caller */
+    int64_t *stats;
+    int64_t stats_steps, step, step_t0;
+    atomic_int stats_on;                   /* workers time their tasks */
+    atomic_int_fast64_t w_busy_ns, w_join, w_last; /* of the current job, when stats_on */
+    atomic_int sleeping;                   /* workers in pthread_cond_wait */
 #if LB_POOL_AFFINITY
     cpu_set_t allowed; /* the CPUs the creating thread could run on */
     int kept_off;      /* the CPU the workers are kept off (the caller's), -1 for none */
@@ -153,17 +159,35 @@ static inline void lb_cpu_relax(void) {
 
 static inline uint32_t lb_gen(uint64_t state) { return (uint32_t)(state >> 32); }
 
-/* Claim and run tasks of generation `gen` until none is left (or a newer job started). */
-static void lb_run_tasks(lb_pool *p, uint32_t gen, int worker) {
+static int64_t lb_wall_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* Claim and run tasks of generation `gen` until none is left (or a newer job started); the
+ * number of tasks run. */
+static int64_t lb_run_tasks(lb_pool *p, uint32_t gen, int worker) {
     uint64_t s = atomic_load_explicit(&p->state, memory_order_acquire);
+    int64_t ran = 0;
     for (;;) {
-        if (lb_gen(s) != gen) return;
+        if (lb_gen(s) != gen) return ran;
         int64_t t = (int64_t)(s & 0xffffffffu);
-        if (t >= p->ntasks) return;
+        if (t >= p->ntasks) return ran;
         if (!atomic_compare_exchange_weak_explicit(&p->state, &s, s + 1, memory_order_acq_rel,
                                                    memory_order_acquire))
             continue;
-        p->fn(p->arg, t, worker);
+        if (worker != 0 && atomic_load_explicit(&p->stats_on, memory_order_relaxed)) {
+            int64_t t0 = lb_wall_ns(), none = 0;
+            atomic_compare_exchange_strong(&p->w_join, &none, t0); /* the first claim */
+            p->fn(p->arg, t, worker);
+            int64_t t1 = lb_wall_ns();
+            atomic_fetch_add(&p->w_busy_ns, t1 - t0); /* before `done` counts it */
+            atomic_store(&p->w_last, t1);
+        } else {
+            p->fn(p->arg, t, worker);
+        }
+        ran++;
         int64_t d = atomic_fetch_add_explicit(&p->done, 1, memory_order_acq_rel) + 1;
         if (d == p->ntasks) { /* the last one: the caller may be asleep */
             pthread_mutex_lock(&p->mu);
@@ -187,8 +211,10 @@ static void *lb_worker_main(void *raw) {
         }
         if (lb_gen(s) == seen) {
             pthread_mutex_lock(&p->mu);
+            atomic_fetch_add(&p->sleeping, 1);
             while (!atomic_load(&p->stop) && lb_gen(atomic_load(&p->state)) == seen)
                 pthread_cond_wait(&p->wake, &p->mu);
+            atomic_fetch_sub(&p->sleeping, 1);
             pthread_mutex_unlock(&p->mu);
             s = atomic_load_explicit(&p->state, memory_order_acquire);
         }
@@ -243,6 +269,11 @@ static lb_pool *lb_pool_create(int nworkers) {
     atomic_init(&p->stop, 0);
     atomic_init(&p->state, 0);
     atomic_init(&p->done, 0);
+    atomic_init(&p->stats_on, 0);
+    atomic_init(&p->w_busy_ns, 0);
+    atomic_init(&p->w_join, 0);
+    atomic_init(&p->w_last, 0);
+    atomic_init(&p->sleeping, 0);
 #if LB_POOL_AFFINITY
     p->kept_off = -1;
     if (sched_getaffinity(0, sizeof(p->allowed), &p->allowed) != 0) CPU_ZERO(&p->allowed);
@@ -275,8 +306,16 @@ static void lb_pool_destroy(lb_pool *p) {
     free(p);
 }
 
+/* The attached counters of the current step, or NULL. */
+static int64_t *lb_pool_counters(lb_pool *p) {
+    if (!p->stats || p->step < 0 || p->step >= p->stats_steps) return NULL;
+    return p->stats + p->step * LB_POOL_STATS_FIELDS;
+}
+
 static void lb_pool_run(lb_pool *p, int64_t ntasks, lb_task_fn fn, void *arg) {
     pthread_mutex_lock(&p->run_mu);
+    int64_t *counters = lb_pool_counters(p);
+    int64_t t_start = counters ? lb_wall_ns() : 0, t_own = 0;
 #if LB_POOL_AFFINITY
     lb_pool_keep_off(p);
 #endif
@@ -289,12 +328,21 @@ static void lb_pool_run(lb_pool *p, int64_t ntasks, lb_task_fn fn, void *arg) {
     p->arg = arg;
     p->ntasks = ntasks;
     atomic_store_explicit(&p->done, 0, memory_order_relaxed);
+    int asleep = 0;
+    if (counters) {
+        atomic_store(&p->w_busy_ns, 0);
+        atomic_store(&p->w_join, 0);
+        atomic_store(&p->w_last, 0);
+        asleep = atomic_load(&p->sleeping) > 0;
+        t_start = lb_wall_ns();
+    }
     uint32_t gen = lb_gen(atomic_load(&p->state)) + 1;
     pthread_mutex_lock(&p->mu);
     atomic_store_explicit(&p->state, (uint64_t)gen << 32, memory_order_release);
     pthread_cond_broadcast(&p->wake);
     pthread_mutex_unlock(&p->mu);
-    lb_run_tasks(p, gen, 0);
+    int64_t own = lb_run_tasks(p, gen, 0);
+    if (counters) t_own = lb_wall_ns();
     for (int i = 0; atomic_load_explicit(&p->done, memory_order_acquire) < ntasks &&
                     i < LB_SPIN_ROUNDS; i++)
         lb_cpu_relax();
@@ -305,6 +353,21 @@ static void lb_pool_run(lb_pool *p, int64_t ntasks, lb_task_fn fn, void *arg) {
         pthread_mutex_lock(&p->mu);
         while (atomic_load(&p->done) < ntasks) pthread_cond_wait(&p->finished, &p->mu);
         pthread_mutex_unlock(&p->mu);
+    }
+    if (counters) {
+        int64_t t_end = lb_wall_ns();
+        counters[LB_PS_JOBS] += 1;
+        counters[LB_PS_TASKS] += ntasks;
+        counters[LB_PS_CALLER_TASKS] += own;
+        counters[LB_PS_ALONE_JOBS] += own == ntasks;
+        counters[LB_PS_JOB_NS] += t_end - t_start;
+        counters[LB_PS_WAIT_NS] += t_end - t_own;
+        counters[LB_PS_WORKER_NS] += atomic_load(&p->w_busy_ns);
+        int64_t join = atomic_load(&p->w_join);
+        if (join) counters[LB_PS_JOIN_NS] += join - t_start;
+        int64_t last = atomic_load(&p->w_last);
+        if (last) counters[LB_PS_WORKER_TAIL_NS] += t_end - last;
+        counters[LB_PS_ASLEEP_JOBS] += asleep;
     }
     pthread_mutex_unlock(&p->run_mu);
 }
@@ -339,12 +402,49 @@ void lb_ctx_destroy(lb_ctx *ctx) {
     free(ctx);
 }
 
+int lb_pool_stats_attach(const lb_ctx *ctx, int64_t *counters, int64_t nsteps) {
+#ifndef LB_NO_THREADS
+    if (!ctx->pool) return 0;
+    pthread_mutex_lock(&ctx->pool->run_mu);
+    ctx->pool->stats = counters;
+    ctx->pool->stats_steps = counters ? nsteps : 0;
+    ctx->pool->step = -1;
+    atomic_store(&ctx->pool->stats_on, counters != NULL);
+    pthread_mutex_unlock(&ctx->pool->run_mu);
+    return counters != NULL;
+#else
+    (void)ctx, (void)counters, (void)nsteps;
+    return 0;
+#endif
+}
+
+void lb_pool_step(const lb_ctx *ctx, int64_t step) {
+#ifndef LB_NO_THREADS
+    lb_pool *p = ctx->pool;
+    if (!p || !p->stats) return;
+    if (step >= 0) {
+        p->step = step;
+        p->step_t0 = lb_wall_ns();
+        return;
+    }
+    int64_t *counters = lb_pool_counters(p);
+    if (counters) counters[LB_PS_STEP_NS] += lb_wall_ns() - p->step_t0;
+    p->step = -1;
+#else
+    (void)ctx, (void)step;
+#endif
+}
+
 void lb_parallel_for(const lb_ctx *ctx, int64_t ntasks, lb_task_fn fn, void *arg) {
     if (ntasks <= 0) return;
 #ifndef LB_NO_THREADS
     if (ctx->pool && ntasks > 1 && ntasks < 0xffffffffu) {
         lb_pool_run(ctx->pool, ntasks, fn, arg);
         return;
+    }
+    if (ctx->pool && ctx->pool->stats) {
+        int64_t *counters = lb_pool_counters(ctx->pool);
+        if (counters) counters[LB_PS_INLINE] += 1;
     }
 #else
     (void)ctx;
@@ -358,5 +458,11 @@ void lb_parallel_for_sized(const lb_ctx *ctx, int64_t ntasks, int64_t bytes, lb_
         lb_parallel_for(ctx, ntasks, fn, arg);
         return;
     }
+#ifndef LB_NO_THREADS
+    if (ctx->pool && ctx->pool->stats) {
+        int64_t *counters = lb_pool_counters(ctx->pool);
+        if (counters) counters[LB_PS_INLINE] += 1;
+    }
+#endif
     for (int64_t t = 0; t < ntasks; t++) fn(arg, t, 0);
 }

@@ -78,23 +78,52 @@ void lb_layernorm(const lb_ctx *ctx, int64_t rows, int64_t n, const float *x, in
     lb_parallel_for(ctx, (rows + j.per_task - 1) / j.per_task, lb_layernorm_task, &j);
 }
 
-static void lb_softmax_task(void *arg, int64_t t, int worker) {
-    (void)worker;
-    const lb_rows_job *j = (const lb_rows_job *)arg;
-    int64_t r0 = t * j->per_task, r1 = LB_MIN(j->rows, r0 + j->per_task);
+static void lb_softmax_rows(const lb_rows_job *j, int64_t r0, int64_t r1, const float *x,
+                            int64_t ldx) {
 #if LB_HAVE_AVX512
     if (j->isa == LB_ISA_AVX512VNNI) {
-        lb_softmax_rows_avx512(r0, r1, j->n, j->x, j->ldx, j->y, j->ldy);
+        lb_softmax_rows_avx512(r0, r1, j->n, x, ldx, j->y, j->ldy);
         return;
     }
 #endif
 #if LB_HAVE_AVX2
     if (j->isa == LB_ISA_AVX2) {
-        lb_softmax_rows_avx2(r0, r1, j->n, j->x, j->ldx, j->y, j->ldy);
+        lb_softmax_rows_avx2(r0, r1, j->n, x, ldx, j->y, j->ldy);
         return;
     }
 #endif
-    lb_softmax_rows_scalar(r0, r1, j->n, j->x, j->ldx, j->y, j->ldy);
+    lb_softmax_rows_scalar(r0, r1, j->n, x, ldx, j->y, j->ldy);
+}
+
+/* y = x + bias over one row (restrict: the compiler vectorises; one IEEE add each) */
+static void lb_add_bias_row(int64_t n, const float *restrict x, const float *restrict bias,
+                            float *restrict y) {
+    for (int64_t i = 0; i < n; i++) y[i] = x[i] + bias[i];
+}
+
+/* lb_softmax_bias: each row's sums into y, then its softmax in place while in cache */
+static void lb_softmax_bias_task(void *arg, int64_t t, int worker) {
+    (void)worker;
+    const lb_rows_job *j = (const lb_rows_job *)arg;
+    int64_t r0 = t * j->per_task, r1 = LB_MIN(j->rows, r0 + j->per_task);
+    for (int64_t r = r0; r < r1; r++) {
+        lb_add_bias_row(j->n, j->x + r * j->ldx, j->gamma, j->y + r * j->ldy);
+        lb_softmax_rows(j, r, r + 1, j->y, j->ldy);
+    }
+}
+
+void lb_softmax_bias(const lb_ctx *ctx, int64_t rows, int64_t n, const float *x, int64_t ldx,
+                     const float *bias, float *y, int64_t ldy) {
+    if (rows <= 0 || n <= 0) return;
+    lb_rows_job j = {ctx->isa, rows, lb_rows_per_task(n), n, x, ldx, bias, NULL, 0, y, ldy, 0};
+    lb_parallel_for(ctx, (rows + j.per_task - 1) / j.per_task, lb_softmax_bias_task, &j);
+}
+
+static void lb_softmax_task(void *arg, int64_t t, int worker) {
+    (void)worker;
+    const lb_rows_job *j = (const lb_rows_job *)arg;
+    int64_t r0 = t * j->per_task, r1 = LB_MIN(j->rows, r0 + j->per_task);
+    lb_softmax_rows(j, r0, r1, j->x, j->ldx);
 }
 
 void lb_softmax(const lb_ctx *ctx, int64_t rows, int64_t n, const float *x, int64_t ldx,
