@@ -295,15 +295,54 @@ def vector_layout(node: Node) -> tuple:
     return ("columns" if geometry.input_channel_axis == 0 else "rows", _shape(node)[1])
 
 
-def observe_input(moments: InputMoments, node: Node, x: np.ndarray) -> None:
+class InputPlan:
+    """What `observe_input` decides from a product node and its input's shape and dtype alone
+    (the depthwise window, how the input vectors are rows of views), derived once and reused
+    for every batch of that shape (the profile's are all one shape)."""
+
+    __slots__ = ("depthwise", "dtype", "native", "rows", "shape")
+
+    def __init__(self, node: Node, x: np.ndarray) -> None:
+        self.shape = x.shape
+        self.dtype = x.dtype
+        self.depthwise = _depthwise_window(node, x)
+        """`_depthwise_window` of the node for x, or None."""
+        self.native = _native()
+        self.rows: tuple | None = None
+        """How x's float32 input vectors are rows of views (`_rows_layout`): ("dense",
+        geometry) or ("1x1", groups); None when they are not (or without the C kernels)."""
+        if self.depthwise is None and self.native:
+            self.rows = _rows_layout(node, x)
+
+    def fits(self, x: np.ndarray) -> bool:
+        """Whether the plan was derived for x's shape and dtype."""
+        return x.shape == self.shape and x.dtype == self.dtype
+
+    def row_vectors(self, x: np.ndarray) -> list[list[np.ndarray]] | None:
+        """The input vectors of x (of the plan's shape and dtype) as float32 [P, K] views, per
+        batch item and group, when they are rows of views (`rows`), else None."""
+        if self.rows is None:
+            return None
+        kind, how = self.rows
+        if kind == "dense":
+            return [[how.input_rows(x)]]
+        per_item = x.reshape(x.shape[0], how, x.shape[1] // how, -1)  # [N, G, K, P]
+        return [[item[g].T for g in range(how)] for item in per_item]
+
+
+def observe_input(moments: InputMoments, node: Node, x: np.ndarray,
+                  plan: InputPlan | None = None) -> None:
     """Add the input vectors of `node` for its data input `x` to `moments`: a depthwise Conv's
     (one input channel per group, float32, at most 25 taps, 2-D) by `depthwise_moments`, in C
     when the kernel library loads; other products' by `input_vectors`, S of each piece by a
-    float32 or float64 matrix product."""
-    depthwise = _depthwise_window(node, x)
+    float32 or float64 matrix product. `plan`: the node's `InputPlan` from an earlier batch
+    (derived again when x's shape or dtype differs)."""
+    if plan is None or not plan.fits(x):
+        plan = InputPlan(node, x)
+    depthwise = plan.depthwise
     if depthwise is not None:
         count = x.shape[0] * depthwise[-1][0] * depthwise[-1][1]
-        if _native():
+        if plan.native:
             from lowbit.backends.cpu import stats
 
             upper = stats.depthwise_moments(x, *depthwise)
@@ -317,7 +356,7 @@ def observe_input(moments: InputMoments, node: Node, x: np.ndarray) -> None:
             upper = depthwise_moments(x, *depthwise)
         moments.add_upper(upper, count)
         return
-    items = _row_vectors(node, x) if _native() else None
+    items = plan.row_vectors(x)
     if items is not None:
         from lowbit.backends.cpu import stats
 
@@ -338,23 +377,21 @@ def observe_input(moments: InputMoments, node: Node, x: np.ndarray) -> None:
         moments.observe(vectors)
 
 
-def _row_vectors(node: Node, x: np.ndarray) -> list[list[np.ndarray]] | None:
-    """The input vectors of `node` for float32 `x` as float32 [P, K] views, per batch item and
-    group, when they are rows of strided views (a dense product: one item; a 1x1 convolution
-    with stride 1 and no padding), else None."""
+def _rows_layout(node: Node, x: np.ndarray) -> tuple | None:
+    """`InputPlan.rows` of `node` for `x`: whether the input vectors of float32 `x` are rows of
+    strided views (a dense product: one item; a 1x1 convolution with stride 1 and no padding),
+    and how, else None."""
     if x.dtype != np.float32 or x.size == 0:
         return None
     geometry = integer_product(node)
     if not geometry.windowed:
-        return [[geometry.input_rows(x)]]
+        return ("dense", geometry)
     w = node.inputs[geometry.weight_input].const_value
     window = window_from_attrs(node, w.shape[2:], x.ndim - 2)
     if int(np.prod(window.kernel)) != 1 or any(window.resolved_pads(x.shape[2:])) or \
             any(s != 1 for s in window.strides):
         return None
-    groups = int(node.attrs.get("group", 1))
-    per_item = x.reshape(x.shape[0], groups, x.shape[1] // groups, -1)  # [N, G, K, P]
-    return [[item[g].T for g in range(groups)] for item in per_item]
+    return ("1x1", int(node.attrs.get("group", 1)))
 
 
 @functools.cache

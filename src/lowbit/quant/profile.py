@@ -71,6 +71,7 @@ from lowbit.ops.product import integer_product
 from lowbit.quant.blas_threads import one_blas_thread
 from lowbit.quant.input_moments import (
     InputMoments,
+    InputPlan,
     moments_shape,
     observe_input,
     vector_layout,
@@ -251,6 +252,8 @@ class _Recorder:
         self.moments: dict[str, InputMoments] = {}
         self._input_axis: dict[str, int] = {}
         """Per product with moments, the axis of its data input's channels."""
+        self._plans: dict[str, InputPlan] = {}
+        """Per product with moments, its `InputPlan` for the last batch's input."""
         for node in graph.nodes:
             axis = product_input_axis(node)
             obs = self.watched.get(node.inputs[0]) if axis is not None else None
@@ -309,8 +312,11 @@ class _Recorder:
         if value in self.products and _float_array(array):
             for first, *_ in self.products[value].values():
                 moments = self.moments[first.name]
+                plan = self._plans.get(first.name)
+                if plan is None or not plan.fits(array):
+                    plan = self._plans[first.name] = InputPlan(first, array)
                 out.append((self._moments_cost(first.name, moments, array), functools.partial(
-                    observe_input, moments, first, array)))
+                    observe_input, moments, first, array, plan)))
         return out
 
     def _moments_cost(self, name: str, moments: InputMoments, array: np.ndarray) -> float:

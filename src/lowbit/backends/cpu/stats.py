@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes as C
 import functools
+import math
 import threading
 
 import numpy as np
@@ -17,27 +18,29 @@ import numpy as np
 from lowbit.numerics.exact_sum import LIMBS, MAX_ADDS, ExactSum, GridSum
 
 _i64p = C.POINTER(C.c_int64)
+"""For an int64 the kernel writes (`C.byref`); arrays go as `.ctypes.data` (void pointers:
+no ctypes cast, several microseconds a call)."""
 _SIGNATURES = {
     "lb_stats_maxabs": (C.c_int, [C.c_void_p, C.c_int, C.c_int64, C.POINTER(C.c_double)]),
     "lb_stats_maxabs_upper": (C.c_int, [C.c_void_p, C.c_int, C.c_int64, C.c_int64,
                                         C.POINTER(C.c_double)]),
-    "lb_gridsum_add": (None, [C.c_void_p, _i64p, C.c_int64, C.c_void_p, C.c_int, C.c_double,
+    "lb_gridsum_add": (None, [C.c_void_p, C.c_void_p, C.c_int64, C.c_void_p, C.c_int, C.c_double,
                               C.c_double]),
-    "lb_gridsum_add_upper": (None, [C.c_void_p, _i64p, C.c_void_p, C.c_int, C.c_int64,
+    "lb_gridsum_add_upper": (None, [C.c_void_p, C.c_void_p, C.c_void_p, C.c_int, C.c_int64,
                                     C.c_int64, C.c_double, C.c_double]),
-    "lb_dw_moments": (C.c_int, [C.c_void_p, C.c_void_p, _i64p, C.c_void_p]),
+    "lb_dw_moments": (C.c_int, [C.c_void_p] * 4),
     "lb_observe_f32": (C.c_int, [C.c_void_p, C.c_int64, C.c_int64, C.c_int64, C.c_void_p,
                                  C.c_void_p, C.c_void_p, _i64p]),
-    "lb_histogram_f32": (None, [C.c_void_p, C.c_int64, C.c_float, C.c_float, _i64p,
+    "lb_histogram_f32": (None, [C.c_void_p, C.c_int64, C.c_float, C.c_float, C.c_void_p,
                                 C.c_int64]),
     "lb_range_f32": (C.c_int, [C.c_void_p, C.c_int64, C.c_void_p, _i64p]),
     "lb_gptq_block": (None, [C.c_void_p] * 7 + [C.c_int64] * 5 + [C.c_double] * 2),
     "lb_moments_scratch": (C.c_int64, [C.c_int64]),
-    "lb_exactsum_add": (C.c_int, [_i64p, _i64p, C.c_int64, C.c_void_p]),
+    "lb_exactsum_add": (C.c_int, [C.c_void_p, C.c_void_p, C.c_int64, C.c_void_p]),
     "lb_moments_f32": (None, [C.c_void_p, C.c_void_p] + [C.c_int64] * 4 + [C.c_void_p] * 2),
     "lb_moments_block_f32": (C.c_int, [C.c_void_p, C.c_void_p] + [C.c_int64] * 4
                              + [C.c_void_p] * 2),
-    "lb_gridsum_add_many": (None, [C.c_void_p, _i64p, C.c_int64, C.c_void_p, C.c_int64,
+    "lb_gridsum_add_many": (None, [C.c_void_p, C.c_void_p, C.c_int64, C.c_void_p, C.c_int64,
                                    C.c_double, C.c_double]),
 }
 MOMENTS_BLOCK = 256
@@ -108,7 +111,7 @@ def gridsum_add(total: GridSum, values: np.ndarray) -> None:
     if factors is None:
         return
     limbs = _limbs(total)
-    _lib().lb_gridsum_add(_ctx(), limbs.ctypes.data_as(_i64p), x.size, x.ctypes.data, f64,
+    _lib().lb_gridsum_add(_ctx(), limbs.ctypes.data, x.size, x.ctypes.data, f64,
                           *factors)
 
 
@@ -124,8 +127,8 @@ def exactsum_add(total: ExactSum, values: np.ndarray) -> None:
         a = getattr(total, name)
         if not (a.flags.c_contiguous and a.flags.writeable and a.dtype == np.int64):
             setattr(total, name, np.ascontiguousarray(a, np.int64))
-    if not _lib().lb_exactsum_add(total.limbs.ctypes.data_as(_i64p),
-                                  total.top.ctypes.data_as(_i64p), x.size, x.ctypes.data):
+    if not _lib().lb_exactsum_add(total.limbs.ctypes.data,
+                                  total.top.ctypes.data, x.size, x.ctypes.data):
         raise ValueError("an exact sum takes finite values only")
     total.adds += 1
 
@@ -144,7 +147,7 @@ def gridsum_add_upper(total: GridSum, matrices: np.ndarray) -> bool:
     factors = total.begin_add(largest.value)
     if factors is not None:
         limbs = _limbs(total)
-        _lib().lb_gridsum_add_upper(_ctx(), limbs.ctypes.data_as(_i64p), x.ctypes.data, f64,
+        _lib().lb_gridsum_add_upper(_ctx(), limbs.ctypes.data, x.ctypes.data, f64,
                                     groups, k, *factors)
     return True
 
@@ -183,7 +186,7 @@ def depthwise_moments(x: np.ndarray, kernel: tuple[int, int], strides: tuple[int
     out = np.empty((c, taps * (taps + 1) // 2))
     geometry = np.array([n, c, hp, wp, cp, *kernel, *strides, *dilations, *out_size],
                         np.int64)
-    status = _lib().lb_dw_moments(_ctx(), padded.ctypes.data, geometry.ctypes.data_as(_i64p),
+    status = _lib().lb_dw_moments(_ctx(), padded.ctypes.data, geometry.ctypes.data,
                                   out.ctypes.data)
     if status != 0:
         raise ValueError(f"lb_dw_moments refused geometry {geometry.tolist()}")
@@ -245,7 +248,7 @@ def gridsum_add_many(total: GridSum, arrays: list[np.ndarray]) -> int:
     if nonzero and factors is not None:
         limbs = _limbs(total)
         pointers = (C.c_void_p * len(nonzero))(*(a.ctypes.data for a in nonzero))
-        _lib().lb_gridsum_add_many(_ctx(), limbs.ctypes.data_as(_i64p), limbs[0].size,
+        _lib().lb_gridsum_add_many(_ctx(), limbs.ctypes.data, limbs[0].size,
                                    pointers, len(nonzero), *factors)
     return counted
 
@@ -262,8 +265,8 @@ def _reused(shape: tuple[int, ...], dtype: type = np.float64) -> np.ndarray:
     """An array of `shape` and `dtype` (any values) in this thread's reused buffer of that
     dtype (valid until the thread's next call with it: fresh pages of a new array cost more
     than clearing warm ones)."""
-    size = int(np.prod(shape))
-    name = f"reused_{np.dtype(dtype).name}"
+    size = math.prod(shape)
+    name = f"reused_{dtype.__name__}"  # a numpy scalar type: float32, float64
     buf = getattr(_local, name, None)
     if buf is None or buf.size < size:
         buf = np.empty(size, dtype)
@@ -305,9 +308,9 @@ def channel_stats(x: np.ndarray, axis: int | None
         outer, channels, inner = 1, 1, x.size
     else:
         x = np.ascontiguousarray(x, np.float32)
-        outer = int(np.prod(x.shape[:axis]))
+        outer = math.prod(x.shape[:axis])
         channels = int(x.shape[axis])
-        inner = int(np.prod(x.shape[axis + 1:]))
+        inner = math.prod(x.shape[axis + 1:])
     lo, hi, total = np.empty(channels), np.empty(channels), np.empty(channels)
     zeros = C.c_int64()
     if not _lib().lb_observe_f32(x.ctypes.data, outer, channels, inner, lo.ctypes.data,
@@ -334,6 +337,9 @@ def _in_memory_order(x: np.ndarray) -> np.ndarray:
     C-contiguous array (for reductions indifferent to the order), else `x`."""
     if x.flags.c_contiguous or x.ndim < 2:
         return x
+    nhwc = _nhwc_array(x)  # the profile's float model's outputs: no argsort
+    if nhwc is not None:
+        return nhwc
     y = x.transpose(np.argsort([-abs(st) for st in x.strides], kind="stable"))
     return y if y.flags.c_contiguous else x
 
@@ -345,7 +351,7 @@ def histogram_add(counts: np.ndarray, x: np.ndarray, scale: float, offset: float
     x = _in_memory_order(x)
     x = np.ascontiguousarray(x, np.float32)
     _lib().lb_histogram_f32(x.ctypes.data, x.size, scale, offset,
-                            counts.ctypes.data_as(_i64p), counts.size)
+                            counts.ctypes.data, counts.size)
 
 
 def gptq_block(w: np.ndarray, original: np.ndarray, codes: np.ndarray, errors: np.ndarray,
