@@ -6,7 +6,11 @@ Under pytest-xdist (`-n`), each worker is one of several processes sharing the c
 models that name no thread count get the worker's share (LOWBIT_THREADS, at least 1), and
 numpy's BLAS runs on that many threads, so workers do not oversubscribe the cores with
 spinning thread pools; the same variables reach the subprocesses tests start (CLI runs,
-Dask workers). Tests of threading pass their thread counts explicitly."""
+Dask workers). Tests of threading pass their thread counts explicitly.
+
+Hypothesis runs without its per-example deadline: a time limit is a timed assertion, and on a
+shared machine an example's first call (imports, a compile) can take longer than 200 ms
+without anything being wrong."""
 
 from __future__ import annotations
 
@@ -15,8 +19,11 @@ import zlib
 
 import numpy as np
 import pytest
+from hypothesis import settings
 
 os.environ.setdefault("LOWBIT_VERIFY", "1")
+settings.register_profile("lowbit", deadline=None)
+settings.load_profile("lowbit")
 
 
 def _worker_share() -> int | None:
