@@ -9,7 +9,7 @@ int32 sums are not exact (the hi/lo split, int64 depthwise sums and the int64 fa
 from __future__ import annotations
 
 import numpy as np
-from cpu_graphs import I8, I16, U8, add_node, codes, const, qtype, random_attrs
+from cpu_graphs import I8, I16, U8, add_node, codes, const, conv_attrs, conv_bias, qtype
 
 from lowbit.ir import dtypes
 from lowbit.ir.attrs import REQUANT
@@ -80,12 +80,8 @@ def conv16_case(g, rng, feeds, tag, big: bool = False):
     wv = const(g, wcodes, wdt, wq)
     inputs = [x, wv]
     if rng.random() < 0.8:
-        bscale = (np.float64(np.float32(tx.quant.scale)) *
-                  wq.scale.astype(np.float64)).astype(np.float32)
-        inputs.append(const(g, rng.integers(-300000, 300000, m), dtypes.INT32,
-                            QuantParams(bscale, 0, axis=0)))
-    attrs = {"group": groups, "kernel_shape": [kh, kw], "strides": [sh, sw],
-             "dilations": [dh, dw], "pads": pads, **random_attrs(rng)}
+        inputs.append(conv_bias(g, rng, tx, wq, m, 300000))
+    attrs = conv_attrs(rng, groups, (kh, kw), (sh, sw), (dh, dw), pads)
     r = rng.random()
     if r < 0.1:
         out = TensorType(dtypes.FLOAT32, None)

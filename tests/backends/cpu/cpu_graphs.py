@@ -60,6 +60,19 @@ def random_attrs(rng) -> dict:
     return attrs
 
 
+def conv_bias(g: Graph, rng, tx: TensorType, wq: QuantParams, m: int, bound: int) -> Value:
+    """An int32 per-channel bias of `m` codes in [-bound, bound) at scale s_x * s_w."""
+    bscale = (np.float64(np.float32(tx.quant.scale)) *
+              wq.scale.astype(np.float64)).astype(np.float32)
+    return const(g, rng.integers(-bound, bound, m), dtypes.INT32, QuantParams(bscale, 0, axis=0))
+
+
+def conv_attrs(rng, groups: int, kernel, strides, dilations, pads) -> dict:
+    """A Conv's geometry attributes and random_attrs' fused ones."""
+    return {"group": groups, "kernel_shape": list(kernel), "strides": list(strides),
+            "dilations": list(dilations), "pads": pads, **random_attrs(rng)}
+
+
 def conv_case(g: Graph, rng, feeds: dict, tag: str) -> Value:
     """A random quantized Conv: shapes, strides, dilations, asymmetric pads, groups (depthwise
     among them), int8/uint8/int16 activations, int8 per-channel or uint8 weights with zero
@@ -94,12 +107,8 @@ def conv_case(g: Graph, rng, feeds: dict, tag: str) -> Value:
     wv = const(g, codes(rng, wdt, (m, cg, kh, kw)), wdt, wq)
     inputs = [x, wv]
     if rng.random() < 0.8:
-        bscale = (np.float64(np.float32(tx.quant.scale)) *
-                  wq.scale.astype(np.float64)).astype(np.float32)
-        inputs.append(const(g, rng.integers(-3000, 3000, m), dtypes.INT32,
-                            QuantParams(bscale, 0, axis=0)))
-    attrs = {"group": groups, "kernel_shape": [kh, kw], "strides": [sh, sw],
-             "dilations": [dh, dw], "pads": pads, **random_attrs(rng)}
+        inputs.append(conv_bias(g, rng, tx, wq, m, 3000))
+    attrs = conv_attrs(rng, groups, (kh, kw), (sh, sw), (dh, dw), pads)
     r = rng.random()
     if r < 0.1:
         out = TensorType(dtypes.FLOAT32, None)
