@@ -58,10 +58,12 @@ def pack16(rows: np.ndarray, groups: int, kp: int) -> np.ndarray:
 
 def conv16_code(lw: Lowering, centred: np.ndarray, groups: int, a_type: str, out_type: str,
                 za: int, narrow_shift: int, bias: np.ndarray | None, requant: str,
-                wdesc: str, x: Tensor, out: Tensor, oh: int, ow: int
+                wdesc: str, x: Tensor, out: Tensor, oh: int, ow: int, pointwise: bool
                 ) -> tuple[list[str], list[Tensor], str] | None:
     """C lines running lb_qconv16 for centred weights [m, kh, kw, cg] (int64), with their
-    scratch tensors and a description of the mode; None where lb_qconv16 cannot run."""
+    scratch tensors and a description of the mode; None where lb_qconv16 cannot run.
+    `pointwise`: a 1x1 stride-1 unpadded convolution, whose int16 input rows of one group
+    with an even channel count are the product's rows, read in place (no im2col)."""
     m, kh, kw, cg = centred.shape
     mg = m // groups
     taps = kh * kw
@@ -75,6 +77,7 @@ def conv16_code(lw: Lowering, centred: np.ndarray, groups: int, a_type: str, out
     if bias is not None:
         offset = offset + np.asarray(bias, np.int64)
     scratch: list[Tensor] = []
+    direct = False
     if depthwise:
         kp = taps
         weights = np.ascontiguousarray(rows.T.astype(np.int16))  # [taps, c]
@@ -85,16 +88,18 @@ def conv16_code(lw: Lowering, centred: np.ndarray, groups: int, a_type: str, out
         kp = taps * cg + (taps * cg) % 2
         weights = pack16(rows, groups, kp)
         zero_row = "NULL"
-        # (unused where the kernel reads int16 pointwise inputs in place)
-        buf = lw.prog.scratch(Size(oh * ow * groups * kp * 2), "im2col16")
-        scratch.append(buf)
-        scratch_ptr = f"(int16_t *){buf.ptr}"
+        direct = pointwise and groups == 1 and a_type == "LB_I16" and kp == cg
+        scratch_ptr = "NULL"
+        if not direct:
+            buf = lw.prog.scratch(Size(oh * ow * groups * kp * 2), "im2col16")
+            scratch.append(buf)
+            scratch_ptr = f"(int16_t *){buf.ptr}"
     code = [f"const lb_qconv16 conv = {{.win = {wdesc}, .groups = {groups}, .cg = {cg}, "
             f".mg = {mg}, .kp = {kp}, .a_type = {a_type}, .out_type = {out_type}, "
             f".za = {za - move}, .narrow_shift = {narrow_shift}, .mode = {mode}, "
             f".depthwise = {int(depthwise)}, "
             f".w = (const int16_t *){lw.prog.data(weights, 'weights')}, "
             f".offset = {lw.prog.data(offset.astype(np.int64))}, .zero_row = {zero_row}, "
-            f".rq = {requant}}};",
+            f".rq = {requant}, .direct = {int(direct)}}};",
             f"lb_qconv16_run(ctx, &conv, {x.ptr}, {out.ptr}, {scratch_ptr});"]
     return code, scratch, f"16-bit{' depthwise' if depthwise else ''}, {MODE_NAMES[mode]}"

@@ -330,8 +330,9 @@ def conv(lw: Lowering, node) -> None:
     oh, ow = out.shape[2], out.shape[3]
     wdesc = cexpr.window(n, ih, iw, c, oh, ow, win, pads)
     za = p.x_zero + shift_of(tx)
+    pointwise = kh == kw == 1 and win.strides == (1, 1) and not any(pads) and (oh, ow) == (ih, iw)
     if not fast_product(tx, w, p):
-        return wide_conv(lw, node, x, tx, w, p, out, out_t, wdesc, group, za)
+        return wide_conv(lw, node, x, tx, w, p, out, out_t, wdesc, group, za, pointwise)
     reads = [x] + ([residual.other] if residual else [])
     if dw:
         return depthwise(lw, node, x, w, p, out, out_t, wdesc, win, za, taps, residual, reads,
@@ -339,7 +340,6 @@ def conv(lw: Lowering, node) -> None:
     # weights as rows [m, taps * cg] in (tap, channel) order, matching im2col, whose rows
     # are padded to a multiple of 4 with the zero point (zero weights there)
     w2 = w.transpose(0, 2, 3, 1).reshape(m, taps * cg)
-    pointwise = kh == kw == 1 and win.strides == (1, 1) and not any(pads) and (oh, ow) == (ih, iw)
     if not pointwise and w2.shape[1] % 4:
         extra = np.broadcast_to(p.w_zero.reshape(-1, 1), (m, -w2.shape[1] % 4))
         w2 = np.concatenate([w2, extra.astype(w2.dtype)], axis=1)  # w = z_w: a zero weight
@@ -484,7 +484,7 @@ def wide_requant(lw: Lowering, p: params.Product, out_t: TensorType, m: int) -> 
     return cexpr.requant(lw.prog, arrays)
 
 
-def wide_conv(lw, node, x, tx, w, p, out, out_t, wdesc, group, za) -> None:
+def wide_conv(lw, node, x, tx, w, p, out, out_t, wdesc, group, za, pointwise) -> None:
     """Convolutions the int8 kernels cannot compute exactly: 16-bit operands, or an
     accumulator bound beyond int32 (lb_qconv_wide: int64 sums, as the reference)."""
     m, cg, kh, kw = w.shape
@@ -493,7 +493,7 @@ def wide_conv(lw, node, x, tx, w, p, out, out_t, wdesc, group, za) -> None:
     centred = (w.astype(np.int64) - p.w_zero.reshape(-1, 1, 1, 1)).transpose(0, 2, 3, 1)
     found = conv16_code(lw, centred, group, tname(lw, x), tname(lw, out), za, p.narrow_shift,
                         p.bias, wide_requant(lw, p, out_t, m), wdesc, x, out,
-                        out.shape[2], out.shape[3])
+                        out.shape[2], out.shape[3], pointwise)
     if found is not None:
         code16, scratch, how = found
         lw.prog.step(f"{node.name}: Conv {kh}x{kw} group {group}, {tx.dtype} ({how})", code16,

@@ -457,7 +457,9 @@ LB_API void lb_qconv_wide_run(const lb_ctx *ctx, const lb_qconv_wide *p, const v
  *   LB_C16_INT64: int64 sums (depthwise only).
  * General (depthwise == 0): weights per group, per 16 output channels, per pair of k (k in
  * (tap, channel) order, kp = taps * cg rounded up to even, zero weights past the last
- * channel): 16 x 2 int16; `scratch`: oh * ow * groups * kp int16 (im2col of one image).
+ * channel): 16 x 2 int16; `scratch`: oh * ow * groups * kp int16 (im2col of one image),
+ * NULL where `direct` (the generator's choice: a 1x1 stride-1 unpadded convolution of one
+ * group of LB_I16 codes with cg even, whose input rows are the product's rows, read in place).
  * Depthwise (cg == mg == 1): weights [taps][c]; `zero_row`: c raw input codes equal to the
  * zero point (padded taps read it); `scratch` NULL. */
 typedef struct lb_qconv16 {
@@ -470,6 +472,7 @@ typedef struct lb_qconv16 {
     const int64_t *offset;
     const void *zero_row;
     lb_requant rq;
+    int32_t direct;
 } lb_qconv16;
 
 enum lb_c16_mode { LB_C16_INT32 = 0, LB_C16_SPLIT = 1, LB_C16_INT64 = 2 };

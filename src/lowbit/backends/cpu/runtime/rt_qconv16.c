@@ -141,10 +141,7 @@ void lb_qconv16_run(const lb_ctx *ctx, const lb_qconv16 *p, const void *in, void
     const lb_window *w = &p->win;
     lb_c16_job j = {p, in, out, scratch, 0, 0, lb_c16_tile_scalar, NULL,
                     lb_c16_finish_row_scalar};
-    int pointwise = w->kh == 1 && w->kw == 1 && w->sh == 1 && w->sw == 1 && w->pt == 0 &&
-                    w->pl == 0 && w->oh == w->ih && w->ow == w->iw;
-    j.direct = pointwise && p->groups == 1 && p->a_type == LB_I16 && p->kp == p->cg &&
-               p->cg == w->c;
+    j.direct = p->direct;
 #if LB_HAVE_AVX2
     if (ctx->isa == LB_ISA_AVX2) {
         j.tile = lb_c16_tile_avx2;
