@@ -247,8 +247,13 @@ class _Search:
         met = self.budget.met(value)
         self._note(top, value, len(self.ev), True, met)
         if self._better(value, self.best_any[2]):
-            self.best_any = (top, self.ev.quantized(top) or self.q.quantize(top), value)
+            self.best_any = (top, self._quantized(top), value)
         return value
+
+    def _quantized(self, raised: dict[str, str]) -> QuantResult:
+        """The QuantResult of `raised`: the evaluator's last compiled one when it is that
+        configuration, else quantized again."""
+        return self.ev.quantized(raised) or self.q.quantize(raised)
 
     def _riskiest(self, scores: Scores, count: int) -> list[int]:
         """All batches failing alone plus the riskiest others, `count` at least (all batches
@@ -347,7 +352,7 @@ class _Search:
                                                        f"{_describe(raised)}: every batch")
             scores = {**scores, **more}
             rest = [i for i in rest if i in more]
-        result = self.ev.quantized(raised) or self.q.quantize(raised)
+        result = self._quantized(raised)
         if missed:
             value = self.ev.best_case(scores, self.base)
             self._note(raised, value, len(scores), False, False, stopped=True)
