@@ -27,7 +27,8 @@ def _block(node: Node) -> int | None:
     b = int(w.shape[2])
     if b < 2 or w.shape[3] != b or int(a.get("group", 1)) != 1:
         return None
-    if list(a.get("kernel_shape") or [b, b]) != [b, b] or list(a.get("strides") or [1, 1]) != [b, b]:
+    if list(a.get("kernel_shape") or [b, b]) != [b, b] or \
+            list(a.get("strides") or [1, 1]) != [b, b]:
         return None
     if any(d != 1 for d in a.get("dilations") or [1, 1]):
         return None
