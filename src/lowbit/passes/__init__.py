@@ -15,6 +15,7 @@ from lowbit.passes.fuse_hard_swish import fuse_hard_swish
 from lowbit.passes.fuse_layer_norm import fuse_layer_norms
 from lowbit.passes.pipeline import Pass, run_passes
 from lowbit.passes.static_reshape import constant_reshape_targets
+from lowbit.passes.upsampling_conv import upsampling_conv_transpose
 from lowbit.passes.verifier import verify
 
 IMPORT_PIPELINE: list[Pass] = [
@@ -32,6 +33,7 @@ OPTIMIZE_PIPELINE: list[Pass] = [
     fuse_layer_norms,  # layer norms spelled out in elementwise ops (opset < 17) become one op
     fuse_activations,  # Relu/Clip become output clamps, which quantization turns into ranges
     fuse_hard_swish,  # x * relu6(x + 3) / 6 spelled out becomes one HardSwish
+    upsampling_conv_transpose,  # a b x b / b ConvTranspose: 1x1 Conv + DepthToSpace
     eliminate_dead_code,  # drop what the rewrites left behind
 ]
 
@@ -61,5 +63,6 @@ __all__ = [
     "fuse_layer_norms",
     "optimize",
     "run_passes",
+    "upsampling_conv_transpose",
     "verify",
 ]

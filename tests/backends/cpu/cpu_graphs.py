@@ -370,3 +370,20 @@ def assert_bit_exact_on_every_isa(g: Graph, feeds: dict):
         for name, want in ref.items():
             np.testing.assert_array_equal(got[name], want, err_msg=f"{name} on {isa}")
     return exe
+
+
+def depth_to_space_case(g, rng, feeds, tag):
+    """A DepthToSpace (DCR mostly, CRD) of blocks 2 to 4 over 1 to 30 channels a block (1: a
+    ConvTranspose of one output channel, as PP-OCR det's last), of 8-bit or 16-bit codes or
+    floats."""
+    b, m = int(rng.integers(2, 5)), int(rng.choice([1, 1, 2, 3, 8, 24, int(rng.integers(1, 31))]))
+    shape = (int(rng.integers(1, 3)), b * b * m, int(rng.integers(1, 9)),
+             int(rng.integers(1, 9)))
+    mode = "DCR" if rng.random() < 0.75 else "CRD"
+    attrs = {"blocksize": b, "mode": mode}
+    if rng.random() < 0.25:
+        x = g.add_input(f"x_{tag}", TensorType(dtypes.FLOAT32, shape))
+        feeds[x.name] = rng.standard_normal(shape).astype(np.float32)
+        return add_node(g, "DepthToSpace", [x], attrs)
+    x, t = _image(g, rng, feeds, tag, shape=shape)
+    return add_node(g, "DepthToSpace", [x], attrs, out=t)

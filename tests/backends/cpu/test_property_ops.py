@@ -2,7 +2,7 @@
 averages, conversions (Quantize with NaN and infinities, Dequantize, Requantize), clamps,
 lookup tables, Concat, Gemm and MatMul on the cpu backend against the reference, on every
 ISA path; large images of a batch of 1 (long rows cut in pieces for the threads), float
-Add/Sub/Mul/Div and Transposes, bit-exact too."""
+Add/Sub/Mul/Div, Transposes and DepthToSpace, bit-exact too."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from cpu_graphs import (
     binary_case,
     constant_operand_case,
     convert_case,
+    depth_to_space_case,
     float_binary_case,
     graph_of_cases,
     large_binary_case,
@@ -28,7 +29,8 @@ from lowbit.backends import cpu
 CASES = {"binary": binary_case, "pool": pool_case, "convert": convert_case,
          "product": product_case, "large_binary": large_binary_case,
          "float_binary": float_binary_case, "transpose": transpose_case,
-         "constant_binary": constant_operand_case, "unary_chain": unary_chain_case}
+         "constant_binary": constant_operand_case, "unary_chain": unary_chain_case,
+         "depth_to_space": depth_to_space_case}
 
 
 @pytest.mark.parametrize("seed", range(4))

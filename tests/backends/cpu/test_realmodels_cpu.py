@@ -53,9 +53,10 @@ def test_float_models_match_the_reference():
 @pytest.mark.parametrize("name", ["cls", "rec", "det"])
 def test_pp_ocr_int8_and_float_on_the_cpu_backend(name):
     """PaddleOCR's three models (Paddle2ONNX: unknown batch, height and width; attention in
-    the recognizer, ConvTranspose (its BatchNormalization folded) and nearest Resize in the
-    detector), quantized with lowbit's defaults: bit-exact with the reference on every ISA
-    path, at batch 1 and 2 of one compiled program; in float within 1e-5."""
+    the recognizer, ConvTransposes (their BatchNormalization folded; upsampling, so 1x1 Conv
+    and DepthToSpace: passes.upsampling_conv) and nearest Resize in the detector), quantized
+    with lowbit's defaults: bit-exact with the reference on every ISA path, at batch 1 and 2
+    of one compiled program; in float within 1e-5."""
     from realmodels import ocr_model, ocr_photos, ocr_text_lines
 
     graph = lowbit.load(ocr_model(name))

@@ -81,6 +81,28 @@ def transpose(lw: Lowering, node) -> None:
     lw.permute(out, src, shape, [strides[p] for p in perm], f"{node.name}: Transpose {perm}")
 
 
+@emitter("DepthToSpace", dynamic=True)
+@emitter("DepthToSpace", quantized=True, dynamic=True)
+def depth_to_space(lw: Lowering, node) -> None:
+    """DCR of an NHWC image as whole runs of b * m values (`lb_depth_to_space`: an upsampling
+    ConvTranspose's second half, `passes.upsampling_conv`); CRD as an n-d permutation."""
+    src = lw.operand(node.inputs[0], "nhwc")
+    b = int(node.attrs["blocksize"])
+    n, c, h, w = src.shape
+    out = lw.result(node.outputs[0], "nhwc", biased=src.biased)
+    m = out.shape[1]
+    if node.attrs.get("mode", "DCR") == "DCR":
+        lw.prog.step(f"{node.name}: DepthToSpace {b}x{b}, {c} -> {m}", [
+            f"lb_depth_to_space(ctx, {dim_c(n)}, {dim_c(h)}, {dim_c(w)}, {b}, {m}, "
+            f"{src.dtype.itemsize}, {src.ptr}, {out.ptr});"], [src], [out])
+        return
+    # CRD: out[n, y * b + i, x * b + j, k] = in[n, y, x, k * b * b + i * b + j]
+    cs, ws, hs = Size(1), Size(c), Size(c) * dim_size(w)
+    shape = [n, h, b, w, b, m]
+    strides = [hs * dim_size(h), hs, cs * b, ws, cs, cs * (b * b)]
+    lw.permute(out, src, shape, strides, f"{node.name}: DepthToSpace {b}x{b} CRD")
+
+
 def pool_setup(lw: Lowering, node, keep_bias: bool = False):
     """A 2-D pool's NHWC operand and result, its window and resolved pads, and the C line
     declaring that window as `w`. `keep_bias`: the result keeps the operand's stored code bias

@@ -259,6 +259,11 @@ LB_API void lb_qgemm_wide(const lb_ctx *ctx, int64_t M, int64_t N, int64_t K, co
 
 /* ---- data movement --------------------------------------------------------------------- */
 
+/* DepthToSpace (DCR) of an NHWC image: in [n][h][w][b * b * m], out [n][h * b][w * b][m] with
+ * out[., y * b + i, x * b + j, c] = in[., y, x, (i * b + j) * m + c]; elements of esize bytes. */
+LB_API void lb_depth_to_space(const lb_ctx *ctx, int64_t n, int64_t h, int64_t w, int64_t b,
+                              int64_t m, int esize, const void *in, void *out);
+
 /* out[i0, ..., i{nd-1}] = in[sum_j i_j * in_strides[j]] for a contiguous `out` of `shape`
  * (nd <= 8; strides in elements of `esize` bytes). Transposes, layout changes, slices. */
 LB_API void lb_permute(const lb_ctx *ctx, int nd, const int64_t *shape, const int64_t *in_strides,

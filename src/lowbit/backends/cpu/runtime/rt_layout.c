@@ -330,3 +330,50 @@ void lb_copy_rows(const lb_ctx *ctx, int64_t rows, int64_t row_bytes, const void
     lb_rows_job j = {row_bytes, (const char *)in, in_stride, (char *)out, out_stride, rows, per};
     lb_parallel_for(ctx, (rows + per - 1) / per, lb_rows_task, &j);
 }
+
+/* ---- DepthToSpace ------------------------------------------------------------------------ */
+
+typedef struct lb_d2s_job {
+    int64_t w, b, m;
+    int esize;
+    const char *in;
+    char *out;
+} lb_d2s_job;
+
+/* Chunks of a constant byte count: the compiler turns each copy into one or two moves. */
+#define LB_D2S_COPY(BYTES)                                                                     \
+    for (int64_t x = 0; x < j->w; x++) memcpy(dst + x * (BYTES), src + x * cb, (BYTES));       \
+    break;
+
+/* Input row t (image n, row y: t = n * h + y) into output rows t * b + i, i < b: each pixel's
+ * channels [i * b * m, (i + 1) * b * m) are the b output pixels' m values in a row. */
+static void lb_d2s_task(void *arg, int64_t t, int worker) {
+    (void)worker;
+    const lb_d2s_job *j = (const lb_d2s_job *)arg;
+    const int64_t chunk = j->b * j->m * j->esize, cb = j->b * chunk;
+    for (int64_t i = 0; i < j->b; i++) {
+        const char *src = j->in + t * j->w * cb + i * chunk;
+        char *dst = j->out + (t * j->b + i) * j->w * chunk;
+        switch (chunk) {
+        case 1: LB_D2S_COPY(1)
+        case 2: LB_D2S_COPY(2)
+        case 4: LB_D2S_COPY(4)
+        case 8: LB_D2S_COPY(8)
+        case 16: LB_D2S_COPY(16)
+        case 32: LB_D2S_COPY(32)
+        case 48: LB_D2S_COPY(48)
+        case 64: LB_D2S_COPY(64)
+        default:
+            for (int64_t x = 0; x < j->w; x++)
+                memcpy(dst + x * chunk, src + x * cb, (size_t)chunk);
+        }
+    }
+}
+#undef LB_D2S_COPY
+
+void lb_depth_to_space(const lb_ctx *ctx, int64_t n, int64_t h, int64_t w, int64_t b,
+                       int64_t m, int esize, const void *in, void *out) {
+    if (n * h * w * b * m == 0) return;
+    lb_d2s_job j = {w, b, m, esize, (const char *)in, (char *)out};
+    lb_parallel_for_sized(ctx, n * h, n * h * w * b * b * m * esize * 2, lb_d2s_task, &j);
+}
