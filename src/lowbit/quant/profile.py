@@ -406,13 +406,21 @@ def profile(graph: Graph, batches: Iterable[Mapping[str, np.ndarray]], *, progre
     rounding of the interpreter's, products as float32 fused multiply-add chains, the same on
     every ISA path and thread count; a graph it cannot compile raises its error).
     """
-    recorder = _Recorder(graph, bins, channel_axis, moments)
-    interpreter = _runner(graph, recorder, backend)
-    result = Profile(graph_hash(graph))
+    # the graph's hash (sha256 of its constants: hashlib lets other threads run) is taken
+    # beside the compiling and the first batches instead of before them
+    hashing = ThreadPoolExecutor(1, thread_name_prefix="lowbit-profile-hash")
     try:
-        _profile_batches(graph, batches, recorder, interpreter, result, progress)
+        digest = hashing.submit(graph_hash, graph)
+        recorder = _Recorder(graph, bins, channel_axis, moments)
+        interpreter = _runner(graph, recorder, backend)
+        result = Profile("")
+        try:
+            _profile_batches(graph, batches, recorder, interpreter, result, progress)
+        finally:
+            getattr(interpreter, "close", lambda: None)()
+        result.graph_hash = digest.result()
     finally:
-        getattr(interpreter, "close", lambda: None)()
+        hashing.shutdown(cancel_futures=True)
     if result.batches == 0:
         raise InputError("the calibration set is empty: no batches were given; pass an iterable "
                          "of {input name: array} with at least one batch")

@@ -103,6 +103,16 @@ def test_depthwise_moments_equal_python(isa, seed):
     np.testing.assert_array_equal(got, want, err_msg=f"{isa}: {x.shape} {geometry}")
 
 
+def test_reused_buffers_start_on_a_cache_line():
+    """`_reused` arrays (the depthwise moments' padded input, the moments' scratch) start on
+    an `ALIGN`-byte boundary whatever their size, dtype, or the size asked for before."""
+    for dtype in (np.float32, np.float64):
+        for size in (1, 7, 1000, 1 << 20, 3, (1 << 21) + 5):
+            a = stats._reused((size,), dtype)
+            assert a.dtype == dtype and a.shape == (size,)
+            assert a.ctypes.data % stats.ALIGN == 0, (dtype, size)
+
+
 def test_depthwise_moments_are_the_moments_of_the_receptive_fields(tmp_path):
     """The definition itself: S of each channel equals that of the vectors `input_vectors`
     forms for the Conv node (in float64), to float32 rounding: the products and each block's

@@ -181,3 +181,28 @@ def test_a_zero_cache_limit_keeps_everything(small_cache, monkeypatch):
     for i in range(4):
         toolchain._cached_build(f"{i:x}1" * 32, "lib.so", _python_build(400_000), what="a test")
     assert len(_entries(small_cache)) == 4
+
+
+def test_an_artifact_blob_reads_into_the_callers_buffer(tmp_path, monkeypatch):
+    """`load_artifact(key, buffer)` reads the blob into `buffer(size)` and returns that
+    buffer (the same bytes as without it); a blob whose bytes changed is refused either way."""
+    import numpy as np
+
+    monkeypatch.setenv("LOWBIT_CACHE_DIR", str(tmp_path / "cache"))
+    data = bytes(range(256)) * 41 + b"end"
+    toolchain.store_artifact("a" * 64, {"x": 1}, data)
+    asked: list[int] = []
+
+    def buffer(size: int) -> np.ndarray:
+        asked.append(size)
+        return np.full(size + 7, 255, np.uint8)
+
+    meta, plain = toolchain.load_artifact("a" * 64)
+    assert plain == data and meta["x"] == 1
+    meta, into = toolchain.load_artifact("a" * 64, buffer)
+    assert asked == [len(data)] and meta["x"] == 1
+    assert isinstance(into, np.ndarray) and into[:len(data)].tobytes() == data
+    blob = toolchain.cache_root() / "cpu" / ("art-" + "a" * 32) / "blob.bin"
+    blob.write_bytes(data[:-1] + b"E")
+    assert toolchain.load_artifact("a" * 64) is None
+    assert toolchain.load_artifact("a" * 64, buffer) is None

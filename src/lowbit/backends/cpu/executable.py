@@ -150,7 +150,7 @@ class CpuExecutable:
             return found
         start = time.perf_counter()
         akey = self._artifact_key(key)
-        cached = toolchain.load_artifact(akey)
+        cached = toolchain.load_artifact(akey, lambda size: _aligned(max(size, 64)))
         if cached is not None:
             compiled = self._from_artifact(*cached, start)
             if compiled is not None:
@@ -203,7 +203,9 @@ class CpuExecutable:
         self._compiled[key] = compiled
         return compiled
 
-    def _from_artifact(self, meta: dict, data: bytes, start: float) -> Compiled | None:
+    def _from_artifact(self, meta: dict, blob: np.ndarray, start: float) -> Compiled | None:
+        """The Compiled of a cached artifact, `blob` read into an aligned array (`_blob`'s
+        form), or None when its library does not load."""
         fn = _load(Path(meta["library"]))
         if fn is None:
             return None
@@ -212,7 +214,7 @@ class CpuExecutable:
         bindings = [Binding(v, a, c, tuple(n)) for v, a, c, n in meta["bindings"]]
         outputs = [(name, tuple(shape), np.dtype(dtype))
                    for name, shape, dtype in meta["outputs"]]
-        return Compiled(fn, meta["library"], _blob(data), liveness, list(meta["dim_vars"]),
+        return Compiled(fn, meta["library"], blob, liveness, list(meta["dim_vars"]),
                         bindings, self.graph, outputs, "", time.perf_counter() - start,
                         list(meta["steps"]), {}, {},
                         [Limit(*lim) for lim in meta.get("limits", [])],

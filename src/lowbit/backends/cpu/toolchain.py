@@ -28,9 +28,10 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from lowbit.backends.cpu import cache_limit
 from lowbit.errors import LowbitError
@@ -313,15 +314,28 @@ def artifact_key(graph_digest: str, specialization: str) -> str:
                    _generator_digest(), find_compiler().identity, cpu_features(), *flags())
 
 
-def load_artifact(key: str) -> tuple[dict, bytes] | None:
-    """(metadata, blob) of a cached generated program, or None (absent or corrupted)."""
+def load_artifact(key: str, buffer: Callable[[int], Any] | None = None
+                  ) -> tuple[dict, Any] | None:
+    """(metadata, blob) of a cached generated program, or None (absent or corrupted). With
+    `buffer`, the blob is read straight into `buffer(size)` (a writable byte buffer of at
+    least `size` bytes, say an aligned numpy array: no copy of the bytes afterwards), which
+    is returned in its place."""
     import json
 
     entry = cache_root() / "cpu" / ("art-" + key[:32])
     try:
-        data = (entry / "blob.bin").read_bytes()
+        with open(entry / "blob.bin", "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if buffer is None:
+                data = f.read()
+                view = memoryview(data)
+            else:
+                data = buffer(size)
+                view = memoryview(data).cast("B")[:size]
+                if f.readinto(view) != size or f.read(1):
+                    return None  # changed while read
         meta = json.loads((entry / "meta.json").read_text())
-        if meta.get("blob_sha256") != hashlib.sha256(data).hexdigest():
+        if meta.get("blob_sha256") != hashlib.sha256(view).hexdigest():
             return None
         cache_limit.touch(entry)
         return meta, data
