@@ -67,14 +67,15 @@ def test_convolutions_by_bands_of_rows_are_bit_exact(seed):
 def wide_depthwise_case(g, rng, feeds, tag):
     """A depthwise Conv of 8-bit codes over rows wider than one block of output pixels (the
     4-tap-quad kernels take 32 pixels a block, the column-quad ones up to 32, both several
-    pixels at a time with a remainder), 1-70 channels (partial blocks of 32), kernels of 1-5
-    rows and columns, strides, dilations, pads, 8- or 16-bit results, both encodings."""
+    pixels at a time with a remainder), 1-70 channels (partial blocks of 32), kernels of 1-8
+    rows and columns (the column-quad kernels take one group of 4 rows or two),
+    strides, dilations, pads, 8- or 16-bit results, both encodings."""
     from cpu_graphs import I8, I16, U8, add_node, codes, const, qtype, random_attrs
 
     from lowbit.ir.types import QuantParams
 
     c = int(rng.integers(1, 71))
-    kh, kw = (int(v) for v in rng.integers(1, 6, 2))
+    kh, kw = (int(v) for v in rng.integers(1, 9, 2))
     sh, sw = (int(v) for v in rng.integers(1, 3, 2))
     dh, dw = (int(v) for v in rng.choice([1, 1, 2], 2))
     pads = [int(v) for v in rng.integers(0, 3, 4)]

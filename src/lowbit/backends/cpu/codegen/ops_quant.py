@@ -405,18 +405,32 @@ DW_TAPS, DW_COLUMNS = 0, 1
 
 def quad_taps(kh: int, kw: int) -> np.ndarray:
     """The kernel taps (row-major indices, -1 for a zero weight) in lb_dwconv's LB_DW_COLUMNS
-    order (lowbit_rt.h): for each kernel column, its kh <= 4 rows' taps, padded to 4."""
-    return np.array([ky * kw + dx if ky < kh else -1 for dx in range(kw) for ky in range(4)],
-                    np.int64)
+    order (lowbit_rt.h): for each kernel column, its kh <= 8 rows' taps in groups of 4 (one
+    group for kh <= 5, two for 6-8), padded with -1 to whole groups; for kh = 5, row 4 after
+    them, 4 columns a quad, padded with -1 to whole quads."""
+    rows = 4 if kh <= 5 else 8
+    taps = [ky * kw + dx if ky < kh else -1 for dx in range(kw) for ky in range(rows)]
+    if kh == 5:
+        taps += [4 * kw + dx if dx < kw else -1 for dx in range(-(-kw // 4) * 4)]
+    return np.array(taps, np.int64)
 
 
 def quad_order(win: Window) -> int:
     """The tap order of the VNNI depthwise kernel's weights for window `win`: columns (an
     input pixel interleaved once per output row, not once per 4 taps of each output pixel)
-    where the kernel takes them and they need no more products than row-major taps: kh <= 4
-    rows and kw <= ceil(kh kw / 4) (3 x 3: 3 column quads as 3 row-major ones)."""
+    where the kernel takes them: kh <= 4 rows and no more products than row-major taps,
+    kw <= ceil(kh kw / 4) (3 x 3: 3 column quads as 3 row-major ones); 5 rows and kw >= 3
+    (4-row column quads and row 4 by 4 columns: 5 x 5 takes 7 quads, as row-major taps); or
+    6-8 rows and kw >= 3 where two groups of 4 rows take at most 1.5x the products of
+    row-major quads, saving the interleaving of every quad of every pixel."""
     (kh, kw), (_, sw), (_, dw) = win.kernel, win.strides, win.dilations
-    if kh <= 4 and kw <= min(8, -(-kh * kw // 4)) and sw <= 2 and dw <= 2:
+    if kw > 8 or sw > 2 or dw > 2:
+        return DW_TAPS
+    if kh <= 4 and kw <= -(-kh * kw // 4):
+        return DW_COLUMNS
+    if kh == 5 and kw >= 3:
+        return DW_COLUMNS
+    if 5 < kh <= 8 and kw >= 3 and 2 * kw <= 1.5 * -(-kh * kw // 4):
         return DW_COLUMNS
     return DW_TAPS
 

@@ -423,10 +423,10 @@ typedef struct lb_dwconv {
                             * channels per 4 taps (packing.py quad_weights) */
     /* The order of the taps in w_quads (ops_quant.py quad_taps):
      *   LB_DW_TAPS (0): row-major taps, 4 at a time;
-     *   LB_DW_COLUMNS (1): kernels of at most 4 rows: for each kernel column, its rows' taps
-     *     (zero weights past kh). The kernel then interleaves each input pixel's rows once per
-     *     output row instead of once per 4 taps of each output pixel (stride <= 2,
-     *     dilation <= 2, kernel width <= 8). */
+     *   LB_DW_COLUMNS (1): kernels of at most 8 rows: for each kernel column, its rows' taps
+     *     in groups of 4 rows (one group for kh <= 4, else two; zero weights past kh). The
+     *     kernel then interleaves each input pixel's rows once per output row instead of once
+     *     per 4 taps of each output pixel (stride <= 2, dilation <= 2, kernel width <= 8). */
     int32_t quad_order;
 } lb_dwconv;
 

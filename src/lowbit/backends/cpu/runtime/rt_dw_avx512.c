@@ -417,14 +417,21 @@ LB_V512 void lb_dwq_row(const lb_dw512_job *j, int64_t t, const int METHOD, cons
     }
 }
 
-/* ---- column quads (lb_dwconv.quad_order LB_DW_COLUMNS, kernels of at most 4 rows) ---------
+/* ---- column quads (lb_dwconv.quad_order LB_DW_COLUMNS, kernels of at most 8 rows) ---------
  * For a chunk of output pixels of one output row and 32 channels, each input column the chunk
  * reads is interleaved once (the kernel rows' bytes of a channel in one int32 lane, lane order
- * as above, rows past kh reading the zero row with zero weights) into `vbuf`; an output pixel's taps of kernel column dx are
- * then the vector at its column + dx * dw, multiplied by the packed weights without further
- * shuffles. Interleaving costs 8 shuffles per input column instead of 8 per 4 taps of every
- * output pixel (3 x 3: 24). */
+ * as above, rows past kh reading the zero row with zero weights) into `vbuf`: G = 1 group of
+ * 4 rows for kernels of at most 4 rows, G = 2 (rows 0-3, 4-7) for 6-8 rows. An output pixel's
+ * taps of kernel column dx, row group g are then the 4 vectors at its column + dx * dw, group
+ * g, multiplied by the packed weights (quad dx * G + g) without further shuffles.
+ * Kernels of 5 rows (H = 1): rows 0-3 as one group, and row 4 as horizontal quads (the bytes
+ * of columns x, x + dw, x + 2 dw, x + 3 dw of row 4 interleaved as the second group of
+ * column x): the pixel at column x takes quads x + 4 h dw, h < ceil(kw / 4), with weights
+ * quads kw + h (5 x 5: 7 quads a pixel, as row-major taps, instead of 10).
+ * Interleaving costs 8 shuffles per input column and group instead of 8 per 4 taps of every
+ * output pixel (3 x 3: 24; 5 x 5: 56). */
 #define LB_DWV_COLS 80
+#define LB_DWV_MAX_GROUPS 2
 
 /* The 4 interleaved vectors of 32 channels of the bytes at p0..p3 (masked by k). */
 LB_V512 void lb_dwv_interleave(const uint8_t *p0, const uint8_t *p1, const uint8_t *p2,
@@ -452,38 +459,53 @@ LB_V512 void lb_dwv_store(const lb_dwbq *b01, const lb_dwbq *b23, const lb_dwrq 
                                         order, _mm512_packus_epi16(w16, w16))));
 }
 
+/* Quad products of P pixels (P a constant): a01[p] += v[p step] . w[0..63], a23[p] +=
+ * v[p step + 2] . w[64..127]. */
+LB_V512 void lb_dwv_quad(const __m256i *v, int64_t step, const int8_t *wg, __m512i *a01,
+                         __m512i *a23, const int P) {
+    const __m512i w01 = _mm512_loadu_si512((const void *)wg);
+    const __m512i w23 = _mm512_loadu_si512((const void *)(wg + 64));
+#pragma GCC unroll 4
+    for (int p = 0; p < P; p++) {
+        a01[p] = _mm512_dpbusd_epi32(a01[p], _mm512_load_si512((const void *)(v + p * step)),
+                                     w01);
+        a23[p] = _mm512_dpbusd_epi32(a23[p],
+                                     _mm512_load_si512((const void *)(v + p * step + 2)), w23);
+    }
+}
+
 /* P consecutive output pixels of one chunk (P a constant): pixel p's interleaved columns start
  * at v + p * step, its 32 codes go to dst + p * ldc. The P pixels' products are independent
  * chains, interleaved so that one pixel's `vpdpbusd` does not wait for the latency of its
- * previous one (a single pixel's kw products form one dependent chain per accumulator). */
+ * previous one (a single pixel's products form one dependent chain per accumulator).
+ * G (1 or 2) column groups and H (0 or 1, with G = 1) a horizontal group: constants. */
 #define LB_DWV_PIX 4
 LB_V512 void lb_dwv_pixels(const __m256i *v, int64_t step, const int8_t *wq, int64_t kw,
                            int64_t dw, const lb_dwbq *b01, const lb_dwbq *b23,
                            const lb_dwrq *r01, const lb_dwrq *r23, __m512i qmin, __m512i qmax,
                            uint8_t *dst, int64_t ldc, __mmask32 k, const int METHOD,
-                           const int P) {
+                           const int P, const int G, const int H) {
+    const int GB = G + H; /* groups a column of vbuf holds */
     __m512i a01[LB_DWV_PIX], a23[LB_DWV_PIX];
 #pragma GCC unroll 4
     for (int p = 0; p < P; p++) a01[p] = a23[p] = _mm512_setzero_si512();
     for (int64_t dx = 0; dx < kw; dx++) {
-        const __m512i w01 = _mm512_loadu_si512((const void *)(wq + dx * 128));
-        const __m512i w23 = _mm512_loadu_si512((const void *)(wq + dx * 128 + 64));
-        const __m256i *vd = v + dx * dw * 4;
-#pragma GCC unroll 4
-        for (int p = 0; p < P; p++) {
-            a01[p] = _mm512_dpbusd_epi32(a01[p], _mm512_load_si512((const void *)(vd + p * step)),
-                                         w01);
-            a23[p] = _mm512_dpbusd_epi32(
-                a23[p], _mm512_load_si512((const void *)(vd + p * step + 2)), w23);
-        }
+#pragma GCC unroll 2
+        for (int g = 0; g < G; g++)
+            lb_dwv_quad(v + (dx * dw * GB + g) * 4, step, wq + (dx * G + g) * 128, a01, a23, P);
     }
+    for (int64_t h = 0; H && h < (kw + 3) / 4; h++)
+        lb_dwv_quad(v + (4 * h * dw * GB + G) * 4, step, wq + (kw * G + h) * 128, a01, a23, P);
 #pragma GCC unroll 4
     for (int p = 0; p < P; p++)
         lb_dwv_store(b01, b23, r01, r23, qmin, qmax, a01[p], a23[p], dst + p * ldc, k, METHOD);
 }
 
-/* KWc: the kernel width as a constant (0: read from the window). */
-LB_V512 void lb_dwv_row(const lb_dw512_job *j, int64_t t, const int METHOD, const int KWc) {
+/* KWc: the kernel width as a constant (0: read from the window); G: column groups of 4 rows
+ * (1: kernels of at most 4 rows, 2: of 6-8 rows); H: row 4 as horizontal quads (5 rows, G = 1). */
+LB_V512 void lb_dwv_row(const lb_dw512_job *j, int64_t t, const int METHOD, const int KWc,
+                        const int G, const int H) {
+    const int GB = G + H;
     const lb_dwconv *p = j->p;
     const lb_window *w = &p->win;
     const lb_epilogue *ep = &p->ep;
@@ -494,14 +516,14 @@ LB_V512 void lb_dwv_row(const lb_dw512_job *j, int64_t t, const int METHOD, cons
     uint8_t *const out = (uint8_t *)j->tile.C;
     const uint8_t *const img = j->in + n * ih * iw * c, *const zero = p->zero_row;
     const int64_t iy0 = oy * w->sh - w->pt;
-    __attribute__((aligned(64))) __m256i vbuf[LB_DWV_COLS * 4];
-    /* the input rows of each kernel row (NULL: outside the image) */
-    const uint8_t *rows[4] = {NULL, NULL, NULL, NULL};
+    __attribute__((aligned(64))) __m256i vbuf[LB_DWV_COLS * 4 * LB_DWV_MAX_GROUPS];
+    /* the input rows of each kernel row (NULL: outside the image or past kh) */
+    const uint8_t *rows[4 * LB_DWV_MAX_GROUPS] = {NULL};
     for (int64_t ky = 0; ky < kh; ky++) {
         int64_t iy = iy0 + ky * w->dh;
         rows[ky] = iy >= 0 && iy < ih ? img + iy * iw * c : NULL;
     }
-    const int64_t quads = kw;
+    const int64_t quads = kw * G + H * ((kw + 3) / 4);
     const __m512i qmin = _mm512_set1_epi32(ep->rq.qmin), qmax = _mm512_set1_epi32(ep->rq.qmax);
     for (int64_t ox0 = 0; ox0 < w->ow; ox0 += j->pix) {
         const int64_t count = LB_MIN(j->pix, w->ow - ox0), ix0 = ox0 * sw - w->pl;
@@ -511,10 +533,20 @@ LB_V512 void lb_dwv_row(const lb_dw512_job *j, int64_t t, const int METHOD, cons
             for (int64_t x = 0; x < nv; x++) {
                 int64_t ix = ix0 + x;
                 int inside = ix >= 0 && ix < iw;
-                const uint8_t *q[4];
-                for (int i = 0; i < 4; i++)
+                const uint8_t *q[4 * LB_DWV_MAX_GROUPS];
+                for (int i = 0; i < 4 * G; i++)
                     q[i] = (inside && rows[i] ? rows[i] + ix * c : zero) + c0;
-                lb_dwv_interleave(q[0], q[1], q[2], q[3], k, vbuf + x * 4);
+                for (int g = 0; g < G; g++)
+                    lb_dwv_interleave(q[4 * g], q[4 * g + 1], q[4 * g + 2], q[4 * g + 3], k,
+                                      vbuf + (x * GB + g) * 4);
+                if (H) { /* row 4, columns x, x + dw, x + 2 dw, x + 3 dw */
+                    const uint8_t *h[4];
+                    for (int i = 0; i < 4; i++) {
+                        int64_t hx = ix + i * dw;
+                        h[i] = (rows[4] && hx >= 0 && hx < iw ? rows[4] + hx * c : zero) + c0;
+                    }
+                    lb_dwv_interleave(h[0], h[1], h[2], h[3], k, vbuf + (x * GB + G) * 4);
+                }
             }
             const int8_t *wq = p->w_quads + (c0 / 32) * quads * 128;
             lb_dwrq r01, r23;
@@ -522,30 +554,37 @@ LB_V512 void lb_dwv_row(const lb_dw512_job *j, int64_t t, const int METHOD, cons
             lb_dw_gather(ep, c0, k, METHOD, &r01, &r23, &b01, &b23);
             uint8_t *const dst = out + ((n * w->oh + oy) * w->ow + ox0) * c + c0;
             int64_t i = 0;
+            const int64_t step = sw * GB * 4;
             for (; i + LB_DWV_PIX <= count; i += LB_DWV_PIX)
-                lb_dwv_pixels(vbuf + i * sw * 4, sw * 4, wq, kw, dw, &b01, &b23, &r01, &r23,
-                              qmin, qmax, dst + i * c, c, k, METHOD, LB_DWV_PIX);
+                lb_dwv_pixels(vbuf + i * step, step, wq, kw, dw, &b01, &b23, &r01, &r23, qmin,
+                              qmax, dst + i * c, c, k, METHOD, LB_DWV_PIX, G, H);
             for (; i < count; i++)
-                lb_dwv_pixels(vbuf + i * sw * 4, sw * 4, wq, kw, dw, &b01, &b23, &r01, &r23,
-                              qmin, qmax, dst + i * c, c, k, METHOD, 1);
+                lb_dwv_pixels(vbuf + i * step, step, wq, kw, dw, &b01, &b23, &r01, &r23, qmin,
+                              qmax, dst + i * c, c, k, METHOD, 1, G, H);
         }
     }
 }
 
-/* Column-quad kernels: METHOD x {3 x 3, any}. */
-#define LB_DWV_FN(NAME, M, KW)                                                           \
+/* Column-quad kernels: METHOD x {at most 4 rows: 3 columns, any; 5 rows: 5 columns, any;
+ * 6-8 rows}. */
+#define LB_DWV_FN(NAME, M, KW, G, H)                                                     \
     LB_TARGET_AVX512 static void lb_dwv_##NAME(void *arg, int64_t t, int worker) {      \
         (void)worker;                                                                   \
-        lb_dwv_row((const lb_dw512_job *)arg, t, M, KW);                                \
+        lb_dwv_row((const lb_dw512_job *)arg, t, M, KW, G, H);                          \
     }
-#define LB_DWV_SHAPES(NAME, M) \
-    LB_DWV_FN(NAME##_3, M, 3) LB_DWV_FN(NAME##_any, M, 0)
+#define LB_DWV_SHAPES(NAME, M)                                                         \
+    LB_DWV_FN(NAME##_3, M, 3, 1, 0) LB_DWV_FN(NAME##_any, M, 0, 1, 0)                  \
+    LB_DWV_FN(NAME##_5h, M, 5, 1, 1) LB_DWV_FN(NAME##_anyh, M, 0, 1, 1)                \
+    LB_DWV_FN(NAME##_anyg2, M, 0, 2, 0)
 LB_DWV_SHAPES(q31, LB_RQ_Q31)
 LB_DWV_SHAPES(prescale, LB_RQ_PRESCALE)
 LB_DWV_SHAPES(bounded, LB_DW_BOUNDED)
-static const lb_task_fn lb_dwv_fns[3][2] = {{lb_dwv_q31_3, lb_dwv_q31_any},
-                                             {lb_dwv_prescale_3, lb_dwv_prescale_any},
-                                             {lb_dwv_bounded_3, lb_dwv_bounded_any}};
+static const lb_task_fn lb_dwv_fns[3][5] = {
+    {lb_dwv_q31_3, lb_dwv_q31_any, lb_dwv_q31_5h, lb_dwv_q31_anyh, lb_dwv_q31_anyg2},
+    {lb_dwv_prescale_3, lb_dwv_prescale_any, lb_dwv_prescale_5h, lb_dwv_prescale_anyh,
+     lb_dwv_prescale_anyg2},
+    {lb_dwv_bounded_3, lb_dwv_bounded_any, lb_dwv_bounded_5h, lb_dwv_bounded_anyh,
+     lb_dwv_bounded_anyg2}};
 
 #define LB_DWQ_FN(NAME, METHOD, OUT)                                            \
     LB_TARGET_AVX512 static void NAME(void *arg, int64_t t, int worker) {       \
@@ -635,10 +674,11 @@ LB_TARGET_AVX512 void lb_dwconv_avx512(const lb_ctx *ctx, const lb_dwconv *p,
     int form = method == LB_RQ_Q31 ? 0 : ep->bounded ? 2 : 1;
     if (quads_ok && otype == LB_U8 && p->quad_order == LB_DW_TAPS)
         fn = form == 0 ? lb_dwq_q31 : form == 2 ? lb_dwq_bounded : lb_dwq_prescale;
-    if (quads_ok && otype == LB_U8 && p->quad_order != LB_DW_TAPS) {
-        /* the code generator checked kh <= 4, kw <= 8, sw, dw <= 2: pix >= 32 */
+    if (quads_ok && otype == LB_U8 && p->quad_order != LB_DW_TAPS &&
+        w->kh <= 4 * LB_DWV_MAX_GROUPS && w->kw <= 8 && w->sw <= 2 && w->dw <= 2) {
+        /* the code generator checked kh <= 8, kw <= 8, sw, dw <= 2: pix >= 32 */
         j.pix = LB_MIN(32, (LB_DWV_COLS - 1 - (w->kw - 1) * w->dw) / w->sw + 1);
-        int shape = w->kw == 3 ? 0 : 1;
+        int shape = w->kh <= 4 ? (w->kw == 3 ? 0 : 1) : w->kh == 5 ? (w->kw == 5 ? 2 : 3) : 4;
         fn = lb_dwv_fns[form][shape];
     }
     if (quads_ok && (otype == LB_I16 || otype == LB_U16) && p->quad_order == LB_DW_TAPS)
