@@ -354,6 +354,129 @@ LB_POST_M(1) /* prescale */
      LB_POST_NAMES_TT(M, 3), LB_POST_NAMES_TT(M, 4)}
 static const lb_epi_fn lb_posts[2][5][2] = {LB_POST_NAMES(0), LB_POST_NAMES(1)};
 
+/* The epilogue of a product whose post stage is the float32 HardSwish then the per-channel
+ * Mul (PP-OCR's Conv -> HardSwish -> equalization Mul), without row sums or residual: the same
+ * integer and float32 operations as lb_tile_epilogue_post, in the same order, arranged for
+ * speed: every parameter in a register (lb_tile_epilogue_post re-reads the post stage from
+ * memory for each 16 codes, since the byte stores may alias it), the branches of q31 taken once
+ * per 16 columns instead of per 16 codes, and two rows at a time, so that the long dependent
+ * chain of one row's codes overlaps another's. METHOD: the product's requantization (q31 or
+ * prescale), PM: the Mul's (per tensor), OUT16: 16-bit results (else uint8). */
+typedef struct lb_hm_block {
+    __m512i off, zp, p0, p1, p2, clip, negclip, rnd, modd, mask, rrnd, mulv, qmin, qmax;
+    __mmask16 rpos;
+} lb_hm_block;
+
+/* One row's 16 codes of lb_tile_epilogue_hsw_mul. */
+LB_V512 __m512i lb_hm_codes(__m512i x, const lb_hm_consts *c, const lb_hm_block *b,
+                            const int METHOD, const int PM, const int LSH, const int RSH,
+                            const int PLSH, const int PRSH) {
+    x = _mm512_add_epi32(x, b->off);
+    __m512i y;
+    if (METHOD == LB_RQ_PRESCALE) {
+        __m512i q = _mm512_max_epi32(_mm512_min_epi32(_mm512_srav_epi32(x, b->p0), b->clip),
+                                     b->negclip);
+        y = _mm512_srav_epi32(_mm512_add_epi32(_mm512_mullo_epi32(q, b->p1), b->rnd), b->p2);
+    } else {
+        y = lb_q31_pre_v512(x, b->p0, b->p1, b->p2, b->modd, b->mask, b->rrnd, b->rpos, LSH,
+                            RSH);
+    }
+    y = _mm512_min_epi32(_mm512_max_epi32(_mm512_add_epi32(y, b->zp), b->qmin), b->qmax);
+    return lb_hm_post_v512(y, c, b->mulv, PM, PLSH, PRSH);
+}
+
+LB_V512 void lb_hm_store(char *C, int64_t at, __m512i y, __mmask16 k, const int OUT16) {
+    if (OUT16)
+        _mm256_mask_storeu_epi16((int16_t *)C + at, k, _mm512_cvtepi32_epi16(y));
+    else
+        _mm_mask_storeu_epi8((uint8_t *)C + at, k, _mm512_cvtepi32_epi8(y));
+}
+
+/* The rows of one block of 16 columns, two at a time. */
+LB_V512 void lb_hm_rows(char *C, int64_t ldc, int64_t m, int64_t n0, __mmask16 k, int mr,
+                        const __m512i *acc, int v, const lb_hm_consts *c, const lb_hm_block *b,
+                        const int METHOD, const int PM, const int LSH, const int RSH,
+                        const int PLSH, const int PRSH, const int OUT16) {
+    int r = 0;
+    for (; r + 2 <= mr; r += 2) {
+        __m512i y0 = lb_hm_codes(_mm512_load_si512(acc + r * LB_NV + v), c, b, METHOD, PM, LSH,
+                                 RSH, PLSH, PRSH);
+        __m512i y1 = lb_hm_codes(_mm512_load_si512(acc + (r + 1) * LB_NV + v), c, b, METHOD, PM,
+                                 LSH, RSH, PLSH, PRSH);
+        lb_hm_store(C, (m + r) * ldc + n0, y0, k, OUT16);
+        lb_hm_store(C, (m + r + 1) * ldc + n0, y1, k, OUT16);
+    }
+    if (r < mr)
+        lb_hm_store(C, (m + r) * ldc + n0,
+                    lb_hm_codes(_mm512_load_si512(acc + r * LB_NV + v), c, b, METHOD, PM, LSH,
+                                RSH, PLSH, PRSH),
+                    k, OUT16);
+}
+
+LB_V512 void lb_tile_epilogue_hsw_mul(const lb_gemm_tile *t, int64_t m, int64_t nb, int mr,
+                                      int nv, const __m512i *acc, const int METHOD,
+                                      const int PM, const int OUT16) {
+    const lb_epilogue *ep = t->ep;
+    const lb_post post = *ep->post;
+    const lb_requant rq = ep->rq, prq = post.rq;
+    const __m512i one = _mm512_set1_epi32(1), zero = _mm512_setzero_si512();
+    const lb_hm_consts c = lb_hm_consts_load(&post, PM);
+    const int plsh = PM == LB_RQ_Q31 && prq.p1[0] != 0, prsh = PM == LB_RQ_Q31 && prq.p2[0] != 0;
+    char *const C = (char *)t->C;
+    const int64_t ldc = t->ldc, N = t->N;
+    for (int v = 0; v < nv; v++) {
+        int64_t n0 = (nb + v) * 16;
+        if (n0 >= N) break;
+        __mmask16 k = lb_tail_mask(N - n0);
+        lb_hm_block b;
+        b.qmin = _mm512_set1_epi32(rq.qmin);
+        b.qmax = _mm512_set1_epi32(rq.qmax);
+        b.off = _mm512_loadu_si512(ep->col_offset + n0);
+        b.zp = _mm512_loadu_si512(rq.zero_point + n0);
+        b.p0 = _mm512_loadu_si512(rq.p0 + n0);
+        b.p1 = _mm512_loadu_si512(rq.p1 + n0);
+        b.p2 = _mm512_loadu_si512(rq.p2 + n0);
+        b.clip = b.negclip = b.rnd = zero;
+        if (METHOD == LB_RQ_PRESCALE) {
+            b.clip = _mm512_loadu_si512(rq.p3 + n0);
+            b.negclip = _mm512_sub_epi32(zero, b.clip);
+            b.rnd = _mm512_sllv_epi32(one, _mm512_sub_epi32(b.p2, one));
+        }
+        lb_q31_prep(b.p0, b.p2, &b.modd, &b.mask, &b.rrnd, &b.rpos);
+        b.mulv = _mm512_loadu_si512(post.mul + n0);
+        /* q31's shifts of this block: lanes beyond N hold zeros (arrays padded to 16) */
+        int lsh = METHOD == LB_RQ_Q31 && _mm512_test_epi32_mask(b.p1, b.p1) != 0;
+        int rsh = METHOD == LB_RQ_Q31 && _mm512_test_epi32_mask(b.p2, b.p2) != 0;
+#define LB_HM_ROWS(L, R, PL, PR) \
+    lb_hm_rows(C, ldc, m, n0, k, mr, acc, v, &c, &b, METHOD, PM, L, R, PL, PR, OUT16)
+        if (METHOD == LB_RQ_Q31 && !lsh && rsh && !plsh && !prsh)
+            LB_HM_ROWS(0, 1, 0, 0); /* the common case (PP-OCR's) */
+        else if (METHOD == LB_RQ_Q31 && !lsh && rsh && !plsh && prsh)
+            LB_HM_ROWS(0, 1, 0, 1);
+        else if (!plsh && !prsh)
+            LB_HM_ROWS(1, 1, 0, 0);
+        else
+            LB_HM_ROWS(1, 1, 1, 1); /* every branch's work (the same results when unneeded) */
+#undef LB_HM_ROWS
+    }
+}
+
+#define LB_HSW_MUL_FN(METHOD, PM, OUT16)                                                     \
+    LB_TARGET_AVX512 __attribute__((noinline)) static void                                    \
+        lb_hsw_mul_##METHOD##_##PM##_##OUT16(const lb_gemm_tile *t, int64_t m, int64_t nb,    \
+                                             int mr, int nv, const __m512i *acc) {            \
+        lb_tile_epilogue_hsw_mul(t, m, nb, mr, nv, acc, METHOD, PM, OUT16);                  \
+    }
+#define LB_HSW_MUL_OUT(M, P) LB_HSW_MUL_FN(M, P, 0) LB_HSW_MUL_FN(M, P, 1)
+LB_HSW_MUL_OUT(0, 0)
+LB_HSW_MUL_OUT(0, 1)
+LB_HSW_MUL_OUT(1, 0)
+LB_HSW_MUL_OUT(1, 1)
+#define LB_HSW_MUL_NAMES(M, P) {lb_hsw_mul_##M##_##P##_0, lb_hsw_mul_##M##_##P##_1}
+static const lb_epi_fn lb_hsw_muls[2][2][2] = {
+    {LB_HSW_MUL_NAMES(0, 0), LB_HSW_MUL_NAMES(0, 1)},
+    {LB_HSW_MUL_NAMES(1, 0), LB_HSW_MUL_NAMES(1, 1)}};
+
 /* The table kind of a post stage for lb_posts: 0 none, 1 uint8, 2 int16, 3 uint16, 4 the
  * float32 HardSwish. */
 static int lb_post_tt(const lb_post *p) {
@@ -389,6 +512,13 @@ LB_TARGET_AVX512 __attribute__((noinline)) static void lb_tile_epilogue(
         return;
     }
     if (ep->post) { /* the product's codes, then the post stage */
+        const lb_post *p = ep->post;
+        if ((method == LB_RQ_Q31 || method == LB_RQ_PRESCALE) && p->hsw && p->mul &&
+            (p->rq.method == LB_RQ_Q31 || p->rq.method == LB_RQ_PRESCALE) && !ep->residual &&
+            !ep->col_zb && (out == LB_U8 || out == LB_I16 || out == LB_U16)) {
+            lb_hsw_muls[method][p->rq.method][out != LB_U8](t, m, nb, mr, nv, acc);
+            return;
+        }
         if ((method == LB_RQ_Q31 || method == LB_RQ_PRESCALE) &&
             (out == LB_U8 || out == LB_I16 || out == LB_U16) &&
             (!ep->post->mul || ep->post->rq.method == LB_RQ_Q31 ||

@@ -46,9 +46,59 @@ LB_TARGET_AVX512 void lb_lookup_u8_avx512(int64_t n, const uint8_t *q, const uin
     }
 }
 
+/* lb_post_map's rows [r0, r1) when the post stage is the float32 HardSwish then the
+ * per-channel Mul (PM: its requantization, q31 or prescale): lb_hm_post_v512, the parameters
+ * in registers, two rows of 16 channels at a time. */
+LB_V512 void lb_post_rows_hsw_mul(const lb_post_map_job *j, int64_t r0, int64_t r1,
+                                  const int PM, const int PLSH, const int PRSH) {
+    const int64_t C = j->channels, size = lb_tsize(j->in_type);
+    const int32_t in_type = j->in_type, out_type = j->out_type;
+    const char *const x = (const char *)j->x;
+    void *const out = j->out;
+    const lb_post post = *j->post;
+    const lb_hm_consts c = lb_hm_consts_load(&post, PM);
+    int64_t r = r0;
+    for (; r + 2 <= r1; r += 2) {
+        for (int64_t ch = 0; ch < C; ch += 16) {
+            __mmask16 k = lb_tail_mask(C - ch);
+            __m512i mulv = _mm512_loadu_si512(post.mul + ch);
+            int64_t at = r * C + ch;
+            __m512i y0 = lb_load16(x + at * size, in_type, 1, k);
+            __m512i y1 = lb_load16(x + (at + C) * size, in_type, 1, k);
+            y0 = lb_hm_post_v512(y0, &c, mulv, PM, PLSH, PRSH);
+            y1 = lb_hm_post_v512(y1, &c, mulv, PM, PLSH, PRSH);
+            lb_store_v512(out, out_type, at, y0, k);
+            lb_store_v512(out, out_type, at + C, y1, k);
+        }
+    }
+    for (; r < r1; r++) {
+        for (int64_t ch = 0; ch < C; ch += 16) {
+            __mmask16 k = lb_tail_mask(C - ch);
+            int64_t at = r * C + ch;
+            __m512i y = lb_load16(x + at * size, in_type, 1, k);
+            y = lb_hm_post_v512(y, &c, _mm512_loadu_si512(post.mul + ch), PM, PLSH, PRSH);
+            lb_store_v512(out, out_type, at, y, k);
+        }
+    }
+}
+
 /* lb_post_map's rows [r0, r1): 16 channels at a time through lb_post_v512. */
 LB_TARGET_AVX512 void lb_post_rows_avx512(const lb_post_map_job *j, int64_t r0, int64_t r1) {
     const int64_t C = j->channels, size = lb_tsize(j->in_type);
+    const lb_post *p = j->post;
+    if (p->hsw && p->mul && !p->table) {
+        if (p->rq.method == LB_RQ_PRESCALE) {
+            lb_post_rows_hsw_mul(j, r0, r1, LB_RQ_PRESCALE, 0, 0);
+            return;
+        }
+        if (p->rq.method == LB_RQ_Q31) {
+            if (p->rq.p1[0] == 0 && p->rq.p2[0] != 0)
+                lb_post_rows_hsw_mul(j, r0, r1, LB_RQ_Q31, 0, 1);
+            else
+                lb_post_rows_hsw_mul(j, r0, r1, LB_RQ_Q31, 1, 1);
+            return;
+        }
+    }
     for (int64_t r = r0; r < r1; r++) {
         for (int64_t c = 0; c < C; c += 16) {
             __mmask16 k = lb_tail_mask(C - c);

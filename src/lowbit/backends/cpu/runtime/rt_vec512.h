@@ -174,6 +174,104 @@ LB_V512 __m512i lb_hsw_v512(const lb_post *p, __m512i y) {
     return _mm512_add_epi32(r, _mm512_set1_epi32(p->hsw_zy));
 }
 
+/* lb_q31_v512 without its branches: LSH, whether any lane shifts left; RSH, whether any
+ * shifts right; modd, mask, rrnd and rpos derived from m and r once (lb_q31_prep). */
+LB_V512 __m512i lb_q31_pre_v512(__m512i x, __m512i m, __m512i l, __m512i r, __m512i modd,
+                                __m512i mask, __m512i rrnd, __mmask16 rpos, const int LSH,
+                                const int RSH) {
+    const __m512i zero = _mm512_setzero_si512(), one = _mm512_set1_epi32(1);
+    __m512i xs = x;
+    if (LSH) {
+        __m512i sh = _mm512_sllv_epi32(x, l);
+        __mmask16 ovf = _mm512_cmpneq_epi32_mask(_mm512_srav_epi32(sh, l), x);
+        __m512i sat = _mm512_mask_blend_epi32(_mm512_cmplt_epi32_mask(x, zero),
+                                              _mm512_set1_epi32(INT32_MAX),
+                                              _mm512_set1_epi32(INT32_MIN));
+        xs = _mm512_mask_blend_epi32(ovf, sh, sat);
+    }
+    const __m512i half = _mm512_set1_epi64((int64_t)1 << 30);
+    __m512i even = _mm512_mul_epi32(xs, m);
+    __m512i odd = _mm512_mul_epi32(_mm512_srli_epi64(xs, 32), modd);
+    even = _mm512_srai_epi64(_mm512_add_epi64(even, half), 31);
+    odd = _mm512_srai_epi64(_mm512_add_epi64(odd, half), 31);
+    __m512i h = _mm512_mask_blend_epi32(0xAAAA, even, _mm512_slli_epi64(odd, 32));
+    if (!RSH) return h;
+    __mmask16 neg = _mm512_mask_cmplt_epi32_mask(rpos, h, zero);
+    __m512i frac = _mm512_add_epi32(_mm512_and_si512(h, mask), rrnd);
+    frac = _mm512_mask_sub_epi32(frac, neg, frac, one);
+    return _mm512_add_epi32(_mm512_srav_epi32(h, r), _mm512_srlv_epi32(frac, r));
+}
+
+/* lb_q31_pre_v512's vectors for multipliers m and right shifts r. */
+LB_V512 void lb_q31_prep(__m512i m, __m512i r, __m512i *modd, __m512i *mask, __m512i *rrnd,
+                         __mmask16 *rpos) {
+    const __m512i one = _mm512_set1_epi32(1);
+    *modd = _mm512_srli_epi64(m, 32);
+    *mask = _mm512_sub_epi32(_mm512_sllv_epi32(one, r), one);
+    *rrnd = _mm512_srli_epi32(_mm512_add_epi32(*mask, one), 1);
+    *rpos = _mm512_cmpgt_epi32_mask(r, _mm512_setzero_si512());
+}
+
+/* An lb_post that is the float32 HardSwish then the per-channel Mul (requantized per tensor
+ * by q31 or prescale, PM), as vectors loaded once (lb_hm_consts_load) for lb_hm_post_v512. */
+typedef struct lb_hm_consts {
+    __m512i hzx, hzy, pz, pp0, pp1, pp2, pzp, pclip, pnegclip, prnd, pqmin, pqmax;
+    __m512i pmodd, pmask, prrnd;
+    __mmask16 prpos;
+    __m512 c1, c2, c3, half, fone, fzero, lo, hi;
+} lb_hm_consts;
+
+LB_V512 lb_hm_consts lb_hm_consts_load(const lb_post *post, const int PM) {
+    const __m512i one = _mm512_set1_epi32(1), zero = _mm512_setzero_si512();
+    const lb_requant *prq = &post->rq;
+    lb_hm_consts c;
+    c.hzx = _mm512_set1_epi32(post->hsw_zx);
+    c.hzy = _mm512_set1_epi32(post->hsw_zy);
+    c.c1 = _mm512_set1_ps(post->hsw_c1);
+    c.c2 = _mm512_set1_ps(post->hsw_c2);
+    c.c3 = _mm512_set1_ps(post->hsw_c3);
+    c.half = _mm512_set1_ps(0.5f);
+    c.fone = _mm512_set1_ps(1.0f);
+    c.fzero = _mm512_setzero_ps();
+    c.lo = _mm512_set1_ps((float)(post->hsw_qmin - post->hsw_zy));
+    c.hi = _mm512_set1_ps((float)(post->hsw_qmax - post->hsw_zy));
+    c.pz = _mm512_set1_epi32(post->z);
+    c.pp0 = _mm512_set1_epi32(prq->p0[0]);
+    c.pp1 = _mm512_set1_epi32(prq->p1[0]);
+    c.pp2 = _mm512_set1_epi32(prq->p2[0]);
+    c.pzp = _mm512_set1_epi32(prq->zero_point[0]);
+    c.pclip = PM == LB_RQ_PRESCALE ? _mm512_set1_epi32(prq->p3[0]) : zero;
+    c.pnegclip = _mm512_sub_epi32(zero, c.pclip);
+    c.prnd = _mm512_sllv_epi32(one, _mm512_sub_epi32(c.pp2, one));
+    c.pqmin = _mm512_set1_epi32(prq->qmin);
+    c.pqmax = _mm512_set1_epi32(prq->qmax);
+    lb_q31_prep(c.pp0, c.pp2, &c.pmodd, &c.pmask, &c.prrnd, &c.prpos);
+    return c;
+}
+
+/* lb_post_v512 for such a post stage on the codes y of 16 channels whose Mul constants are
+ * mulv: lb_hsw_v512's operations, then the Mul's (PLSH, PRSH: lb_q31_pre_v512's flags). */
+LB_V512 __m512i lb_hm_post_v512(__m512i y, const lb_hm_consts *c, __m512i mulv, const int PM,
+                                const int PLSH, const int PRSH) {
+    __m512 f = _mm512_cvtepi32_ps(_mm512_sub_epi32(y, c->hzx));
+    __m512 h = _mm512_add_ps(_mm512_mul_ps(f, c->c1), c->half);
+    h = _mm512_min_ps(_mm512_max_ps(h, c->fzero), c->fone);
+    __m512 u = _mm512_add_ps(_mm512_mul_ps(_mm512_mul_ps(f, h), c->c2), c->c3);
+    u = _mm512_min_ps(_mm512_max_ps(u, c->lo), c->hi);
+    y = _mm512_add_epi32(
+        _mm512_cvt_roundps_epi32(u, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), c->hzy);
+    __m512i prod = _mm512_mullo_epi32(_mm512_sub_epi32(y, c->pz), mulv);
+    if (PM == LB_RQ_PRESCALE) {
+        __m512i q = _mm512_max_epi32(_mm512_min_epi32(_mm512_srav_epi32(prod, c->pp0), c->pclip),
+                                     c->pnegclip);
+        y = _mm512_srav_epi32(_mm512_add_epi32(_mm512_mullo_epi32(q, c->pp1), c->prnd), c->pp2);
+    } else {
+        y = lb_q31_pre_v512(prod, c->pp0, c->pp1, c->pp2, c->pmodd, c->pmask, c->prrnd, c->prpos,
+                            PLSH, PRSH);
+    }
+    return _mm512_min_epi32(_mm512_max_epi32(_mm512_add_epi32(y, c->pzp), c->pqmin), c->pqmax);
+}
+
 /* lb_post on 16 codes of channels c.. (lanes outside mask k are not read from the table). */
 LB_V512 __m512i lb_post_v512(const lb_post *p, int64_t c, __m512i y, __mmask16 k) {
     if (p->hsw) y = lb_hsw_v512(p, y);
