@@ -5,6 +5,10 @@ thread the work of each step even when other processes share the cores) and prin
 grouped by kind, with each step's median over `--runs` inferences.
 
     python benchmarks/cpu_profile.py [--model effnet] [--threads 1] [--runs 200] [--top 40]
+    python benchmarks/cpu_profile.py --model minilm [--seq 128] [--batch 1] [--pool-stats]
+
+`--model minilm`: all-MiniLM-L6-v2 with lowbit's default dynamic quantization, on Lee documents
+cut or padded to --seq tokens, --batch of them (transformer_cpu.py's inputs).
 
 With --pool-stats (2+ threads) it prints instead the thread pool's wall-clock counters per step
 (lb_pool_stats_attach): where the second thread's time is lost (the caller waiting at a step's
@@ -28,17 +32,33 @@ import lowbit
 from lowbit.backends import cpu
 
 
-def quantized(name: str, cache: Path | None):
-    """The int8 model (quantize defaults) and one timing input, pickled in `cache` if given."""
+def minilm_data(seq: int, batch: int):
+    """all-MiniLM-L6-v2 quantized by `lowbit.quantize_dynamic` (defaults) and `batch` Lee
+    documents cut or padded to `seq` tokens."""
+    from transformer_cpu import tokens
+
+    from realmodels import lee_documents, minilm
+
+    q = lowbit.quantize_dynamic(lowbit.load(minilm("eager", "dynamo")))
+    docs, _ = lee_documents()
+    return (q.graph if hasattr(q, "graph") else q), tokens((docs * 2)[:batch], seq)
+
+
+def quantized(name: str, cache: Path | None, seq: int = 128, batch: int = 1):
+    """The int8 model (quantize defaults; quantize_dynamic for minilm) and one timing input,
+    pickled in `cache` if given."""
     from cpu_backend import model_data
 
     if cache is not None and cache.exists():
         sys.setrecursionlimit(max(sys.getrecursionlimit(), 100_000))
         return pickle.loads(cache.read_bytes())
-    src, input_name, calib, x = model_data(name)
-    graph = lowbit.load(src)
-    q = lowbit.quantize(graph, lowbit.profile(graph, calib, progress=False))
-    found = (q, {input_name: x})
+    if name == "minilm":
+        found = minilm_data(seq, batch)
+    else:
+        src, input_name, calib, x = model_data(name)
+        graph = lowbit.load(src)
+        q = lowbit.quantize(graph, lowbit.profile(graph, calib, progress=False))
+        found = (q, {input_name: x})
     if cache is not None:  # a graph's value/node links nest deeply
         sys.setrecursionlimit(max(sys.getrecursionlimit(), 100_000))
         cache.write_bytes(pickle.dumps(found))
@@ -129,12 +149,14 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--runs", type=int, default=200)
     parser.add_argument("--top", type=int, default=40)
+    parser.add_argument("--seq", type=int, default=128, help="minilm: tokens per input")
+    parser.add_argument("--batch", type=int, default=1, help="minilm: inputs")
     parser.add_argument("--cache", type=Path, default=None,
                         help="pickle of the quantized model (made on the first run)")
     parser.add_argument("--pool-stats", action="store_true",
                         help="the thread pool's wall-clock counters per step instead")
     args = parser.parse_args()
-    q, inputs = quantized(args.model, args.cache)
+    q, inputs = quantized(args.model, args.cache, args.seq, args.batch)
     exe = cpu.compile(q, threads=args.threads)
     if args.pool_stats:
         print_pool_stats(*pool_stats(exe, inputs, args.runs), args.runs, args.top)
