@@ -12,11 +12,16 @@
 /* fixed_point "q31" on 16 lanes: the saturating left shift, the 64-bit rounding doubling high
  * product, then the rounding right shift split as
  *   (h + 2**(r-1) - (h < 0)) >> r = (h >> r) + ((h & (2**r - 1)) + 2**(r-1) - (h < 0)) >>> r
- * where the second sum is non-negative and below 2**32, so it cannot overflow. */
-LB_V512 __m512i lb_q31_v512(__m512i x, __m512i m, __m512i l, __m512i r) {
+ * where the second sum is non-negative and below 2**32, so it cannot overflow. LSH: whether
+ * any lane shifts left (else nothing to saturate: multipliers below 1); RSH: whether any
+ * shifts right (else nothing to round); modd, mask, rrnd and rpos derived from m and r once
+ * (lb_q31_prep), so that loops keep them in registers. */
+LB_V512 __m512i lb_q31_pre_v512(__m512i x, __m512i m, __m512i l, __m512i r, __m512i modd,
+                                __m512i mask, __m512i rrnd, __mmask16 rpos, const int LSH,
+                                const int RSH) {
     const __m512i zero = _mm512_setzero_si512(), one = _mm512_set1_epi32(1);
-    __m512i xs = x; /* no left shift in any lane (multipliers below 1): nothing to saturate */
-    if (_mm512_test_epi32_mask(l, l)) {
+    __m512i xs = x;
+    if (LSH) {
         __m512i sh = _mm512_sllv_epi32(x, l);
         __mmask16 ovf = _mm512_cmpneq_epi32_mask(_mm512_srav_epi32(sh, l), x);
         __m512i sat = _mm512_mask_blend_epi32(_mm512_cmplt_epi32_mask(x, zero),
@@ -26,17 +31,34 @@ LB_V512 __m512i lb_q31_v512(__m512i x, __m512i m, __m512i l, __m512i r) {
     }
     const __m512i half = _mm512_set1_epi64((int64_t)1 << 30);
     __m512i even = _mm512_mul_epi32(xs, m);
-    __m512i odd = _mm512_mul_epi32(_mm512_srli_epi64(xs, 32), _mm512_srli_epi64(m, 32));
+    __m512i odd = _mm512_mul_epi32(_mm512_srli_epi64(xs, 32), modd);
     even = _mm512_srai_epi64(_mm512_add_epi64(even, half), 31);
     odd = _mm512_srai_epi64(_mm512_add_epi64(odd, half), 31);
     __m512i h = _mm512_mask_blend_epi32(0xAAAA, even, _mm512_slli_epi64(odd, 32));
-    if (!_mm512_test_epi32_mask(r, r)) return h; /* no right shift in any lane */
-    __m512i mask = _mm512_sub_epi32(_mm512_sllv_epi32(one, r), one);
-    __m512i rnd = _mm512_srli_epi32(_mm512_add_epi32(mask, one), 1);
-    __mmask16 neg = _mm512_cmplt_epi32_mask(h, zero) & _mm512_cmpgt_epi32_mask(r, zero);
-    __m512i frac = _mm512_add_epi32(_mm512_and_si512(h, mask), rnd);
+    if (!RSH) return h;
+    __mmask16 neg = _mm512_mask_cmplt_epi32_mask(rpos, h, zero);
+    __m512i frac = _mm512_add_epi32(_mm512_and_si512(h, mask), rrnd);
     frac = _mm512_mask_sub_epi32(frac, neg, frac, one);
     return _mm512_add_epi32(_mm512_srav_epi32(h, r), _mm512_srlv_epi32(frac, r));
+}
+
+/* lb_q31_pre_v512's vectors for multipliers m and right shifts r. */
+LB_V512 void lb_q31_prep(__m512i m, __m512i r, __m512i *modd, __m512i *mask, __m512i *rrnd,
+                         __mmask16 *rpos) {
+    const __m512i one = _mm512_set1_epi32(1);
+    *modd = _mm512_srli_epi64(m, 32);
+    *mask = _mm512_sub_epi32(_mm512_sllv_epi32(one, r), one);
+    *rrnd = _mm512_srli_epi32(_mm512_add_epi32(*mask, one), 1);
+    *rpos = _mm512_cmpgt_epi32_mask(r, _mm512_setzero_si512());
+}
+
+/* lb_q31_pre_v512 with everything derived from m, l and r on the call. */
+LB_V512 __m512i lb_q31_v512(__m512i x, __m512i m, __m512i l, __m512i r) {
+    __m512i modd, mask, rrnd;
+    __mmask16 rpos;
+    lb_q31_prep(m, r, &modd, &mask, &rrnd, &rpos);
+    return lb_q31_pre_v512(x, m, l, r, modd, mask, rrnd, rpos, _mm512_test_epi32_mask(l, l) != 0,
+                           _mm512_test_epi32_mask(r, r) != 0);
 }
 
 /* fixed_point "prescale" on 16 lanes. */
@@ -172,44 +194,6 @@ LB_V512 __m512i lb_hsw_v512(const lb_post *p, __m512i y) {
     u = _mm512_min_ps(u, _mm512_set1_ps((float)(p->hsw_qmax - p->hsw_zy)));
     __m512i r = _mm512_cvt_roundps_epi32(u, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     return _mm512_add_epi32(r, _mm512_set1_epi32(p->hsw_zy));
-}
-
-/* lb_q31_v512 without its branches: LSH, whether any lane shifts left; RSH, whether any
- * shifts right; modd, mask, rrnd and rpos derived from m and r once (lb_q31_prep). */
-LB_V512 __m512i lb_q31_pre_v512(__m512i x, __m512i m, __m512i l, __m512i r, __m512i modd,
-                                __m512i mask, __m512i rrnd, __mmask16 rpos, const int LSH,
-                                const int RSH) {
-    const __m512i zero = _mm512_setzero_si512(), one = _mm512_set1_epi32(1);
-    __m512i xs = x;
-    if (LSH) {
-        __m512i sh = _mm512_sllv_epi32(x, l);
-        __mmask16 ovf = _mm512_cmpneq_epi32_mask(_mm512_srav_epi32(sh, l), x);
-        __m512i sat = _mm512_mask_blend_epi32(_mm512_cmplt_epi32_mask(x, zero),
-                                              _mm512_set1_epi32(INT32_MAX),
-                                              _mm512_set1_epi32(INT32_MIN));
-        xs = _mm512_mask_blend_epi32(ovf, sh, sat);
-    }
-    const __m512i half = _mm512_set1_epi64((int64_t)1 << 30);
-    __m512i even = _mm512_mul_epi32(xs, m);
-    __m512i odd = _mm512_mul_epi32(_mm512_srli_epi64(xs, 32), modd);
-    even = _mm512_srai_epi64(_mm512_add_epi64(even, half), 31);
-    odd = _mm512_srai_epi64(_mm512_add_epi64(odd, half), 31);
-    __m512i h = _mm512_mask_blend_epi32(0xAAAA, even, _mm512_slli_epi64(odd, 32));
-    if (!RSH) return h;
-    __mmask16 neg = _mm512_mask_cmplt_epi32_mask(rpos, h, zero);
-    __m512i frac = _mm512_add_epi32(_mm512_and_si512(h, mask), rrnd);
-    frac = _mm512_mask_sub_epi32(frac, neg, frac, one);
-    return _mm512_add_epi32(_mm512_srav_epi32(h, r), _mm512_srlv_epi32(frac, r));
-}
-
-/* lb_q31_pre_v512's vectors for multipliers m and right shifts r. */
-LB_V512 void lb_q31_prep(__m512i m, __m512i r, __m512i *modd, __m512i *mask, __m512i *rrnd,
-                         __mmask16 *rpos) {
-    const __m512i one = _mm512_set1_epi32(1);
-    *modd = _mm512_srli_epi64(m, 32);
-    *mask = _mm512_sub_epi32(_mm512_sllv_epi32(one, r), one);
-    *rrnd = _mm512_srli_epi32(_mm512_add_epi32(*mask, one), 1);
-    *rpos = _mm512_cmpgt_epi32_mask(r, _mm512_setzero_si512());
 }
 
 /* An lb_post that is the float32 HardSwish then the per-channel Mul (requantized per tensor
