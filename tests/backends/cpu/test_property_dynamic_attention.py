@@ -11,7 +11,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from cpu_kernels import ISAS
-from transformer_graphs import F32, const, float_input, graph_of_cases, node_outputs
+from transformer_graphs import (
+    F32,
+    const,
+    float_input,
+    graph_of_cases,
+    merge_heads,
+    node_outputs,
+    split_heads,
+)
 
 import lowbit
 from lowbit.backends import cpu
@@ -42,12 +50,7 @@ def dynamic_attention_case(g: Graph, rng, feeds: dict, tag: str) -> Value:
     d = int(rng.choice([8, 16, 32, 40, 64]))
     srcs = [float_input(g, rng, feeds, f"{tag}{c}", (b, s, h * d)) for c in "qkv"]
 
-    def heads(x: Value, perm: list[int]) -> Value:
-        split = node_outputs(g, "Reshape", [x, const(g, np.array([b, s, h, d], np.int64))])[0]
-        return node_outputs(g, "Transpose", [split], {"perm": perm})[0]
-
-    q, k, v = heads(srcs[0], [0, 2, 1, 3]), heads(srcs[1], [0, 2, 3, 1]), \
-        heads(srcs[2], [0, 2, 1, 3])
+    q, k, v = split_heads(g, srcs, (b, s, h, d))
     y = node_outputs(g, "MatMul", [q, k])[0]
     choice = rng.random()
     scale = const(g, np.float32(rng.choice([1 / np.sqrt(d), 0.125, 3.0])))
@@ -60,10 +63,7 @@ def dynamic_attention_case(g: Graph, rng, feeds: dict, tag: str) -> Value:
         mask = g.add_input(f"m_{tag}", TensorType(F32, shape))
         feeds[mask.name] = _mask(rng, shape)
         y = node_outputs(g, "Add", [y, mask])[0]
-    p = node_outputs(g, "Softmax", [y], {"axis": -1})[0]
-    o = node_outputs(g, "MatMul", [p, v])[0]
-    o = node_outputs(g, "Transpose", [o], {"perm": [0, 2, 1, 3]})[0]
-    return node_outputs(g, "Reshape", [o, const(g, np.array([b, s, h * d], np.int64))])[0]
+    return merge_heads(g, y, v, (b, s, h, d))
 
 
 @pytest.mark.parametrize("seed", range(2))

@@ -207,12 +207,7 @@ def float_attention_case(g: Graph, rng, feeds: dict, tag: str) -> Value:
     if rng.random() < 0.2:
         srcs[1] = srcs[0]
 
-    def heads(x: Value, perm: list[int]) -> Value:
-        split = node_outputs(g, "Reshape", [x, const(g, np.array([b, s, h, d], np.int64))])[0]
-        return node_outputs(g, "Transpose", [split], {"perm": perm})[0]
-
-    q, k, v = heads(srcs[0], [0, 2, 1, 3]), heads(srcs[1], [0, 2, 3, 1]), \
-        heads(srcs[2], [0, 2, 1, 3])
+    q, k, v = split_heads(g, srcs, (b, s, h, d))
     y = node_outputs(g, "MatMul", [q, k])[0]
     choice = rng.random()
     scale = const(g, np.float32(rng.choice([1 / np.sqrt(d), 0.125, 3.0])))
@@ -227,7 +222,27 @@ def float_attention_case(g: Graph, rng, feeds: dict, tag: str) -> Value:
         fill = np.float32(rng.choice([-np.inf, np.finfo(np.float32).min, -1e4]))
         feeds[mask.name] = np.where(rng.random(shape) < 0.3, fill, 0).astype(np.float32)
         y = node_outputs(g, "Add", [y, mask] if rng.random() < 0.7 else [mask, y])[0]
-    p = node_outputs(g, "Softmax", [y], {"axis": -1})[0]
+    return merge_heads(g, y, v, (b, s, h, d))
+
+
+def split_heads(g: Graph, srcs: list[Value], dims: tuple[int, int, int, int]
+                ) -> tuple[Value, Value, Value]:
+    """Q, K^T and V per head ([b, h, s, d], [b, h, d, s], [b, h, s, d]) of rows [b, s, h * d],
+    by Reshape + Transpose as exporters write them."""
+    b, s, h, d = dims
+
+    def heads(x: Value, perm: list[int]) -> Value:
+        split = node_outputs(g, "Reshape", [x, const(g, np.array([b, s, h, d], np.int64))])[0]
+        return node_outputs(g, "Transpose", [split], {"perm": perm})[0]
+
+    return heads(srcs[0], [0, 2, 1, 3]), heads(srcs[1], [0, 2, 3, 1]), \
+        heads(srcs[2], [0, 2, 1, 3])
+
+
+def merge_heads(g: Graph, scores: Value, v: Value, dims: tuple[int, int, int, int]) -> Value:
+    """Softmax of the scores, times V, back to rows [b, s, h * d] (Transpose + Reshape)."""
+    b, s, h, d = dims
+    p = node_outputs(g, "Softmax", [scores], {"axis": -1})[0]
     o = node_outputs(g, "MatMul", [p, v])[0]
     o = node_outputs(g, "Transpose", [o], {"perm": [0, 2, 1, 3]})[0]
     return node_outputs(g, "Reshape", [o, const(g, np.array([b, s, h * d], np.int64))])[0]
