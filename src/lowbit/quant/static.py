@@ -233,7 +233,7 @@ class _Builder:
     def _equalize(self) -> dict[str, equalization.Equalized]:
         done = {}
         for node in list(self.g.nodes):
-            if node.op_type != "Conv" or not _is_float(node.inputs[0]):
+            if not _convolution(node) or not _is_float(node.inputs[0]):
                 continue
             producer = node.inputs[0].producer
             if producer is None or not (_elementwise(producer) or _rule(producer) == COMPUTE):
@@ -444,7 +444,7 @@ class _Builder:
             if len(other) == 1 and other[0] is not None and other[0].is_constant:
                 return f"its only reader adds a constant bias: rounded to {s.dtype.name} once, " \
                     "after it"
-        if s.int16_before_table and node.op_type != "Conv" and all(
+        if s.int16_before_table and not _convolution(node) and all(
                 _rule(r) == TABLE and self.config.settings_for(r).quantized for r in readers):
             # (not a Conv's result: config.DEFAULT_INT16_BEFORE_TABLE says why)
             return "only lookup tables read it: 65536 entries, so its rounding is a 16-bit one"
@@ -755,6 +755,13 @@ def integer_problem(node: Node) -> str | None:
     `OpDef.integer_problem`: a Gemm with alpha or beta other than 1, or transA), or None."""
     op = lookup(node.op_type, node.domain)
     return None if op is None else op.integer_problem(node)
+
+
+def _convolution(node: Node) -> bool:
+    """Whether `node` is a convolution computing in integers once quantized (a Conv: the
+    windowed product with the COMPUTE rule)."""
+    geometry = integer_product(node)
+    return geometry is not None and geometry.windowed
 
 
 def _is_float(v: Value | None) -> bool:
