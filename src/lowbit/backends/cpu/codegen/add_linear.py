@@ -26,10 +26,10 @@ import numpy as np
 
 from lowbit.backends.cpu import params
 from lowbit.backends.cpu.codegen.lower import stored_dtype
+from lowbit.backends.reference.kernels import int_combine
 from lowbit.ir.graph import Node
 from lowbit.ir.types import TensorType
-from lowbit.numerics import arith, fixed_point
-from lowbit.numerics.fixed_point import INT32_MAX, INT32_MIN
+from lowbit.numerics import arith
 
 NUDGES = (0, -1, 1, -2, 2)
 SHIFTS = range(14, 7, -1)
@@ -58,19 +58,15 @@ def _eight_bit(t: TensorType | None) -> bool:
 
 def reference_table(node: Node) -> tuple[np.ndarray, int, int]:
     """The reference's stored output code of every stored code pair, [256, 256] int64 (row:
-    inputs[0]'s code), and the stored clamp bounds (lo, hi)."""
-    p = params.of(node)
+    inputs[0]'s code), by the reference kernel itself, and the stored clamp bounds (lo, hi)."""
     t1, t2, out = node.inputs[0].type, node.inputs[1].type, node.outputs[0].type
-    codes = np.arange(256, dtype=np.int64)
-    aligned = []
-    for t, z, aligner in zip((t1, t2), p.input_zeros, p.aligners, strict=True):
-        d = (codes - _stored_shift(t) - z) << p.shift
-        aligned.append(fixed_point.requantize(d, aligner, 0, INT32_MIN, INT32_MAX))
-    a1, a2 = aligned[0][:, None], aligned[1][None, :]
-    acc = a1 - a2 if node.op_type == "Sub" else a1 + a2
+    stored = np.arange(256, dtype=np.int64)
+    codes = [(stored - _stored_shift(t)).astype(t.dtype.np_dtype) for t in (t1, t2)]
+    kernel = int_combine.sub if node.op_type == "Sub" else int_combine.add
     so = _stored_shift(out)
-    y = p.requant.apply(acc).astype(np.int64) + so
-    return y, p.requant.qmin + so, p.requant.qmax + so
+    y = kernel(node, [codes[0][:, None], codes[1][None, :]])[0].astype(np.int64) + so
+    rq = params.of(node).requant
+    return y, rq.qmin + so, rq.qmax + so
 
 
 def _fit(y: np.ndarray, lo: int, hi: int, c: int, k: int) -> np.ndarray | None:
