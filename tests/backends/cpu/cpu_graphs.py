@@ -279,6 +279,25 @@ def large_binary_case(g, rng, feeds, tag):
     return binary_case(g, rng, feeds, tag, shape=shape)
 
 
+def eight_bit_add_case(g, rng, feeds, tag):
+    """Add or Sub of two 8-bit images of the same shape into an 8-bit result (the table form
+    of codegen/add_linear.py), odd lengths (the kernels' 32-code tails), scale ratios both
+    ways, extreme zero points and codes, fused clips, both requantization encodings."""
+    op = str(rng.choice(["Add", "Sub"]))
+    shape = (1, int(rng.integers(1, 9)), int(rng.integers(1, 40)), int(rng.integers(1, 41)))
+    x, tx = _image(g, rng, feeds, tag, dtype=rng.choice([I8, U8]), shape=shape)
+    bdt = rng.choice([I8, U8])
+    tb = qtype(rng, bdt, shape, scale=float(tx.quant.scale) * 2.0 ** rng.uniform(-4, 4))
+    b = g.add_input(f"y_{tag}", tb)
+    feeds[b.name] = codes(rng, bdt, shape)
+    for v in (x, b):  # the extreme codes in every image
+        flat = feeds[v.name].reshape(-1)
+        flat[: min(2, flat.size)] = [v.type.dtype.qmin, v.type.dtype.qmax][: min(2, flat.size)]
+    s = max(float(tx.quant.scale), float(tb.quant.scale)) * 2
+    out = qtype(rng, rng.choice([I8, U8]), None, scale=s * 2.0 ** rng.uniform(-3, 3))
+    return add_node(g, op, [x, b] if rng.random() < 0.5 else [b, x], random_attrs(rng), out)
+
+
 def constant_operand_case(g, rng, feeds, tag):
     """Add, Sub or Mul of a large image (batch 1) and a constant scalar or per-channel
     operand, either side (PP-OCR's learnable affine blocks: the kernels turn rows of an 8-bit

@@ -13,6 +13,7 @@ from cpu_graphs import (
     constant_operand_case,
     convert_case,
     depth_to_space_case,
+    eight_bit_add_case,
     float_binary_case,
     graph_of_cases,
     large_binary_case,
@@ -25,12 +26,13 @@ from cpu_kernels import ISAS
 
 import lowbit
 from lowbit.backends import cpu
+from lowbit.backends.cpu.codegen.add_linear import linear_add, reference_table
 
 CASES = {"binary": binary_case, "pool": pool_case, "convert": convert_case,
          "product": product_case, "large_binary": large_binary_case,
          "float_binary": float_binary_case, "transpose": transpose_case,
          "constant_binary": constant_operand_case, "unary_chain": unary_chain_case,
-         "depth_to_space": depth_to_space_case}
+         "depth_to_space": depth_to_space_case, "eight_bit_add": eight_bit_add_case}
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -51,3 +53,24 @@ def test_unary_chains_become_one_table():
     steps = cpu.compile(g).compiled()[0].steps
     chains = [s for s in steps if " + " in s and "-entry table" in s]
     assert chains and len(steps) < len(g.nodes)
+
+
+def test_eight_bit_adds_take_the_table_form():
+    """Most of eight_bit_add_case's Adds and Subs have the table form (so that the bit-exact
+    test above runs it on every ISA), and each form found gives the reference's code for
+    every pair of codes, computed here as the C computes it."""
+    g, _ = graph_of_cases(11, 40, eight_bit_add_case)
+    found = 0
+    for node in g.nodes:
+        lin = linear_add(node)
+        if lin is None:
+            continue
+        found += 1
+        y, _, _ = reference_table(node)
+        t = np.arange(256)[:, None]
+        u = np.arange(256)[None, :]
+        q, r = lin.table[:256].astype(np.int64), lin.table[256:].astype(np.int64)
+        assert np.all((r >= 0) & (r < 2**lin.shift)) and 8 <= lin.shift <= 14
+        got = np.clip(q[t] + ((r[t] + lin.c * u) >> lin.shift), lin.lo, lin.hi)
+        np.testing.assert_array_equal(got, y.T if lin.swap else y, err_msg=node.name)
+    assert found >= 30

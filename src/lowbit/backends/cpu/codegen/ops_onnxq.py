@@ -308,7 +308,7 @@ def qlinear_binary(lw: Lowering, node) -> None:
     data = lw.prog.data(_stored_table(table, a.biased, out))
     code = [f"const lb_bcast bc = {broadcast(lw, a, b, out)};",
             f"const lb_qbinary op = {{LB_QTABLE2, LB_U8, LB_U8, LB_U8, {{0}}, 0, "
-            f"(const uint8_t *){data}}};",
+            f"(const uint8_t *){data}, 0, 0, 0, 0, 0, 0, NULL}};",
             f"lb_qbinary_run(ctx, &bc, &op, {a.ptr}, {b.ptr}, {out.ptr});"]
     lw.prog.step(f"{node.name}: {node.op_type} as a 65536-entry table", code, [a, b], [out])
 

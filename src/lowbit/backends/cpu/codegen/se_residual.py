@@ -12,8 +12,11 @@ kernels the unfused steps would run on that code.
 
 from __future__ import annotations
 
+import numpy as np
+
 from lowbit.backends.cpu import params
 from lowbit.backends.cpu.codegen import cexpr
+from lowbit.backends.cpu.codegen.add_linear import linear_add
 from lowbit.backends.cpu.codegen.lower import Lowering, stored_dtype
 from lowbit.backends.cpu.codegen.program import Size, dim_c
 from lowbit.backends.reference.kernels import is_quantized
@@ -51,8 +54,13 @@ def qbinary_c(lw: Lowering, node: Node, types: tuple[str, str, str]) -> str:
                int(q2.left_shift), int(q2.right_shift), int(node.op_type == "Sub"))
         op = "LB_QADD" if node.op_type == "Add" else "LB_QSUB"
     arrays = cexpr.requant_arrays(rq, 1, so)
+    lin = linear_add(node) if types == ("LB_U8", "LB_U8", "LB_U8") else None
+    lin_c = "0, 0, 0, 0, 0, 0, NULL" if lin is None else \
+        (f"1, {int(lin.swap)}, {lin.c}, {lin.shift}, {lin.lo}, {lin.hi}, "
+         f"(const int16_t *){cexpr.int_array(lw.prog, lin.table, np.int16)}")
     return (f"{{{op}, {types[0]}, {types[1]}, {types[2]}, "
-            f"{{{', '.join(map(str, add))}, {cexpr.requant(lw.prog, arrays)}}}, {narrow}, NULL}}")
+            f"{{{', '.join(map(str, add))}, {cexpr.requant(lw.prog, arrays)}}}, {narrow}, NULL, "
+            f"{lin_c}}}")
 
 
 def _eight_bit(v: Value) -> bool:

@@ -354,6 +354,14 @@ typedef struct lb_qbinary {
     lb_add_params p; /* Add/Sub: everything; Mul: z1, z2 and out */
     int32_t narrow;  /* Mul: |(a - z1)(b - z2)| < 2**31 for every code (vector path) */
     const uint8_t *table; /* LB_QTABLE2: out = table[a * 256 + b] (8-bit operands) */
+    /* Add/Sub of 8-bit codes (all three types LB_U8) when lin_on: with t the code of the
+     * tabled operand (b when lin_swap, else a) and u the other's,
+     *   out = clamp(Q[t] + ((R[t] + lin_c * u) >> lin_s), lin_lo, lin_hi)
+     * (Q = lin_table[0..255], R = lin_table[256..511], 0 <= R < 2**lin_s <= 2**14), integers
+     * the compiler proved equal to p's expressions for all 65536 code pairs
+     * (codegen/add_linear.py) */
+    int32_t lin_on, lin_swap, lin_c, lin_s, lin_lo, lin_hi;
+    const int16_t *lin_table;
 } lb_qbinary;
 
 LB_API void lb_qbinary_run(const lb_ctx *ctx, const lb_bcast *bc, const lb_qbinary *op,

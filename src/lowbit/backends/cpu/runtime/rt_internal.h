@@ -264,6 +264,8 @@ void lb_quantize_nhwc3_avx512(const float *x, int64_t hw, int64_t np, const floa
                               float nanv, uint8_t *out);
 void lb_qbinary_row_avx512(const lb_qbinary *op, const void *a, int64_t sa, const void *b,
                            int64_t sb, void *out, int64_t n);
+void lb_qlin_row_avx512(const lb_qbinary *op, const uint8_t *t, const uint8_t *u,
+                        uint8_t *out, int64_t n);
 void lb_lookup_u8_avx512(int64_t n, const uint8_t *q, const uint8_t *table, uint8_t *out);
 void lb_post_rows_avx512(const lb_post_map_job *j, int64_t r0, int64_t r1);
 /* out[p * c + ch] = tables[ch * 256 + x[p * c + ch]] for p < npix (lb_qse_residual) */

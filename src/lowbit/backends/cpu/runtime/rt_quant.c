@@ -390,6 +390,29 @@ static inline int32_t lb_qbinary_one(const lb_qbinary *op, int32_t x, int32_t y)
 static void lb_qbinary_span(const lb_qb_job *j, const void *a, int64_t oa, int64_t sa,
                             const void *b, int64_t ob, int64_t sb, void *out, int64_t base,
                             int64_t len) {
+    if (j->op->lin_on) { /* 8-bit Add/Sub in its proven table form (lowbit_rt.h) */
+        const lb_qbinary *op = j->op;
+        const uint8_t *pt = (const uint8_t *)a + oa, *pu = (const uint8_t *)b + ob;
+        int64_t st = sa, su = sb;
+        if (op->lin_swap) {
+            pt = (const uint8_t *)b + ob, pu = (const uint8_t *)a + oa;
+            st = sb, su = sa;
+        }
+        uint8_t *o = (uint8_t *)out + base;
+#if LB_HAVE_AVX512
+        if (j->isa == LB_ISA_AVX512VNNI && st == 1 && su == 1) {
+            lb_qlin_row_avx512(op, pt, pu, o, len);
+            return;
+        }
+#endif
+        const int16_t *tq = op->lin_table, *tr = op->lin_table + 256;
+        for (int64_t i = 0; i < len; i++) {
+            int32_t t = pt[i * st];
+            int32_t v = tq[t] + ((tr[t] + op->lin_c * (int32_t)pu[i * su]) >> op->lin_s);
+            o[i] = (uint8_t)(v < op->lin_lo ? op->lin_lo : v > op->lin_hi ? op->lin_hi : v);
+        }
+        return;
+    }
     if (j->ta) { /* 8-bit Add/Sub: the aligned terms looked up */
         const uint8_t *pa = (const uint8_t *)a + oa, *pb = (const uint8_t *)b + ob;
         for (int64_t i = 0; i < len; i++) {
@@ -577,7 +600,7 @@ void lb_qbinary_run(const lb_ctx *ctx, const lb_bcast *bc, const lb_qbinary *op,
     if (rows * last == 0) return;
     lb_qb_job j = {bc, op, a, b, out, rows, last, ctx->isa, NULL, NULL};
     int32_t ta[256], tb[256];
-    if ((op->op == LB_QADD || op->op == LB_QSUB) && op->a_type == LB_U8 &&
+    if ((op->op == LB_QADD || op->op == LB_QSUB) && !op->lin_on && op->a_type == LB_U8 &&
         op->b_type == LB_U8 && rows * last >= 4096 && ctx->isa != LB_ISA_AVX512VNNI) {
         const lb_add_params *p = &op->p;
         for (int32_t c = 0; c < 256; c++) { /* as lb_add_scalar */

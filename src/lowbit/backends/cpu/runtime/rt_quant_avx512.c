@@ -160,6 +160,48 @@ LB_TARGET_AVX512 static void lb_qadd_const_row_avx512(const lb_qbinary *op, cons
     }
 }
 
+/* The table form of an 8-bit Add/Sub (lb_qbinary's lin_on): out[i] = clamp(Q[t[i]] +
+ * ((R[t[i]] + lin_c * u[i]) >> lin_s), lin_lo, lin_hi), 32 codes a step. Q and R (int16) are
+ * held in 8 registers each and looked up as lb_lookup_u8_avx512 does (vpermt2w on bits 0-5,
+ * the quarter chosen by bits 6 and 7); R[t] and u are interleaved in pairs so that one
+ * vpmaddwd with (1, lin_c) gives R[t] + lin_c * u exactly in int32, shifted and packed back to
+ * int16 in order (|value >> lin_s| < 2**15, the compiler checked), then Q added with
+ * saturation (the bounds are 8-bit: the clamp is unchanged), clamped and narrowed. */
+LB_V512 __m512i lb_lookup16_v512(const __m512i t[8], __m512i idx, __mmask32 b6, __mmask32 b7) {
+    __m512i lo = _mm512_mask_blend_epi16(b6, _mm512_permutex2var_epi16(t[0], idx, t[1]),
+                                         _mm512_permutex2var_epi16(t[2], idx, t[3]));
+    __m512i hi = _mm512_mask_blend_epi16(b6, _mm512_permutex2var_epi16(t[4], idx, t[5]),
+                                         _mm512_permutex2var_epi16(t[6], idx, t[7]));
+    return _mm512_mask_blend_epi16(b7, lo, hi);
+}
+
+LB_TARGET_AVX512 void lb_qlin_row_avx512(const lb_qbinary *op, const uint8_t *t,
+                                         const uint8_t *u, uint8_t *out, int64_t n) {
+    __m512i tq[8], tr[8];
+    for (int i = 0; i < 8; i++) {
+        tq[i] = _mm512_loadu_si512((const void *)(op->lin_table + 32 * i));
+        tr[i] = _mm512_loadu_si512((const void *)(op->lin_table + 256 + 32 * i));
+    }
+    const __m512i w = _mm512_set1_epi32((int32_t)(1u | ((uint32_t)op->lin_c << 16)));
+    const __m512i bit6 = _mm512_set1_epi16(64), bit7 = _mm512_set1_epi16(128);
+    const __m512i lo = _mm512_set1_epi16((int16_t)op->lin_lo);
+    const __m512i hi = _mm512_set1_epi16((int16_t)op->lin_hi);
+    const __m128i s = _mm_cvtsi32_si128(op->lin_s);
+    for (int64_t i = 0; i < n; i += 32) {
+        __mmask32 k = n - i >= 32 ? (__mmask32)0xFFFFFFFFu : (__mmask32)((1u << (n - i)) - 1u);
+        __m512i xt = _mm512_cvtepu8_epi16(_mm256_maskz_loadu_epi8(k, t + i));
+        __m512i xu = _mm512_cvtepu8_epi16(_mm256_maskz_loadu_epi8(k, u + i));
+        __mmask32 b6 = _mm512_test_epi16_mask(xt, bit6), b7 = _mm512_test_epi16_mask(xt, bit7);
+        __m512i q = lb_lookup16_v512(tq, xt, b6, b7), r = lb_lookup16_v512(tr, xt, b6, b7);
+        __m512i v0 = _mm512_madd_epi16(_mm512_unpacklo_epi16(r, xu), w);
+        __m512i v1 = _mm512_madd_epi16(_mm512_unpackhi_epi16(r, xu), w);
+        __m512i y = _mm512_packs_epi32(_mm512_sra_epi32(v0, s), _mm512_sra_epi32(v1, s));
+        y = _mm512_adds_epi16(y, q);
+        y = _mm512_min_epi16(_mm512_max_epi16(y, lo), hi);
+        _mm256_mask_storeu_epi8(out + i, k, _mm512_cvtepi16_epi8(y));
+    }
+}
+
 /* out[i] = op(a[i * sa], b[i * sb]) for i < n, with sa, sb in {0, 1}; Mul products must fit
  * int32 (the caller checks: `narrow`). */
 LB_TARGET_AVX512 void lb_qbinary_row_avx512(const lb_qbinary *op, const void *a, int64_t sa,
