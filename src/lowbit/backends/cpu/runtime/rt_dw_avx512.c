@@ -56,9 +56,7 @@ LB_V512 __m512i lb_dwrq_apply(const lb_dwrq *v, __m512i x, __m512i qmin, __m512i
     x = _mm512_add_epi32(x, v->off);
     __m512i y;
     if (METHOD == LB_RQ_PRESCALE) {
-        __m512i q = _mm512_max_epi32(_mm512_min_epi32(_mm512_srav_epi32(x, v->p0), v->clip),
-                                     v->negclip);
-        y = _mm512_srav_epi32(_mm512_add_epi32(_mm512_mullo_epi32(q, v->p1), v->rnd), v->p2);
+        y = lb_prescale_pre_v512(x, v->p0, v->clip, v->negclip, v->p1, v->rnd, v->p2);
     } else {
         y = lb_q31_v512(x, v->p0, v->p1, v->p2);
     }

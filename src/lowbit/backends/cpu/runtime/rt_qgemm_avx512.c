@@ -49,9 +49,7 @@ LB_V512 void lb_tile_epilogue_fast(const lb_gemm_tile *t, int64_t m, int64_t nb,
                 x = _mm512_sub_epi32(x, _mm512_mullo_epi32(zb, _mm512_set1_epi32(row_sums[m + r])));
             __m512i y;
             if (METHOD == LB_RQ_PRESCALE) {
-                __m512i q = _mm512_max_epi32(_mm512_min_epi32(_mm512_srav_epi32(x, p0), clip),
-                                             negclip);
-                y = _mm512_srav_epi32(_mm512_add_epi32(_mm512_mullo_epi32(q, p1), rnd), p2);
+                y = lb_prescale_pre_v512(x, p0, clip, negclip, p1, rnd, p2);
             } else {
                 y = lb_q31_v512(x, p0, p1, p2);
             }
@@ -305,9 +303,7 @@ LB_V512 void lb_tile_epilogue_post(const lb_gemm_tile *t, int64_t m, int64_t nb,
                 x = _mm512_sub_epi32(x, _mm512_mullo_epi32(zb, _mm512_set1_epi32(row_sums[m + r])));
             __m512i y;
             if (METHOD == LB_RQ_PRESCALE) {
-                __m512i q = _mm512_max_epi32(_mm512_min_epi32(_mm512_srav_epi32(x, p0), clip),
-                                             negclip);
-                y = _mm512_srav_epi32(_mm512_add_epi32(_mm512_mullo_epi32(q, p1), rnd), p2);
+                y = lb_prescale_pre_v512(x, p0, clip, negclip, p1, rnd, p2);
             } else {
                 y = lb_q31_v512(x, p0, p1, p2);
             }
@@ -374,9 +370,7 @@ LB_V512 __m512i lb_hm_codes(__m512i x, const lb_hm_consts *c, const lb_hm_block 
     x = _mm512_add_epi32(x, b->off);
     __m512i y;
     if (METHOD == LB_RQ_PRESCALE) {
-        __m512i q = _mm512_max_epi32(_mm512_min_epi32(_mm512_srav_epi32(x, b->p0), b->clip),
-                                     b->negclip);
-        y = _mm512_srav_epi32(_mm512_add_epi32(_mm512_mullo_epi32(q, b->p1), b->rnd), b->p2);
+        y = lb_prescale_pre_v512(x, b->p0, b->clip, b->negclip, b->p1, b->rnd, b->p2);
     } else {
         y = lb_q31_pre_v512(x, b->p0, b->p1, b->p2, b->modd, b->mask, b->rrnd, b->rpos, LSH,
                             RSH);

@@ -61,15 +61,20 @@ LB_V512 __m512i lb_q31_v512(__m512i x, __m512i m, __m512i l, __m512i r) {
                            _mm512_test_epi32_mask(r, r) != 0);
 }
 
+/* fixed_point "prescale" on 16 lanes with its vectors derived once: the arithmetic shift by
+ * pre, the clip to [negclip, clip], then (t * scale + rnd) >> post (rnd = 2**(post-1)). */
+LB_V512 __m512i lb_prescale_pre_v512(__m512i x, __m512i pre, __m512i clip, __m512i negclip,
+                                     __m512i scale, __m512i rnd, __m512i post) {
+    __m512i t = _mm512_max_epi32(_mm512_min_epi32(_mm512_srav_epi32(x, pre), clip), negclip);
+    return _mm512_srav_epi32(_mm512_add_epi32(_mm512_mullo_epi32(t, scale), rnd), post);
+}
+
 /* fixed_point "prescale" on 16 lanes. */
 LB_V512 __m512i lb_prescale_v512(__m512i x, __m512i pre, __m512i scale, __m512i post,
                                  __m512i clip) {
     const __m512i one = _mm512_set1_epi32(1);
-    __m512i t = _mm512_srav_epi32(x, pre);
-    t = _mm512_min_epi32(t, clip);
-    t = _mm512_max_epi32(t, _mm512_sub_epi32(_mm512_setzero_si512(), clip));
-    __m512i rnd = _mm512_sllv_epi32(one, _mm512_sub_epi32(post, one));
-    return _mm512_srav_epi32(_mm512_add_epi32(_mm512_mullo_epi32(t, scale), rnd), post);
+    return lb_prescale_pre_v512(x, pre, clip, _mm512_sub_epi32(_mm512_setzero_si512(), clip),
+                                scale, _mm512_sllv_epi32(one, _mm512_sub_epi32(post, one)), post);
 }
 
 /* The requantization parameters of 16 consecutive channels, loaded once per column block. */
@@ -246,9 +251,7 @@ LB_V512 __m512i lb_hm_post_v512(__m512i y, const lb_hm_consts *c, __m512i mulv, 
         _mm512_cvt_roundps_epi32(u, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), c->hzy);
     __m512i prod = _mm512_mullo_epi32(_mm512_sub_epi32(y, c->pz), mulv);
     if (PM == LB_RQ_PRESCALE) {
-        __m512i q = _mm512_max_epi32(_mm512_min_epi32(_mm512_srav_epi32(prod, c->pp0), c->pclip),
-                                     c->pnegclip);
-        y = _mm512_srav_epi32(_mm512_add_epi32(_mm512_mullo_epi32(q, c->pp1), c->prnd), c->pp2);
+        y = lb_prescale_pre_v512(prod, c->pp0, c->pclip, c->pnegclip, c->pp1, c->prnd, c->pp2);
     } else {
         y = lb_q31_pre_v512(prod, c->pp0, c->pp1, c->pp2, c->pmodd, c->pmask, c->prrnd, c->prpos,
                             PLSH, PRSH);
