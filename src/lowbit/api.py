@@ -59,7 +59,7 @@ def save(graph: Graph, path: str | os.PathLike, format: str | None = None) -> No
 
 def compile(graph: Graph, backend: str = "reference", **options) -> backends.Executable:
     """Compile `graph` for `backend`; call the result with {input name: array}. The "cpu"
-    backend takes `threads` (default: the physical cores) and `isa` ("vnni", "avx2",
+    backend takes `threads` (default: the physical cores) and `isa` ("amx", "vnni", "avx2",
     "scalar"; default: the best this CPU has, or $LOWBIT_CPU_ISA)."""
     return backends.compile(graph, backend, **options)
 

@@ -10,7 +10,10 @@ from lowbit.backends.cpu import library as L
 from lowbit.backends.cpu import packing
 from lowbit.numerics import fixed_point
 
-ISAS = L.supported_isas()
+ISAS = [isa for isa in L.supported_isas() if isa != "amx"]
+"""The vector paths this CPU runs. `amx` runs the vnni kernels except the int8 products, which
+tests of the products run as well (PRODUCT_ISAS)."""
+PRODUCT_ISAS = L.supported_isas()
 
 
 def ptr(a: np.ndarray | None):

@@ -277,7 +277,7 @@ int main(int argc, char **argv) {
     FILE *f = fopen(argv[3], "rb");
     if (!f || fread(x, sizeof(float), 2 * 784, f) != 2 * 784) return 2;
     fclose(f);
-    lb_ctx ctx_a = {DIGITS_INT8_ISA, 1, NULL}, ctx_b = {DIGITS_FLOAT_ISA, 1, NULL};
+    lb_ctx ctx_a = {DIGITS_INT8_ISA, 1, NULL, 0}, ctx_b = {DIGITS_FLOAT_ISA, 1, NULL, 0};
     void *wa = load(argv[1], DIGITS_INT8_WEIGHTS_BYTES);
     void *wb = load(argv[2], DIGITS_FLOAT_WEIGHTS_BYTES);
     void *ra = aligned_alloc(64, DIGITS_INT8_ARENA_BYTES(2) + 64);

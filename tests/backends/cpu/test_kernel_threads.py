@@ -44,8 +44,13 @@ def test_isa_choice_and_refusal(monkeypatch):
     best = L.best_isa()
     for isa in L.supported_isas():
         monkeypatch.setenv(L.ISA_ENV, isa)
-        assert L.Context(1).isa == isa
-    other = "neon" if best in ("scalar", "avx2", "vnni") else "avx2"  # the other architecture
+        ctx = L.Context(1)
+        assert ctx.isa == isa
+        # an amx context runs the vnni kernels, with its int8 products on AMX tiles
+        want = ("vnni", 1) if isa == "amx" else (isa, 0)
+        assert (L.ISAS[ctx.handle.contents.isa], ctx.handle.contents.amx) == want
+    assert ("amx" in L.supported_isas()) == (best == "amx")
+    other = "neon" if best in ("scalar", "avx2", "vnni", "amx") else "avx2"  # the other arch
     monkeypatch.setenv(L.ISA_ENV, other)
     with pytest.raises(LowbitError, match=f"cannot run the {other} kernels"):
         L.Context(1)

@@ -1,8 +1,9 @@
 """The kernel library loaded with ctypes: its structs, its contexts (ISA and thread pool).
 
 The ISA is chosen once per context: the best one the CPU supports (cpuid and xgetbv on x86-64,
-the hardware capabilities on 64-bit ARM), or the one `$LOWBIT_CPU_ISA` names (`vnni`, `avx2`,
-`neon`, `dotprod`, `scalar`), so tests exercise every path on one machine. Asking for an ISA the
+the hardware capabilities on 64-bit ARM), or the one `$LOWBIT_CPU_ISA` names (`amx`, `vnni`,
+`avx2`, `neon`, `dotprod`, `scalar`), so tests exercise every path on one machine. `amx` is `vnni`
+with the int8 products on AMX tiles (Linux on CPUs with AMX-INT8). Asking for an ISA the
 CPU lacks is an error, never a silent downgrade.
 """
 
@@ -20,7 +21,7 @@ from lowbit.errors import LowbitError
 
 log = logging.getLogger(__name__)
 
-ISAS = ("scalar", "avx2", "vnni", "neon", "dotprod")
+ISAS = ("scalar", "avx2", "vnni", "neon", "dotprod", "amx")
 """enum lb_isa of lowbit_rt.h, in order."""
 ISA_ENV = "LOWBIT_CPU_ISA"
 
@@ -67,7 +68,7 @@ class WideParams(C.Structure):
 
 
 class Ctx(C.Structure):
-    _fields_ = [("isa", C.c_int), ("threads", C.c_int), ("pool", C.c_void_p)]
+    _fields_ = [("isa", C.c_int), ("threads", C.c_int), ("pool", C.c_void_p), ("amx", C.c_int)]
 
 
 _SIGNATURES = {

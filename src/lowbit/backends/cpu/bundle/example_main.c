@@ -352,7 +352,7 @@ int main(int argc, char **argv) {
     const void *weights = load_weights(argv[0], weights_path, &owned);
     if (!weights) return 1;
     void *arena = aligned_bytes((size_t)@NAME@_ARENA_BYTES(batch));
-    lb_ctx single = {@NAME@_ISA, 1, NULL};
+    lb_ctx single = {@NAME@_ISA, 1, NULL, 0};
     lb_ctx *ctx = threads > 1 ? lb_ctx_create(threads, @NAME@_ISA) : &single;
     if (!arena || !ctx) {
         fprintf(stderr, "error: out of memory (or no threads) for a batch of %lld\n",

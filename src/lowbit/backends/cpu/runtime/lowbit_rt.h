@@ -41,7 +41,9 @@ enum lb_isa {
     LB_ISA_AVX512VNNI = 2, /* x86-64 AVX-512 F/BW/VL + VNNI: vpdpbusd, vpdpwssd */
     LB_ISA_NEON = 3,       /* 64-bit ARM Advanced SIMD: int8 widened to int16, smlal */
     LB_ISA_DOTPROD = 4,    /* 64-bit ARM with the dot-product instructions (ARMv8.2 sdot) */
-    LB_ISA_COUNT = 5
+    LB_ISA_AMX = 5,        /* x86-64 AVX-512 VNNI plus AMX-INT8 tiles (tdpbusd) for the int8
+                            * products: a context of this ISA has isa LB_ISA_AVX512VNNI and amx 1 */
+    LB_ISA_COUNT = 6
 };
 
 /* The best instruction set this CPU and OS support among those this build of the library has
@@ -51,21 +53,24 @@ LB_API int lb_detect_isa(void);
 /* Whether contexts of instruction set `isa` can run here (scalar always). */
 LB_API int lb_isa_supported(int isa);
 LB_API const char *lb_isa_name(int isa);
-/* The ISA named by `name` ("scalar", "avx2", "vnni", "neon", "dotprod"), or -1. */
+/* The ISA named by `name` ("scalar", "avx2", "vnni", "neon", "dotprod", "amx"), or -1. */
 LB_API int lb_isa_from_name(const char *name);
 
 typedef struct lb_pool lb_pool;
 
 typedef struct lb_ctx {
-    int isa;       /* an lb_isa this CPU supports */
+    int isa;       /* an lb_isa this CPU supports, never LB_ISA_AMX (see amx) */
     int threads;   /* >= 1; the calling thread is one of them */
     lb_pool *pool; /* NULL when threads == 1 */
+    int amx;       /* 1: the int8 products use AMX tiles (isa is then LB_ISA_AVX512VNNI, which
+                    * every other kernel runs); 0 in a context created with another ISA */
 } lb_ctx;
 
 /* A context running kernels on `threads` threads (the caller plus threads - 1 workers waiting
  * on a condition variable) with instruction set `isa` (the best supported one when `isa` is
- * not: check lb_isa_supported first to refuse instead). NULL on failure. With one thread a
- * context needs no allocation and no thread: `lb_ctx ctx = {isa, 1, NULL};` works as well. */
+ * not: check lb_isa_supported first to refuse instead; LB_ISA_AMX gives isa LB_ISA_AVX512VNNI
+ * and amx 1). NULL on failure. With one thread a
+ * context needs no allocation and no thread: `lb_ctx ctx = {isa, 1, NULL, 0};` works as well (without AMX). */
 LB_API lb_ctx *lb_ctx_create(int threads, int isa);
 LB_API void lb_ctx_destroy(lb_ctx *ctx);
 

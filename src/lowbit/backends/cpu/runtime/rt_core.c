@@ -51,14 +51,37 @@ static int lb_detect_cpu(void) {
     int avx2 = (b >> 5) & 1, bmi2 = (b >> 8) & 1;
     int avx512f = (b >> 16) & 1, avx512dq = (b >> 17) & 1, avx512bw = (b >> 30) & 1;
     int avx512vl = (b >> 31) & 1, vnni = (c >> 11) & 1;
+    int amx_tile = (d >> 24) & 1, amx_int8 = (d >> 25) & 1;
+    int tiles_saved = (xcr0 & 0x60000) == 0x60000; /* XTILECFG and XTILEDATA */
     if (zmm_saved && avx512f && avx512bw && avx512vl && avx512dq && vnni && avx2 && fma)
-        return LB_ISA_AVX512VNNI;
+        return amx_tile && amx_int8 && tiles_saved ? LB_ISA_AMX : LB_ISA_AVX512VNNI;
     if (ymm_saved && avx2 && fma && bmi2) return LB_ISA_AVX2;
     return LB_ISA_SCALAR;
 }
 
+#if LB_HAVE_AMX
+#include <sys/syscall.h>
+#include <unistd.h>
+
+/* Linux gives a process the AMX tile data state (8 KB per thread) only when asked, once, for
+ * the whole process; without it the first tile instruction raises SIGILL. */
+static int lb_amx_permitted(void) {
+    static _Atomic int state = 0; /* 0 not asked yet, 1 granted, -1 refused */
+    int s = atomic_load(&state);
+    if (s == 0) {
+        const long arch_req_xcomp_perm = 0x1023, xfeature_xtiledata = 18;
+        s = syscall(SYS_arch_prctl, arch_req_xcomp_perm, xfeature_xtiledata) == 0 ? 1 : -1;
+        atomic_store(&state, s);
+    }
+    return s == 1;
+}
+#endif
+
 int lb_detect_isa(void) { /* the best the CPU has among the paths this build holds */
     int cpu = lb_detect_cpu();
+#if LB_HAVE_AMX
+    if (cpu == LB_ISA_AMX && lb_amx_permitted()) return LB_ISA_AMX;
+#endif
     if (cpu >= LB_ISA_AVX512VNNI && LB_HAVE_AVX512) return LB_ISA_AVX512VNNI;
     if (cpu >= LB_ISA_AVX2 && LB_HAVE_AVX2) return LB_ISA_AVX2;
     return LB_ISA_SCALAR;
@@ -86,15 +109,17 @@ int lb_detect_isa(void) { return LB_ISA_SCALAR; }
 int lb_isa_supported(int isa) {
     int best = lb_detect_isa();
     if (isa == LB_ISA_SCALAR) return 1;
+    if (isa == LB_ISA_AMX) return best == LB_ISA_AMX;
     if (isa == LB_ISA_AVX2 || isa == LB_ISA_AVX512VNNI)
-        return best <= LB_ISA_AVX512VNNI && isa <= best;
+        return (best <= LB_ISA_AVX512VNNI || best == LB_ISA_AMX) &&
+               isa <= (best == LB_ISA_AMX ? LB_ISA_AVX512VNNI : best);
     if (isa == LB_ISA_NEON || isa == LB_ISA_DOTPROD)
-        return best >= LB_ISA_NEON && isa <= best;
+        return (best == LB_ISA_NEON || best == LB_ISA_DOTPROD) && isa <= best;
     return 0;
 }
 
-static const char *const lb_isa_names[LB_ISA_COUNT] = {"scalar", "avx2", "vnni", "neon",
-                                                       "dotprod"};
+static const char *const lb_isa_names[LB_ISA_COUNT] = {"scalar", "avx2",    "vnni",
+                                                       "neon",   "dotprod", "amx"};
 
 const char *lb_isa_name(int isa) {
     return (isa >= 0 && isa < LB_ISA_COUNT) ? lb_isa_names[isa] : "unknown";
@@ -378,6 +403,8 @@ lb_ctx *lb_ctx_create(int threads, int isa) {
     if (!ctx) return NULL;
     int best = lb_detect_isa();
     ctx->isa = lb_isa_supported(isa) ? isa : best;
+    ctx->amx = ctx->isa == LB_ISA_AMX;
+    if (ctx->amx) ctx->isa = LB_ISA_AVX512VNNI;
     ctx->threads = 1;
 #ifndef LB_NO_THREADS
     if (threads > 1) {

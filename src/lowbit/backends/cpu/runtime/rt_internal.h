@@ -28,6 +28,19 @@
 #endif
 #define LB_HAVE_X86 (LB_HAVE_AVX2 || LB_HAVE_AVX512)
 
+/* AMX-INT8 tiles (tdpbusd: 16 x 16 int32 += 16 x 64 uint8 . 64 x 16 int8 per instruction) on
+ * Linux, which hands out the tile state only to a process that asks (arch_prctl), with
+ * compilers that know the instructions (gcc 11, clang 12). LB_NO_AMX leaves them out. */
+#if LB_HAVE_AVX512 && defined(__linux__) && !defined(LB_NO_AMX) && \
+    ((defined(__clang__) && __clang_major__ >= 12) || (!defined(__clang__) && __GNUC__ >= 11))
+#define LB_HAVE_AMX 1
+#define LB_TARGET_AMX                                                                       \
+    __attribute__((target("avx2,fma,f16c,bmi,bmi2,avx512f,avx512bw,avx512vl,avx512dq,"     \
+                          "avx512vnni,amx-tile,amx-int8")))
+#else
+#define LB_HAVE_AMX 0
+#endif
+
 /* 64-bit ARM: NEON (Advanced SIMD) is part of the base architecture; the dot-product
  * instructions (sdot, ARMv8.2 and later) are compiled per function and chosen at run time. */
 #if defined(__aarch64__) && !defined(LB_NO_NEON_KERNELS)

@@ -81,7 +81,7 @@ typedef struct lb_band_job {
     uint8_t *scratch;
     int32_t *row_sums;
     int64_t band, bands; /* output rows per band, bands per image */
-    int isa;
+    int isa, amx; /* of the context */
 } lb_band_job;
 
 /* One band on one thread: its im2col rows and row sums go to the worker's own part of
@@ -89,7 +89,7 @@ typedef struct lb_band_job {
 static void lb_band_task(void *arg, int64_t t, int worker) {
     const lb_band_job *j = (const lb_band_job *)arg;
     const lb_window *w = &j->p->win;
-    lb_ctx one = {j->isa, 1, NULL};
+    lb_ctx one = {j->isa, 1, NULL, j->amx};
     int64_t b = t / j->bands, oy0 = t % j->bands * j->band;
     int64_t rows = LB_MIN(j->band, w->oh - oy0), lda = j->p->groups * j->p->packed[0].k;
     lb_qconv_band(&one, j->p, j->in, j->out, j->scratch + worker * j->band * w->ow * lda,
@@ -115,7 +115,7 @@ void lb_qconv_run(const lb_ctx *ctx, const lb_qconv *p, const uint8_t *in, void 
     if (!pointwise && ctx->threads > 1 && bands >= 2 * (int64_t)ctx->threads) {
         /* each thread takes whole bands (one parallel loop instead of two per band, whose
          * waits cost more than the bands' work when another process shares the cores) */
-        lb_band_job j = {p, in, out, scratch, row_sums, band, bands, ctx->isa};
+        lb_band_job j = {p, in, out, scratch, row_sums, band, bands, ctx->isa, ctx->amx};
         lb_parallel_for(ctx, w->n * bands, lb_band_task, &j);
         return;
     }
