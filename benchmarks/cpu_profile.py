@@ -145,7 +145,9 @@ def print_pool_stats(names: list[str], counters: np.ndarray, runs: int, top: int
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", default="effnet")
+    from cpu_backend import MODELS
+
+    parser.add_argument("--model", default="effnet", choices=(*MODELS, "minilm"))
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--runs", type=int, default=200)
     parser.add_argument("--top", type=int, default=40)
