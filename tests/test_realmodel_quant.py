@@ -87,15 +87,13 @@ def test_mnistnet_entropy_calibration_keeps_accuracy_at_any_resolution(digits, m
     assert int_acc >= float_accuracy - 0.001, (float_accuracy, int_acc)
 
 
-@pytest.mark.parametrize("form", ["qdq", "qoperator"])
-def test_exports_agree_with_onnxruntime(digits, quantized, tmp_path, form):
-    """Every int8 activation of the exported model, as ONNX Runtime computes it (stored as
-    uint8), is within one code of lowbit's on at least 99 % of its values (ONNX Runtime
-    requantizes in float32, lowbit in integers), and the logits pick the same digit."""
+@pytest.fixture(scope="module")
+def reference_codes(digits, quantized):
+    """The quantized model on digits 500-999 by the reference interpreter: the batch, every
+    quantized activation of more than one dimension {name: codes}, and the logits (the same
+    for both export forms, so computed once)."""
     x, _ = digits
     _, result = quantized
-    path = tmp_path / f"mnist_{form}.onnx"
-    lowbit.save(result.graph, path, format=form)
     batch = {"input": x[500:1000]}
     ours = {}
 
@@ -105,6 +103,18 @@ def test_exports_agree_with_onnxruntime(digits, quantized, tmp_path, form):
                 ours[v.name] = np.asarray(a)
 
     logits = Interpreter(result.graph, [keep])(batch)["logits"]
+    return batch, ours, logits
+
+
+@pytest.mark.parametrize("form", ["qdq", "qoperator"])
+def test_exports_agree_with_onnxruntime(quantized, reference_codes, tmp_path, form):
+    """Every int8 activation of the exported model, as ONNX Runtime computes it (stored as
+    uint8), is within one code of lowbit's on at least 99 % of its values (ONNX Runtime
+    requantizes in float32, lowbit in integers), and the logits pick the same digit."""
+    _, result = quantized
+    batch, ours, logits = reference_codes
+    path = tmp_path / f"mnist_{form}.onnx"
+    lowbit.save(result.graph, path, format=form)
     model = onnx.load(path)
     produced = {o for n in model.graph.node for o in n.output}
     names = sorted(n for n in ours if n in produced)
