@@ -263,14 +263,20 @@ def test_exactsum_add_equals_python(seed):
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_maxabs_is_the_largest_magnitude_and_refuses_non_finite(dtype):
     """lb_stats_maxabs (the top window of every exact sum of the moments) for lengths around
-    its 8 running maxima: the largest |x| wherever it sits, 0 for none; NaN or an infinity at
-    any position makes it refuse."""
+    its vectors of running maxima (8 doubles, 16 floats) and their tails: the largest |x|
+    wherever it sits, 0 for none (or only zeros of either sign); NaN or an infinity at any
+    position makes it refuse."""
     import ctypes as C
 
     rng = np.random.default_rng(77)
     lib = stats._lib()
-    for n in (0, 1, 7, 8, 9, 16, 23, 64, 1001):
-        for where in range(0, max(n, 1), max(1, n // 5)):
+    for n in (0, 1, 7, 8, 9, 15, 16, 17, 23, 31, 32, 33, 64, 1001):
+        zeros = np.zeros(n, dtype)
+        zeros[::2] = -0.0
+        out = C.c_double(-1.0)
+        assert lib.lb_stats_maxabs(zeros.ctypes.data, int(dtype == np.float64), n, C.byref(out))
+        assert out.value == 0.0 and not np.signbit(out.value)
+        for where in [*range(0, max(n, 1), max(1, n // 5)), n - 1]:
             x = rng.standard_normal(n).astype(dtype)
             if n:
                 x[where] = -1e3 * (1 + where)

@@ -41,59 +41,68 @@ LB_INLINE double lb_stats_load(const void *x, int f64, int64_t i) {
 }
 
 /* Largest |x| of n values into *out; returns 0 when a value is NaN or infinite. The maximum is
-   the same whatever the order its values are compared in, so eight running maxima (one per
-   position modulo 8, independent: the compiler keeps them in one vector) are taken, then the
-   largest of them; a NaN fails the finiteness test and is never taken as a maximum. */
-#define LB_MAXABS_LANES 8
+   the same whatever the order its values are compared in, so one running maximum per vector
+   lane (GCC vector types: positions modulo the lanes, independent) is taken, then the largest
+   of them; a NaN fails the finiteness test and is never taken as a maximum (`a > m` is false).
+   The magnitude is the value with its sign bit cleared, as fabs gives it. */
+typedef double lb_mx_vd __attribute__((vector_size(64)));
+typedef int64_t lb_mx_vl __attribute__((vector_size(64)));
+typedef float lb_mx_vf __attribute__((vector_size(64)));
+typedef int32_t lb_mx_vi __attribute__((vector_size(64)));
 LB_API int lb_stats_maxabs(const void *x, int f64, int64_t n, double *out) {
-    double m = 0.0;
+    int64_t i = 0;
     int finite = 1;
-    const int64_t body = n - n % LB_MAXABS_LANES;
     if (f64) {
         const double *p = (const double *)x;
-        double ml[LB_MAXABS_LANES] = {0};
-        int fl[LB_MAXABS_LANES];
-        for (int l = 0; l < LB_MAXABS_LANES; l++) fl[l] = 1;
-        for (int64_t i = 0; i < body; i += LB_MAXABS_LANES) {
-            for (int l = 0; l < LB_MAXABS_LANES; l++) {
-                double a = fabs(p[i + l]);
-                fl[l] &= a <= 1.7976931348623157e308;
-                ml[l] = a > ml[l] ? a : ml[l];
-            }
+        const lb_mx_vl magnitude = (lb_mx_vl){0} + INT64_MAX;
+        const lb_mx_vd largest = (lb_mx_vd){0} + 1.7976931348623157e308;
+        lb_mx_vd mv = {0};
+        lb_mx_vl bad = {0};
+        for (; i + 8 <= n; i += 8) {
+            lb_mx_vd v;
+            memcpy(&v, p + i, sizeof v);
+            const lb_mx_vd a = (lb_mx_vd)((lb_mx_vl)v & magnitude);
+            bad |= ~(a <= largest); /* NaN or an infinity */
+            const lb_mx_vl gt = a > mv;
+            mv = (lb_mx_vd)(((lb_mx_vl)a & gt) | ((lb_mx_vl)mv & ~gt));
         }
-        for (int64_t i = body; i < n; i++) {
-            double a = fabs(p[i]);
+        double m = 0.0;
+        for (int l = 0; l < 8; l++) {
+            finite &= bad[l] == 0;
+            m = mv[l] > m ? mv[l] : m;
+        }
+        for (; i < n; i++) {
+            const double a = fabs(p[i]);
             finite &= a <= 1.7976931348623157e308;
             m = a > m ? a : m;
         }
-        for (int l = 0; l < LB_MAXABS_LANES; l++) {
-            finite &= fl[l];
-            m = ml[l] > m ? ml[l] : m;
-        }
+        *out = m;
     } else {
         const float *p = (const float *)x;
-        float mf = 0.0f, ml[LB_MAXABS_LANES] = {0};
-        int fl[LB_MAXABS_LANES];
-        for (int l = 0; l < LB_MAXABS_LANES; l++) fl[l] = 1;
-        for (int64_t i = 0; i < body; i += LB_MAXABS_LANES) {
-            for (int l = 0; l < LB_MAXABS_LANES; l++) {
-                float a = fabsf(p[i + l]);
-                fl[l] &= a <= 3.40282346638528859812e+38f;
-                ml[l] = a > ml[l] ? a : ml[l];
-            }
+        const lb_mx_vi magnitude = (lb_mx_vi){0} + INT32_MAX;
+        const lb_mx_vf largest = (lb_mx_vf){0} + 3.40282346638528859812e+38f;
+        lb_mx_vf mv = {0};
+        lb_mx_vi bad = {0};
+        for (; i + 16 <= n; i += 16) {
+            lb_mx_vf v;
+            memcpy(&v, p + i, sizeof v);
+            const lb_mx_vf a = (lb_mx_vf)((lb_mx_vi)v & magnitude);
+            bad |= ~(a <= largest);
+            const lb_mx_vi gt = a > mv;
+            mv = (lb_mx_vf)(((lb_mx_vi)a & gt) | ((lb_mx_vi)mv & ~gt));
         }
-        for (int64_t i = body; i < n; i++) {
-            float a = fabsf(p[i]);
+        float m = 0.0f;
+        for (int l = 0; l < 16; l++) {
+            finite &= bad[l] == 0;
+            m = mv[l] > m ? mv[l] : m;
+        }
+        for (; i < n; i++) {
+            const float a = fabsf(p[i]);
             finite &= a <= 3.40282346638528859812e+38f;
-            mf = a > mf ? a : mf;
+            m = a > m ? a : m;
         }
-        for (int l = 0; l < LB_MAXABS_LANES; l++) {
-            finite &= fl[l];
-            mf = ml[l] > mf ? ml[l] : mf;
-        }
-        m = (double)mf;
+        *out = (double)m;
     }
-    *out = m;
     return finite;
 }
 
