@@ -101,6 +101,10 @@ def test_depthwise_moments_equal_python(isa, seed):
     stats._reused((1 << 16,), np.float32).fill(np.nan)
     got = stats.depthwise_moments(x, *geometry)
     np.testing.assert_array_equal(got, want, err_msg=f"{isa}: {x.shape} {geometry}")
+    # float32 totals (what a batch of one block defers): each float64 total rounded
+    out32 = np.full(want.shape, np.nan, np.float32)
+    assert stats.depthwise_moments(x, *geometry, out=out32) is out32
+    np.testing.assert_array_equal(out32, want.astype(np.float32))
 
 
 def test_reused_buffers_start_on_a_cache_line():

@@ -35,6 +35,8 @@ LB_API void lb_gridsum_add_upper(const lb_ctx *ctx, int64_t *limbs, const void *
                                  int64_t groups, int64_t k, double first, double second);
 LB_API int lb_dw_moments(const lb_ctx *ctx, const float *xp, const int64_t *geometry,
                          double *out);
+LB_API int lb_dw_moments_f32(const lb_ctx *ctx, const float *xp, const int64_t *geometry,
+                             float *out);
 
 LB_INLINE double lb_stats_load(const void *x, int f64, int64_t i) {
     return f64 ? ((const double *)x)[i] : (double)((const float *)x)[i];
@@ -381,7 +383,8 @@ LB_API int lb_exactsum_add(int64_t *limbs, int64_t *top, int64_t n, const double
 typedef struct lb_dwm_job {
     const float *x;
     int64_t n, c, hp, wp, cp, kh, kw, sh, sw, dh, dw, oh, ow;
-    double *out; /* [C, T] */
+    double *out;  /* [C, T] */
+    float *out32; /* non-NULL: [C, T] here instead, each total rounded to float32 */
 } lb_dwm_job;
 
 typedef float lb_dwm_vec __attribute__((vector_size(4 * LB_MOMENT_LANES)));
@@ -400,8 +403,12 @@ LB_INLINE void lb_dwm_store(const lb_dwm_job *j, int64_t c0, const int R, int64_
                     int64_t a = ra * R + i, b = rb * R + k;
                     if (a > b || b >= taps) continue;
                     int64_t q = a * taps - a * (a - 1) / 2 + (b - a);
-                    for (int64_t l = 0; l < lanes; l++)
-                        j->out[(c0 + l) * pairs + q] = acc[tile][i * R + k][l];
+                    for (int64_t l = 0; l < lanes; l++) {
+                        if (j->out32 != NULL)
+                            j->out32[(c0 + l) * pairs + q] = (float)acc[tile][i * R + k][l];
+                        else
+                            j->out[(c0 + l) * pairs + q] = acc[tile][i * R + k][l];
+                    }
                 }
             }
         }
@@ -484,24 +491,36 @@ static void lb_dwm_task(void *arg, int64_t task, int worker) {
     lb_dwm_store(j, c0, R, taps, nt, acc);
 }
 
-/* Depthwise moments (file comment) of xp [N][Hp][Wp][Cp] float32 (zero-padded, channel-last,
- * Cp >= C a multiple of 16) into out [C, T] float64 (T = taps (taps + 1) / 2, overwritten).
- * geometry: N C Hp Wp Cp kh kw sh sw dh dw out_h out_w. Returns 0, or -1 when the kernel has
- * more than LB_MOMENT_TAPS taps or Cp is not a multiple of 16. */
-LB_API int lb_dw_moments(const lb_ctx *ctx, const float *xp, const int64_t *geometry,
-                         double *out) {
+static int lb_dw_moments_into(const lb_ctx *ctx, const float *xp, const int64_t *geometry,
+                              double *out, float *out32) {
     const int64_t *g = geometry;
     if (g[5] * g[6] > LB_MOMENT_TAPS || g[5] < 1 || g[6] < 1 || g[4] % LB_MOMENT_LANES ||
         g[4] < g[1] || g[12] < 1)
         return -1;
     lb_dwm_job j = {xp, g[0], g[1], g[2], g[3], g[4], g[5], g[6], g[7], g[8], g[9], g[10],
-                    g[11], g[12], out};
+                    g[11], g[12], out, out32};
     int64_t tasks = (j.c + LB_MOMENT_LANES - 1) / LB_MOMENT_LANES;
     if (ctx != NULL && tasks > 1)
         lb_parallel_for(ctx, tasks, lb_dwm_task, &j);
     else
         for (int64_t t = 0; t < tasks; t++) lb_dwm_task(&j, t, 0);
     return 0;
+}
+
+/* Depthwise moments (file comment) of xp [N][Hp][Wp][Cp] float32 (zero-padded, channel-last,
+ * Cp >= C a multiple of 16) into out [C, T] float64 (T = taps (taps + 1) / 2, overwritten).
+ * geometry: N C Hp Wp Cp kh kw sh sw dh dw out_h out_w. Returns 0, or -1 when the kernel has
+ * more than LB_MOMENT_TAPS taps or Cp is not a multiple of 16. */
+LB_API int lb_dw_moments(const lb_ctx *ctx, const float *xp, const int64_t *geometry,
+                         double *out) {
+    return lb_dw_moments_into(ctx, xp, geometry, out, NULL);
+}
+
+/* lb_dw_moments with each total rounded to float32 (exact when the positions are one block:
+ * the total is then one float32 sum), into out [C, T] float32. */
+LB_API int lb_dw_moments_f32(const lb_ctx *ctx, const float *xp, const int64_t *geometry,
+                             float *out) {
+    return lb_dw_moments_into(ctx, xp, geometry, NULL, out);
 }
 
 /* ---- observers ----------------------------------------------------------------------------- */
