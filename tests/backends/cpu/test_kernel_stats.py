@@ -92,7 +92,7 @@ def _depthwise_case(rng: np.random.Generator):
     return x, (kernel, strides, dilations, pads, outs)
 
 
-@pytest.mark.parametrize("seed", range(12))
+@pytest.mark.parametrize("seed", range(24))
 def test_depthwise_moments_equal_python(isa, seed):
     rng = np.random.default_rng(200 + seed)
     x, geometry = _depthwise_case(rng)
@@ -105,6 +105,31 @@ def test_depthwise_moments_equal_python(isa, seed):
     out32 = np.full(want.shape, np.nan, np.float32)
     assert stats.depthwise_moments(x, *geometry, out=out32) is out32
     np.testing.assert_array_equal(out32, want.astype(np.float32))
+
+
+@pytest.mark.parametrize("case", ["finite", "inf", "nan"])
+@pytest.mark.parametrize("geometry", [((5, 5), (1, 1), (2, 2), (7, 7)),
+                                      ((5, 5), (2, 2), (2, 2), (14, 14)),
+                                      ((3, 3), (2, 2), (0, 0), (9, 9)),
+                                      ((4, 2), (1, 1), (3, 1), (5, 6))])
+def test_depthwise_moments_skip_padding_rows_exactly(isa, case, geometry):
+    """Tiles skip the output rows whose taps read only padding rows (products of zeros):
+    the same bits as the definition, and with a NaN or an infinity in the input (whose
+    products with the padding are NaN) nothing is skipped."""
+    kernel, strides, pads, (h, w) = geometry
+    rng = np.random.default_rng(h * w + kernel[0])
+    x = rng.standard_normal((1, 40, h, w)).astype(np.float32)
+    x[:, ::3] = np.maximum(x[:, ::3], 0.0)  # some zeros, as after a ReLU
+    if case != "finite":
+        x[0, 17, 0, w - 1] = np.inf if case == "inf" else np.nan
+    outs = tuple((size + 2 * pads[i] - kernel[i]) // strides[i] + 1
+                 for i, size in enumerate((h, w)))
+    window = (kernel, strides, (1, 1), pads, outs)
+    want = input_moments.depthwise_moments(x, *window)
+    got = stats.depthwise_moments(x, *window)
+    np.testing.assert_array_equal(got, want)
+    # an infinity times the padding's zeros is NaN
+    assert np.isnan(got).any() == (case == "nan" or (case == "inf" and any(pads)))
 
 
 def test_reused_buffers_start_on_a_cache_line():

@@ -190,7 +190,7 @@ def depthwise_moments(x: np.ndarray, kernel: tuple[int, int], strides: tuple[int
         out = np.empty((c, taps * (taps + 1) // 2))
     assert out.shape == (c, taps * (taps + 1) // 2) and out.flags.c_contiguous
     assert out.dtype in (np.float32, np.float64)
-    geometry = np.array([n, c, hp, wp, cp, *kernel, *strides, *dilations, *out_size],
+    geometry = np.array([n, c, hp, wp, cp, *kernel, *strides, *dilations, *out_size, top, h],
                         np.int64)
     run = _lib().lb_dw_moments if out.dtype == np.float64 else _lib().lb_dw_moments_f32
     status = run(_ctx(), padded.ctypes.data, geometry.ctypes.data, out.ctypes.data)
