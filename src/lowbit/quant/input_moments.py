@@ -345,13 +345,13 @@ def observe_input(moments: InputMoments, node: Node, x: np.ndarray,
         if plan.native:
             from lowbit.backends.cpu import stats
 
-            upper = stats.depthwise_moments(x, *depthwise)
             out_rows, out_cols = depthwise[-1]
             if x.shape[0] == 1 and out_rows <= depthwise_block_rows(out_cols) and \
                     moments.can_defer():  # one block: every value is a float32 (exactly)
-                moments.pending_slot()[...] = upper
+                stats.depthwise_moments(x, *depthwise, out=moments.pending_slot())
                 moments.commit_pending(count)
                 return
+            upper = stats.depthwise_moments(x, *depthwise)
         else:
             upper = depthwise_moments(x, *depthwise)
         moments.add_upper(upper, count)

@@ -92,7 +92,7 @@ def _depthwise_case(rng: np.random.Generator):
     return x, (kernel, strides, dilations, pads, outs)
 
 
-@pytest.mark.parametrize("seed", range(12))
+@pytest.mark.parametrize("seed", range(24))
 def test_depthwise_moments_equal_python(isa, seed):
     rng = np.random.default_rng(200 + seed)
     x, geometry = _depthwise_case(rng)
@@ -101,6 +101,35 @@ def test_depthwise_moments_equal_python(isa, seed):
     stats._reused((1 << 16,), np.float32).fill(np.nan)
     got = stats.depthwise_moments(x, *geometry)
     np.testing.assert_array_equal(got, want, err_msg=f"{isa}: {x.shape} {geometry}")
+    # float32 totals (what a batch of one block defers): each float64 total rounded
+    out32 = np.full(want.shape, np.nan, np.float32)
+    assert stats.depthwise_moments(x, *geometry, out=out32) is out32
+    np.testing.assert_array_equal(out32, want.astype(np.float32))
+
+
+@pytest.mark.parametrize("case", ["finite", "inf", "nan"])
+@pytest.mark.parametrize("geometry", [((5, 5), (1, 1), (2, 2), (7, 7)),
+                                      ((5, 5), (2, 2), (2, 2), (14, 14)),
+                                      ((3, 3), (2, 2), (0, 0), (9, 9)),
+                                      ((4, 2), (1, 1), (3, 1), (5, 6))])
+def test_depthwise_moments_skip_padding_rows_exactly(isa, case, geometry):
+    """Tiles skip the output rows whose taps read only padding rows (products of zeros):
+    the same bits as the definition, and with a NaN or an infinity in the input (whose
+    products with the padding are NaN) nothing is skipped."""
+    kernel, strides, pads, (h, w) = geometry
+    rng = np.random.default_rng(h * w + kernel[0])
+    x = rng.standard_normal((1, 40, h, w)).astype(np.float32)
+    x[:, ::3] = np.maximum(x[:, ::3], 0.0)  # some zeros, as after a ReLU
+    if case != "finite":
+        x[0, 17, 0, w - 1] = np.inf if case == "inf" else np.nan
+    outs = tuple((size + 2 * pads[i] - kernel[i]) // strides[i] + 1
+                 for i, size in enumerate((h, w)))
+    window = (kernel, strides, (1, 1), pads, outs)
+    want = input_moments.depthwise_moments(x, *window)
+    got = stats.depthwise_moments(x, *window)
+    np.testing.assert_array_equal(got, want)
+    # an infinity times the padding's zeros is NaN
+    assert np.isnan(got).any() == (case == "nan" or (case == "inf" and any(pads)))
 
 
 def test_reused_buffers_start_on_a_cache_line():
@@ -263,14 +292,20 @@ def test_exactsum_add_equals_python(seed):
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_maxabs_is_the_largest_magnitude_and_refuses_non_finite(dtype):
     """lb_stats_maxabs (the top window of every exact sum of the moments) for lengths around
-    its 8 running maxima: the largest |x| wherever it sits, 0 for none; NaN or an infinity at
-    any position makes it refuse."""
+    its vectors of running maxima (8 doubles, 16 floats) and their tails: the largest |x|
+    wherever it sits, 0 for none (or only zeros of either sign); NaN or an infinity at any
+    position makes it refuse."""
     import ctypes as C
 
     rng = np.random.default_rng(77)
     lib = stats._lib()
-    for n in (0, 1, 7, 8, 9, 16, 23, 64, 1001):
-        for where in range(0, max(n, 1), max(1, n // 5)):
+    for n in (0, 1, 7, 8, 9, 15, 16, 17, 23, 31, 32, 33, 64, 1001):
+        zeros = np.zeros(n, dtype)
+        zeros[::2] = -0.0
+        out = C.c_double(-1.0)
+        assert lib.lb_stats_maxabs(zeros.ctypes.data, int(dtype == np.float64), n, C.byref(out))
+        assert out.value == 0.0 and not np.signbit(out.value)
+        for where in [*range(0, max(n, 1), max(1, n // 5)), n - 1]:
             x = rng.standard_normal(n).astype(dtype)
             if n:
                 x[where] = -1e3 * (1 + where)

@@ -29,6 +29,7 @@ _SIGNATURES = {
     "lb_gridsum_add_upper": (None, [C.c_void_p, C.c_void_p, C.c_void_p, C.c_int, C.c_int64,
                                     C.c_int64, C.c_double, C.c_double]),
     "lb_dw_moments": (C.c_int, [C.c_void_p] * 4),
+    "lb_dw_moments_f32": (C.c_int, [C.c_void_p] * 4),
     "lb_observe_f32": (C.c_int, [C.c_void_p, C.c_int64, C.c_int64, C.c_int64, C.c_void_p,
                                  C.c_void_p, C.c_void_p, _i64p]),
     "lb_histogram_f32": (None, [C.c_void_p, C.c_int64, C.c_float, C.c_float, C.c_void_p,
@@ -162,9 +163,11 @@ def _limbs(total: GridSum) -> np.ndarray:
 
 def depthwise_moments(x: np.ndarray, kernel: tuple[int, int], strides: tuple[int, int],
                       dilations: tuple[int, int], pads: tuple[int, int],
-                      out_size: tuple[int, int]) -> np.ndarray:
+                      out_size: tuple[int, int], out: np.ndarray | None = None) -> np.ndarray:
     """The C form of `lowbit.quant.input_moments.depthwise_moments`: x float32 [N, C, H, W],
-    pads (top, left); float64 [C, T] upper triangles of each channel's S."""
+    pads (top, left); float64 [C, T] upper triangles of each channel's S. `out`: a C-contiguous
+    [C, T] float64 array to write them to, or float32 (each rounded to float32: exact when the
+    output positions are one block, `input_moments.depthwise_block_rows`); returned."""
     n, c, h, w = (int(d) for d in x.shape)
     taps = kernel[0] * kernel[1]
     if taps > MAX_TAPS:
@@ -183,11 +186,14 @@ def depthwise_moments(x: np.ndarray, kernel: tuple[int, int], strides: tuple[int
     padded[:, top:top + h, left + w:] = 0.0
     padded[:, top:top + h, left:left + w, c:] = 0.0
     padded[:, top:top + h, left:left + w, :c] = x.transpose(0, 2, 3, 1)
-    out = np.empty((c, taps * (taps + 1) // 2))
-    geometry = np.array([n, c, hp, wp, cp, *kernel, *strides, *dilations, *out_size],
+    if out is None:
+        out = np.empty((c, taps * (taps + 1) // 2))
+    assert out.shape == (c, taps * (taps + 1) // 2) and out.flags.c_contiguous
+    assert out.dtype in (np.float32, np.float64)
+    geometry = np.array([n, c, hp, wp, cp, *kernel, *strides, *dilations, *out_size, top, h],
                         np.int64)
-    status = _lib().lb_dw_moments(_ctx(), padded.ctypes.data, geometry.ctypes.data,
-                                  out.ctypes.data)
+    run = _lib().lb_dw_moments if out.dtype == np.float64 else _lib().lb_dw_moments_f32
+    status = run(_ctx(), padded.ctypes.data, geometry.ctypes.data, out.ctypes.data)
     if status != 0:
         raise ValueError(f"lb_dw_moments refused geometry {geometry.tolist()}")
     return out

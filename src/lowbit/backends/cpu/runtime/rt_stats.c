@@ -35,65 +35,76 @@ LB_API void lb_gridsum_add_upper(const lb_ctx *ctx, int64_t *limbs, const void *
                                  int64_t groups, int64_t k, double first, double second);
 LB_API int lb_dw_moments(const lb_ctx *ctx, const float *xp, const int64_t *geometry,
                          double *out);
+LB_API int lb_dw_moments_f32(const lb_ctx *ctx, const float *xp, const int64_t *geometry,
+                             float *out);
 
 LB_INLINE double lb_stats_load(const void *x, int f64, int64_t i) {
     return f64 ? ((const double *)x)[i] : (double)((const float *)x)[i];
 }
 
 /* Largest |x| of n values into *out; returns 0 when a value is NaN or infinite. The maximum is
-   the same whatever the order its values are compared in, so eight running maxima (one per
-   position modulo 8, independent: the compiler keeps them in one vector) are taken, then the
-   largest of them; a NaN fails the finiteness test and is never taken as a maximum. */
-#define LB_MAXABS_LANES 8
+   the same whatever the order its values are compared in, so one running maximum per vector
+   lane (GCC vector types: positions modulo the lanes, independent) is taken, then the largest
+   of them; a NaN fails the finiteness test and is never taken as a maximum (`a > m` is false).
+   The magnitude is the value with its sign bit cleared, as fabs gives it. */
+typedef double lb_mx_vd __attribute__((vector_size(64)));
+typedef int64_t lb_mx_vl __attribute__((vector_size(64)));
+typedef float lb_mx_vf __attribute__((vector_size(64)));
+typedef int32_t lb_mx_vi __attribute__((vector_size(64)));
 LB_API int lb_stats_maxabs(const void *x, int f64, int64_t n, double *out) {
-    double m = 0.0;
+    int64_t i = 0;
     int finite = 1;
-    const int64_t body = n - n % LB_MAXABS_LANES;
     if (f64) {
         const double *p = (const double *)x;
-        double ml[LB_MAXABS_LANES] = {0};
-        int fl[LB_MAXABS_LANES];
-        for (int l = 0; l < LB_MAXABS_LANES; l++) fl[l] = 1;
-        for (int64_t i = 0; i < body; i += LB_MAXABS_LANES) {
-            for (int l = 0; l < LB_MAXABS_LANES; l++) {
-                double a = fabs(p[i + l]);
-                fl[l] &= a <= 1.7976931348623157e308;
-                ml[l] = a > ml[l] ? a : ml[l];
-            }
+        const lb_mx_vl magnitude = (lb_mx_vl){0} + INT64_MAX;
+        const lb_mx_vd largest = (lb_mx_vd){0} + 1.7976931348623157e308;
+        lb_mx_vd mv = {0};
+        lb_mx_vl bad = {0};
+        for (; i + 8 <= n; i += 8) {
+            lb_mx_vd v;
+            memcpy(&v, p + i, sizeof v);
+            const lb_mx_vd a = (lb_mx_vd)((lb_mx_vl)v & magnitude);
+            bad |= ~(a <= largest); /* NaN or an infinity */
+            const lb_mx_vl gt = a > mv;
+            mv = (lb_mx_vd)(((lb_mx_vl)a & gt) | ((lb_mx_vl)mv & ~gt));
         }
-        for (int64_t i = body; i < n; i++) {
-            double a = fabs(p[i]);
+        double m = 0.0;
+        for (int l = 0; l < 8; l++) {
+            finite &= bad[l] == 0;
+            m = mv[l] > m ? mv[l] : m;
+        }
+        for (; i < n; i++) {
+            const double a = fabs(p[i]);
             finite &= a <= 1.7976931348623157e308;
             m = a > m ? a : m;
         }
-        for (int l = 0; l < LB_MAXABS_LANES; l++) {
-            finite &= fl[l];
-            m = ml[l] > m ? ml[l] : m;
-        }
+        *out = m;
     } else {
         const float *p = (const float *)x;
-        float mf = 0.0f, ml[LB_MAXABS_LANES] = {0};
-        int fl[LB_MAXABS_LANES];
-        for (int l = 0; l < LB_MAXABS_LANES; l++) fl[l] = 1;
-        for (int64_t i = 0; i < body; i += LB_MAXABS_LANES) {
-            for (int l = 0; l < LB_MAXABS_LANES; l++) {
-                float a = fabsf(p[i + l]);
-                fl[l] &= a <= 3.40282346638528859812e+38f;
-                ml[l] = a > ml[l] ? a : ml[l];
-            }
+        const lb_mx_vi magnitude = (lb_mx_vi){0} + INT32_MAX;
+        const lb_mx_vf largest = (lb_mx_vf){0} + 3.40282346638528859812e+38f;
+        lb_mx_vf mv = {0};
+        lb_mx_vi bad = {0};
+        for (; i + 16 <= n; i += 16) {
+            lb_mx_vf v;
+            memcpy(&v, p + i, sizeof v);
+            const lb_mx_vf a = (lb_mx_vf)((lb_mx_vi)v & magnitude);
+            bad |= ~(a <= largest);
+            const lb_mx_vi gt = a > mv;
+            mv = (lb_mx_vf)(((lb_mx_vi)a & gt) | ((lb_mx_vi)mv & ~gt));
         }
-        for (int64_t i = body; i < n; i++) {
-            float a = fabsf(p[i]);
+        float m = 0.0f;
+        for (int l = 0; l < 16; l++) {
+            finite &= bad[l] == 0;
+            m = mv[l] > m ? mv[l] : m;
+        }
+        for (; i < n; i++) {
+            const float a = fabsf(p[i]);
             finite &= a <= 3.40282346638528859812e+38f;
-            mf = a > mf ? a : mf;
+            m = a > m ? a : m;
         }
-        for (int l = 0; l < LB_MAXABS_LANES; l++) {
-            finite &= fl[l];
-            mf = ml[l] > mf ? ml[l] : mf;
-        }
-        m = (double)mf;
+        *out = (double)m;
     }
-    *out = m;
     return finite;
 }
 
@@ -368,11 +379,17 @@ LB_API int lb_exactsum_add(int64_t *limbs, int64_t *top, int64_t n, const double
  * in order (each product rounded to float32, then added: no fused multiply-add), then adds
  * them to the tile's float64 totals, so every pair's sums run over the blocks in order. Taps
  * past the last (the tiles' padding) read tap 0 and their sums are dropped. The same vector
- * code on every ISA path (GCC vector types: lanes are channels), so the bits are the same. */
+ * code on every ISA path (GCC vector types: lanes are channels), so the bits are the same.
+ * When every input value is finite, a tile skips the output rows where all its row taps or
+ * all its column taps fall in the zero padding above or below the input (rows top .. top + h
+ * - 1 of xp hold the input): their products are zeros, and adding a zero leaves each sum as it
+ * is (a sum from +0 is never -0), so the sums are the same bits. */
 typedef struct lb_dwm_job {
     const float *x;
-    int64_t n, c, hp, wp, cp, kh, kw, sh, sw, dh, dw, oh, ow;
-    double *out; /* [C, T] */
+    int64_t n, c, hp, wp, cp, kh, kw, sh, sw, dh, dw, oh, ow, top, h;
+    int skip; /* 1: skip the padding rows (every value finite) */
+    double *out;  /* [C, T] */
+    float *out32; /* non-NULL: [C, T] here instead, each total rounded to float32 */
 } lb_dwm_job;
 
 typedef float lb_dwm_vec __attribute__((vector_size(4 * LB_MOMENT_LANES)));
@@ -391,8 +408,12 @@ LB_INLINE void lb_dwm_store(const lb_dwm_job *j, int64_t c0, const int R, int64_
                     int64_t a = ra * R + i, b = rb * R + k;
                     if (a > b || b >= taps) continue;
                     int64_t q = a * taps - a * (a - 1) / 2 + (b - a);
-                    for (int64_t l = 0; l < lanes; l++)
-                        j->out[(c0 + l) * pairs + q] = acc[tile][i * R + k][l];
+                    for (int64_t l = 0; l < lanes; l++) {
+                        if (j->out32 != NULL)
+                            j->out32[(c0 + l) * pairs + q] = (float)acc[tile][i * R + k][l];
+                        else
+                            j->out[(c0 + l) * pairs + q] = acc[tile][i * R + k][l];
+                    }
                 }
             }
         }
@@ -441,6 +462,22 @@ static inline __attribute__((always_inline)) void lb_dwm_tile(
     }
 }
 
+/* The output rows [lo, hi) outside which the taps [t0, t1) all read padding rows (the
+   rows of the kernel rows t0 / kw .. (t1 - 1) / kw), as far as the tile skips them. */
+static void lb_dwm_rows(const lb_dwm_job *j, int64_t t0, int64_t t1, int64_t *lo,
+                        int64_t *hi) {
+    if (!j->skip) {
+        *lo = 0, *hi = j->oh;
+        return;
+    }
+    const int64_t first = t0 / j->kw, last = (t1 - 1) / j->kw;
+    /* kernel row ky reads input row oy sh + ky dh - top: some row of [first, last] is in
+       [0, h) only for oy sh in [top - last dh, h - 1 + top - first dh] */
+    const int64_t from = j->top - last * j->dh, to = j->h - 1 + j->top - first * j->dh;
+    *lo = from <= 0 ? 0 : (from + j->sh - 1) / j->sh;
+    *hi = to < 0 ? 0 : LB_MIN(j->oh, to / j->sh + 1);
+}
+
 static void lb_dwm_task(void *arg, int64_t task, int worker) {
     (void)worker;
     const lb_dwm_job *j = (const lb_dwm_job *)arg;
@@ -452,6 +489,8 @@ static void lb_dwm_task(void *arg, int64_t task, int worker) {
     lb_dwm_offsets(j, c0, nt * R, off);
     double acc[LB_DWM_TILES][25][LB_MOMENT_LANES];
     memset(acc, 0, sizeof acc);
+    int64_t lo[LB_DWM_TILES / 3 + 1], hi[LB_DWM_TILES / 3 + 1]; /* per tile row or column */
+    for (int64_t t = 0; t < nt; t++) lb_dwm_rows(j, t * R, LB_MIN(taps, t * R + R), lo + t, hi + t);
     for (int64_t b = 0; b < j->n; b++) {
         const float *item = j->x + b * j->hp * j->wp * j->cp;
         for (int64_t r0 = 0; r0 < j->oh; r0 += block) {
@@ -460,14 +499,17 @@ static void lb_dwm_task(void *arg, int64_t task, int worker) {
             for (int64_t ra = 0; ra < nt; ra++) {
                 for (int64_t rb = ra; rb < nt; rb++, tile++) {
                     const int64_t *oa = off + ra * R, *ob = off + rb * R;
+                    const int64_t y0 = LB_MAX(r0, LB_MAX(lo[ra], lo[rb]));
+                    const int64_t y1 = LB_MIN(r1, LB_MIN(hi[ra], hi[rb]));
+                    if (y0 >= y1) continue; /* all zeros: the sums stay as they are */
                     if (R == 5 && ra == rb)
-                        lb_dwm_tile(5, 1, j, item, r0, r1, oa, ob, acc[tile]);
+                        lb_dwm_tile(5, 1, j, item, y0, y1, oa, ob, acc[tile]);
                     else if (R == 5)
-                        lb_dwm_tile(5, 0, j, item, r0, r1, oa, ob, acc[tile]);
+                        lb_dwm_tile(5, 0, j, item, y0, y1, oa, ob, acc[tile]);
                     else if (ra == rb)
-                        lb_dwm_tile(3, 1, j, item, r0, r1, oa, ob, acc[tile]);
+                        lb_dwm_tile(3, 1, j, item, y0, y1, oa, ob, acc[tile]);
                     else
-                        lb_dwm_tile(3, 0, j, item, r0, r1, oa, ob, acc[tile]);
+                        lb_dwm_tile(3, 0, j, item, y0, y1, oa, ob, acc[tile]);
                 }
             }
         }
@@ -475,24 +517,53 @@ static void lb_dwm_task(void *arg, int64_t task, int worker) {
     lb_dwm_store(j, c0, R, taps, nt, acc);
 }
 
-/* Depthwise moments (file comment) of xp [N][Hp][Wp][Cp] float32 (zero-padded, channel-last,
- * Cp >= C a multiple of 16) into out [C, T] float64 (T = taps (taps + 1) / 2, overwritten).
- * geometry: N C Hp Wp Cp kh kw sh sw dh dw out_h out_w. Returns 0, or -1 when the kernel has
- * more than LB_MOMENT_TAPS taps or Cp is not a multiple of 16. */
-LB_API int lb_dw_moments(const lb_ctx *ctx, const float *xp, const int64_t *geometry,
-                         double *out) {
+/* Whether the n values (a multiple of LB_MOMENT_LANES) are all finite: v - v is 0 for a
+   finite v, NaN otherwise, and NaN stays in a sum. */
+static int lb_dwm_finite(const float *x, int64_t n) {
+    lb_dwm_vec z = {0};
+    for (int64_t i = 0; i < n; i += LB_MOMENT_LANES) {
+        lb_dwm_vec v;
+        memcpy(&v, x + i, sizeof v);
+        z = z + (v - v);
+    }
+    int finite = 1;
+    for (int l = 0; l < LB_MOMENT_LANES; l++) finite &= z[l] == 0.0f;
+    return finite;
+}
+
+static int lb_dw_moments_into(const lb_ctx *ctx, const float *xp, const int64_t *geometry,
+                              double *out, float *out32) {
     const int64_t *g = geometry;
     if (g[5] * g[6] > LB_MOMENT_TAPS || g[5] < 1 || g[6] < 1 || g[4] % LB_MOMENT_LANES ||
-        g[4] < g[1] || g[12] < 1)
+        g[4] < g[1] || g[12] < 1 || g[7] < 1 || g[13] < 0 || g[14] < 0 ||
+        g[13] + g[14] > g[2])
         return -1;
     lb_dwm_job j = {xp, g[0], g[1], g[2], g[3], g[4], g[5], g[6], g[7], g[8], g[9], g[10],
-                    g[11], g[12], out};
+                    g[11], g[12], g[13], g[14], lb_dwm_finite(xp, g[0] * g[2] * g[3] * g[4]),
+                    out, out32};
     int64_t tasks = (j.c + LB_MOMENT_LANES - 1) / LB_MOMENT_LANES;
     if (ctx != NULL && tasks > 1)
         lb_parallel_for(ctx, tasks, lb_dwm_task, &j);
     else
         for (int64_t t = 0; t < tasks; t++) lb_dwm_task(&j, t, 0);
     return 0;
+}
+
+/* Depthwise moments (file comment) of xp [N][Hp][Wp][Cp] float32 (zero-padded, channel-last,
+ * Cp >= C a multiple of 16) into out [C, T] float64 (T = taps (taps + 1) / 2, overwritten).
+ * geometry: N C Hp Wp Cp kh kw sh sw dh dw out_h out_w top h (the input's rows in xp: top ..
+ * top + h - 1; every other row zero). Returns 0, or -1 when the kernel has
+ * more than LB_MOMENT_TAPS taps or Cp is not a multiple of 16. */
+LB_API int lb_dw_moments(const lb_ctx *ctx, const float *xp, const int64_t *geometry,
+                         double *out) {
+    return lb_dw_moments_into(ctx, xp, geometry, out, NULL);
+}
+
+/* lb_dw_moments with each total rounded to float32 (exact when the positions are one block:
+ * the total is then one float32 sum), into out [C, T] float32. */
+LB_API int lb_dw_moments_f32(const lb_ctx *ctx, const float *xp, const int64_t *geometry,
+                             float *out) {
+    return lb_dw_moments_into(ctx, xp, geometry, NULL, out);
 }
 
 /* ---- observers ----------------------------------------------------------------------------- */
