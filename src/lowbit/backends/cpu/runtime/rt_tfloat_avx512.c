@@ -54,24 +54,21 @@ LB_V512 __m512 lb_exp_v(__m512 x) {
     return _mm512_mask_blend_ps(nan, y, x);
 }
 
-/* lb_exp_v for lanes x <= 0 or -inf, never NaN (x - max of a row whose max is finite): the
- * NaN and overflow blends and the exponent clamp change no such lane (k >= -151 there), so
- * they are left out; every other step is lb_exp_v's. */
+/* lb_exp_v for lanes x <= 0 or -inf, never NaN (x - max of a row whose max is finite), in
+ * fewer operations with the same result: the NaN and overflow blends and the exponent clamp
+ * change no such lane (k >= -151 there), so they are left out; the two adds of 0 are left
+ * out (they change only a -0, and r is +0 either way); and p 2**(k >> 1) 2**(k - (k >> 1))
+ * is vscalefps(p, k): both are p 2**k rounded once (the first product is exact), which is
+ * the reference's ldexp(p, k). */
 LB_V512 __m512 lb_exp_nonpos_v(__m512 x) {
     const __m512 lo = _mm512_set1_ps(LB_EXP_MIN);
     const __mmask16 under = _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ);
     const __m512 hi = _mm512_max_ps(x, lo);
-    const __m512 zero = _mm512_setzero_ps();
-    __m512 k = _mm512_roundscale_ps(_mm512_mul_ps(_mm512_add_ps(hi, zero),
-                                                  _mm512_set1_ps(LB_LOG2E)), LB_RNE);
+    const __m512 k = _mm512_roundscale_ps(_mm512_mul_ps(hi, _mm512_set1_ps(LB_LOG2E)), LB_RNE);
     __m512 r = _mm512_sub_ps(hi, _mm512_mul_ps(k, _mm512_set1_ps(LB_LN2_HI)));
-    r = _mm512_add_ps(r, zero);
     r = _mm512_sub_ps(r, _mm512_mul_ps(k, _mm512_set1_ps(LB_LN2_LO)));
-    __m512 p = lb_horner_v(r, lb_exp_c, 7);
-    __m512i ki = _mm512_cvtps_epi32(k);
-    __m512i k1 = _mm512_srai_epi32(ki, 1);
-    __m512 y = _mm512_mul_ps(_mm512_mul_ps(p, lb_pow2_v(k1)), lb_pow2_v(_mm512_sub_epi32(ki, k1)));
-    return _mm512_maskz_mov_ps((__mmask16)~under, y);
+    const __m512 p = lb_horner_v(r, lb_exp_c, 7);
+    return _mm512_maskz_scalef_ps((__mmask16)~under, p, k);
 }
 
 /* elementary.gauss_tail on 16 lanes: the interval's coefficients picked from the 32-entry
