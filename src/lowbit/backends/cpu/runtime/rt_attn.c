@@ -283,6 +283,17 @@ static void lb_attn_block(void *arg, int64_t task, int worker) {
         const int64_t ms3 = p->mask_s[3];
         for (int64_t r = 0; r < R; r++) {
             float *restrict row = scores + r * S;
+            if (p->mask && ms3 == 1) { /* the same two operations in one pass */
+                const float *restrict m = p->mask + b * p->mask_s[0] + h * p->mask_s[1] +
+                                          (r0 + r) * p->mask_s[2];
+                if (scale_op == 1)
+                    for (int64_t c = 0; c < S; c++) row[c] = row[c] * sc + m[c];
+                else if (scale_op == 2)
+                    for (int64_t c = 0; c < S; c++) row[c] = row[c] / sc + m[c];
+                else
+                    for (int64_t c = 0; c < S; c++) row[c] = row[c] + m[c];
+                continue;
+            }
             if (scale_op == 1)
                 for (int64_t c = 0; c < S; c++) row[c] = row[c] * sc;
             else if (scale_op == 2)
