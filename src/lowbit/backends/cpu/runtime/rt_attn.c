@@ -4,7 +4,9 @@
  * block of queries), all heads in turn: scores of the block by the dynamic-product tiles,
  * scale and mask, softmax, P quantized per row and group, P.V by the tiles into the output
  * rows; then the row chain on those rows. The steps call the same per-ISA kernels as the
- * separate ops, in the same order, so results keep the reference's bits. */
+ * separate ops, in the same order, so results keep the reference's bits. When the batch
+ * elements spread evenly over the threads, one task per batch element runs both phases
+ * instead, its heads' K, V and Q in per-worker slots that stay in cache. */
 #include "rt_tf_internal.h"
 
 #define LB_ATTN_ROWS 32 /* queries per phase-2 task */
@@ -117,7 +119,15 @@ typedef struct lb_attn_job {
     /* temporaries per worker rather than per task (they stay in the worker's cache), when
      * the scratch holds one set per worker */
     int temp_per_worker, block_per_worker;
+    /* 1: one task per batch element (both phases), its heads' K, V and Q in the worker's
+     * slots (worker * heads + h), so they stay in the worker's cache between the phases */
+    int per_batch;
 } lb_attn_job;
+
+/* the scratch slot of head h of batch element b */
+static inline int64_t lb_attn_slot(const lb_attn_job *j, int64_t b, int64_t h, int worker) {
+    return (j->per_batch ? (int64_t)worker : b) * j->p->heads + h;
+}
 
 /* Phase 1: task = (b, h). */
 static void lb_attn_prepare(void *arg, int64_t bh, int worker) {
@@ -125,9 +135,10 @@ static void lb_attn_prepare(void *arg, int64_t bh, int worker) {
     const lb_attn *p = j->p;
     const lb_attn_layout *l = &j->l;
     const int64_t b = bh / p->heads, h = bh % p->heads, S = p->S, D = p->D;
-    uint8_t *base = j->scratch + bh * l->per_head;
+    const int64_t slot = lb_attn_slot(j, b, h, worker);
+    uint8_t *base = j->scratch + slot * l->per_head;
     uint8_t *data = base + 128;
-    lb_attn_head hd = lb_attn_head_at(p, l, j->scratch, bh);
+    lb_attn_head hd = lb_attn_head_at(p, l, j->scratch, slot);
     /* temporary codes and parameters of K and V: this head's part of the scratch */
     uint8_t *codes = j->scratch + p->batch * p->heads * l->per_head +
                      (j->temp_per_worker ? (int64_t)worker : bh) * l->per_temp;
@@ -262,7 +273,7 @@ static void lb_attn_block(void *arg, int64_t task, int worker) {
     uint8_t *pzero = (uint8_t *)pscale + l->pscale;
     int32_t *azc = (int32_t *)(pzero + l->pzero);
     for (int64_t h = 0; h < p->heads; h++) {
-        lb_attn_head hd = lb_attn_head_at(p, l, j->scratch, b * p->heads + h);
+        lb_attn_head hd = lb_attn_head_at(p, l, j->scratch, lb_attn_slot(j, b, h, worker));
         lb_attn_product(j->isa, R, S, D, p->group, hd.qcodes + r0 * D, D,
                         hd.qscale + r0 * l->gd, hd.qzero + r0 * l->gd, azc, &hd.kb, scores, S);
         /* the parameters in locals (a float store could alias p->scale as far as the
@@ -272,6 +283,17 @@ static void lb_attn_block(void *arg, int64_t task, int worker) {
         const int64_t ms3 = p->mask_s[3];
         for (int64_t r = 0; r < R; r++) {
             float *restrict row = scores + r * S;
+            if (p->mask && ms3 == 1) { /* the same two operations in one pass */
+                const float *restrict m = p->mask + b * p->mask_s[0] + h * p->mask_s[1] +
+                                          (r0 + r) * p->mask_s[2];
+                if (scale_op == 1)
+                    for (int64_t c = 0; c < S; c++) row[c] = row[c] * sc + m[c];
+                else if (scale_op == 2)
+                    for (int64_t c = 0; c < S; c++) row[c] = row[c] / sc + m[c];
+                else
+                    for (int64_t c = 0; c < S; c++) row[c] = row[c] + m[c];
+                continue;
+            }
             if (scale_op == 1)
                 for (int64_t c = 0; c < S; c++) row[c] = row[c] * sc;
             else if (scale_op == 2)
@@ -311,6 +333,13 @@ static void lb_attn_block(void *arg, int64_t task, int worker) {
     }
 }
 
+/* Both phases of batch element b on one worker. */
+static void lb_attn_batch(void *arg, int64_t b, int worker) {
+    const lb_attn_job *j = (const lb_attn_job *)arg;
+    for (int64_t h = 0; h < j->p->heads; h++) lb_attn_prepare(arg, b * j->p->heads + h, worker);
+    for (int64_t t = 0; t < j->blocks; t++) lb_attn_block(arg, b * j->blocks + t, worker);
+}
+
 void lb_attention_run(const lb_ctx *ctx, const lb_attn *p, uint8_t *scratch) {
     if (p->batch <= 0 || p->S <= 0) return;
     lb_attn_job j;
@@ -321,6 +350,14 @@ void lb_attention_run(const lb_ctx *ctx, const lb_attn *p, uint8_t *scratch) {
     j.blocks = lb_ceil(p->S, LB_ATTN_ROWS);
     j.temp_per_worker = ctx->threads <= p->batch * p->heads;
     j.block_per_worker = ctx->threads <= p->batch * j.blocks;
+    /* batch elements spread evenly over the threads: no task needs another's phase 1 */
+    j.per_batch = p->batch > 1 && ctx->threads <= p->batch &&
+                  (p->batch % ctx->threads == 0 || p->batch >= 8 * (int64_t)ctx->threads);
+    if (j.per_batch) {
+        j.temp_per_worker = j.block_per_worker = 1;
+        lb_parallel_for(ctx, p->batch, lb_attn_batch, &j);
+        return;
+    }
     lb_parallel_for(ctx, p->batch * p->heads, lb_attn_prepare, &j);
     lb_parallel_for(ctx, p->batch * j.blocks, lb_attn_block, &j);
 }

@@ -54,24 +54,37 @@ LB_V512 __m512 lb_exp_v(__m512 x) {
     return _mm512_mask_blend_ps(nan, y, x);
 }
 
-/* lb_exp_v for lanes x <= 0 or -inf, never NaN (x - max of a row whose max is finite): the
- * NaN and overflow blends and the exponent clamp change no such lane (k >= -151 there), so
- * they are left out; every other step is lb_exp_v's. */
-LB_V512 __m512 lb_exp_nonpos_v(__m512 x) {
+/* lb_exp_v for lanes x <= 0 or -inf, never NaN (x - max of a row whose max is finite), in
+ * fewer operations with the same result: the NaN and overflow blends and the exponent clamp
+ * change no such lane (k >= -151 there), so they are left out; the two adds of 0 are left
+ * out (they change only a -0, and r is +0 either way); and p 2**(k >> 1) 2**(k - (k >> 1))
+ * is vscalefps(p, k): both are p 2**k rounded once (the first product is exact), which is
+ * the reference's ldexp(p, k). lb_exp_nonpos_xn: n <= 4 vectors at once, step by step (each
+ * step's n operations are independent, so one vector's long dependent chain does not fill
+ * the scheduler). */
+LB_V512 void lb_exp_nonpos_xn(const __m512 *x, __m512 *y, const int n) {
     const __m512 lo = _mm512_set1_ps(LB_EXP_MIN);
-    const __mmask16 under = _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ);
-    const __m512 hi = _mm512_max_ps(x, lo);
-    const __m512 zero = _mm512_setzero_ps();
-    __m512 k = _mm512_roundscale_ps(_mm512_mul_ps(_mm512_add_ps(hi, zero),
-                                                  _mm512_set1_ps(LB_LOG2E)), LB_RNE);
-    __m512 r = _mm512_sub_ps(hi, _mm512_mul_ps(k, _mm512_set1_ps(LB_LN2_HI)));
-    r = _mm512_add_ps(r, zero);
-    r = _mm512_sub_ps(r, _mm512_mul_ps(k, _mm512_set1_ps(LB_LN2_LO)));
-    __m512 p = lb_horner_v(r, lb_exp_c, 7);
-    __m512i ki = _mm512_cvtps_epi32(k);
-    __m512i k1 = _mm512_srai_epi32(ki, 1);
-    __m512 y = _mm512_mul_ps(_mm512_mul_ps(p, lb_pow2_v(k1)), lb_pow2_v(_mm512_sub_epi32(ki, k1)));
-    return _mm512_maskz_mov_ps((__mmask16)~under, y);
+    __mmask16 keep[4];
+    __m512 hi[4], k[4], r[4], p[4];
+    for (int j = 0; j < n; j++) keep[j] = _mm512_cmp_ps_mask(x[j], lo, _CMP_NLT_UQ);
+    for (int j = 0; j < n; j++) hi[j] = _mm512_max_ps(x[j], lo);
+    for (int j = 0; j < n; j++) k[j] = _mm512_mul_ps(hi[j], _mm512_set1_ps(LB_LOG2E));
+    for (int j = 0; j < n; j++) k[j] = _mm512_roundscale_ps(k[j], LB_RNE);
+    for (int j = 0; j < n; j++)
+        r[j] = _mm512_sub_ps(hi[j], _mm512_mul_ps(k[j], _mm512_set1_ps(LB_LN2_HI)));
+    for (int j = 0; j < n; j++)
+        r[j] = _mm512_sub_ps(r[j], _mm512_mul_ps(k[j], _mm512_set1_ps(LB_LN2_LO)));
+    for (int j = 0; j < n; j++) p[j] = _mm512_set1_ps(lb_exp_c[6]);
+    for (int i = 5; i >= 0; i--)
+        for (int j = 0; j < n; j++)
+            p[j] = _mm512_add_ps(_mm512_mul_ps(p[j], r[j]), _mm512_set1_ps(lb_exp_c[i]));
+    for (int j = 0; j < n; j++) y[j] = _mm512_maskz_scalef_ps(keep[j], p[j], k[j]);
+}
+
+LB_V512 __m512 lb_exp_nonpos_v(__m512 x) {
+    __m512 y;
+    lb_exp_nonpos_xn(&x, &y, 1);
+    return y;
 }
 
 /* elementary.gauss_tail on 16 lanes: the interval's coefficients picked from the 32-entry
@@ -166,6 +179,16 @@ LB_TARGET_AVX512 void lb_softmax_rows_avx512(int64_t r0, int64_t r1, int64_t n, 
         __m512 acc = _mm512_setzero_ps();
         if (m - m == 0.0f) { /* finite max: lb_exp_v's steps that can change a lane */
             int64_t i = 0;
+            for (; i + 64 <= n; i += 64) { /* four vectors in step, summed in order */
+                __m512 d[4], e[4];
+                for (int j = 0; j < 4; j++)
+                    d[j] = _mm512_sub_ps(_mm512_loadu_ps(xr + i + 16 * j), vm);
+                lb_exp_nonpos_xn(d, e, 4);
+                for (int j = 0; j < 4; j++) {
+                    _mm512_storeu_ps(yr + i + 16 * j, e[j]);
+                    acc = _mm512_add_ps(acc, e[j]);
+                }
+            }
             for (; i + 16 <= n; i += 16) {
                 const __m512 e = lb_exp_nonpos_v(_mm512_sub_ps(_mm512_loadu_ps(xr + i), vm));
                 _mm512_storeu_ps(yr + i, e);
