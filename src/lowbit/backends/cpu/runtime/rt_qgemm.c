@@ -173,6 +173,7 @@ static void lb_rowsum_task(void *arg, int64_t m, int worker) {
  * would fall below about 64k multiply-adds. Tasks are claimed in turn by whichever thread is
  * free, so many equal tasks balance the threads. */
 #define LB_MIN_TASK_MACS 65536
+#define LB_AMX_MIN_K 64
 
 /* v rounded up to a multiple of the kernel's rows per tile. */
 static int64_t lb_round_rows(int64_t v, int64_t unit) { return (v + unit - 1) / unit * unit; }
@@ -197,8 +198,11 @@ void lb_qgemm(const lb_ctx *ctx, int64_t M, int64_t N, int64_t K, const uint8_t 
     j.tile.ldc = ldc;
     j.tile.row_sums = row_sums;
     j.isa = ctx->isa;
-    j.amx = ctx->amx;
-    const int64_t unit = ctx->amx ? 16 : 6; /* rows of the kernel's tiles */
+    /* AMX when K has at least one whole step of 64: below that the tiles' stores and the
+     * epilogue from memory cost more than the products save (EfficientNet-Lite0's convs of
+     * K 16-32 ran 1.2-1.5x slower on AMX, those of K 112-1152 1.3-2x faster) */
+    j.amx = ctx->amx && K >= LB_AMX_MIN_K;
+    const int64_t unit = j.amx ? 16 : 6; /* rows of the kernel's tiles */
     int64_t nblocks = (N + 15) / 16, kk = LB_MAX(K, 1);
     int64_t mtasks = (M + 95) / 96;
     int64_t rows = LB_MIN(M, lb_round_rows((M + mtasks - 1) / mtasks, unit));

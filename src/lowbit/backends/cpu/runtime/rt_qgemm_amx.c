@@ -6,8 +6,10 @@
  * bytes holding 16 columns x 4 consecutive K bytes; 16 such rows are one K step. A (row-major
  * uint8, stride lda) is copied, up to 96 rows at a time, into an aligned buffer of rows of
  * K rounded up to 64 bytes, zero-padded (tile loads of rows straddling cache lines ran about
- * 1.7x slower); the last B rows of each column block (K % 64) into a zero-padded tile as
- * well. The zeros add 0 to the sums, and no tile load reads past a buffer.
+ * 1.7x slower). The last K step of a column block reads its 16 B rows straight from the
+ * packed B (rows past its k4 are the next blocks': they meet the zeros of A's padding and add
+ * 0), except in the last blocks, where 16 rows would reach past the packed B: those come from
+ * zero-padded copies, so that no tile load reads past a buffer.
  * The tiles are stored into the accumulator layout of the AVX-512 kernel and the AVX-512
  * epilogue (lb_gemm_epilogue_avx512) runs on them, 6 rows at a time: every fused epilogue is the
  * same code as the vnni path's, so the results are bit-identical to it. Rows past the last
@@ -36,11 +38,11 @@ typedef struct lb_tilecfg {
 /* Tiles 0..3 accumulate C (tile 2 * i + j: rows 16 i.., column block j), 4 and 5 hold A, 6 and
  * 7 hold B. MT row tiles x NT column blocks (1 or 2 each, constants after inlining). `a`: the
  * tile's first row in the copy of A (rows of `lda` bytes, K rounded up to 64, zero-padded);
- * `btail`: the two column blocks' last K % 64 B rows, zero-padded, 1024 bytes each. Stores C
- * to acc (LB_ACC_LD int32 a row). */
+ * `last`: the 16 B rows of each column block's last K step when K % 64 != 0. Stores C to acc
+ * (LB_ACC_LD int32 a row). */
 LB_TARGET_AMX static inline __attribute__((always_inline)) void lb_amx_tile(
     const lb_gemm_tile *t, const uint8_t *a, int64_t lda, int64_t nb, const int MT,
-    const int NT, const int8_t *btail, int32_t *acc) {
+    const int NT, const int8_t *const last[2], int32_t *acc) {
     const int64_t k4 = t->B->k4, steps = t->K / 64;
     const uint8_t *a0 = a, *a1 = a + 16 * lda;
     const int8_t *b0 = t->B->data + nb * k4 * 64, *b1 = b0 + k4 * 64;
@@ -52,8 +54,8 @@ LB_TARGET_AMX static inline __attribute__((always_inline)) void lb_amx_tile(
         const int8_t *p0 = b0 + s * 1024, *p1 = b1 + s * 1024;
         if (s == steps) { /* the last K % 64 bytes */
             if (t->K % 64 == 0) break;
-            p0 = btail;
-            p1 = btail + 1024;
+            p0 = last[0];
+            p1 = last[1];
         }
         _tile_loadd(6, p0, 64);
         _tile_loadd(4, a0 + s * 64, lda);
@@ -75,12 +77,12 @@ LB_TARGET_AMX static inline __attribute__((always_inline)) void lb_amx_tile(
 }
 
 typedef void (*lb_amx_fn)(const lb_gemm_tile *, const uint8_t *, int64_t, int64_t,
-                          const int8_t *, int32_t *);
+                          const int8_t *const *, int32_t *);
 #define LB_AMX_FN(MT, NT)                                                                    \
     LB_TARGET_AMX __attribute__((noinline)) static void lb_amx_##MT##_##NT(                 \
         const lb_gemm_tile *t, const uint8_t *a, int64_t lda, int64_t nb,                    \
-        const int8_t *btail, int32_t *acc) {                                                 \
-        lb_amx_tile(t, a, lda, nb, MT, NT, btail, acc);                                      \
+        const int8_t *const *last, int32_t *acc) {                                           \
+        lb_amx_tile(t, a, lda, nb, MT, NT, last, acc);                                       \
     }
 LB_AMX_FN(1, 1)
 LB_AMX_FN(1, 2)
@@ -88,11 +90,33 @@ LB_AMX_FN(2, 1)
 LB_AMX_FN(2, 2)
 static const lb_amx_fn lb_amx_fns[2][2] = {{lb_amx_1_1, lb_amx_1_2}, {lb_amx_2_1, lb_amx_2_2}};
 
+/* Row m of A into `dst`, zero-padded to kpad bytes (a multiple of 64; dst aligned). */
+LB_TARGET_AMX static inline void lb_amx_copy_row(uint8_t *dst, const uint8_t *src, int64_t K,
+                                                 int64_t kpad) {
+    int64_t k = 0;
+    for (; k + 64 <= K; k += 64) _mm512_store_si512(dst + k, _mm512_loadu_si512(src + k));
+    if (k < kpad) { /* the masked load reads only the bytes inside the row */
+        const __mmask64 inside = ~0ULL >> (64 - (K - k));
+        _mm512_store_si512(dst + k, _mm512_maskz_loadu_epi8(inside, src + k));
+    }
+}
+
+/* The 16 B rows of a column block's last K step, from byte `at` of the packed B: there, or
+ * when 16 rows would reach past the packed B (brows_all rows), its `brows` rows copied into
+ * the zero-padded `buf`. */
+static const int8_t *lb_amx_last_rows(const lb_gemm_tile *t, int64_t at, int64_t brows,
+                                      int64_t brows_all, int8_t *buf) {
+    if (at / 64 + 16 <= brows_all) return t->B->data + at;
+    memset(buf, 0, 1024);
+    memcpy(buf, t->B->data + at, (size_t)(brows * 64));
+    return buf;
+}
+
 /* Rows [m0, m1) x column blocks [nb0, nb1) with `abuf` holding up to `chunk` rows of A. */
 LB_TARGET_AMX static void lb_amx_rows(const lb_gemm_tile *t, int64_t m0, int64_t m1,
                                       int64_t nb0, int64_t nb1, uint8_t *abuf, int64_t chunk) {
     __attribute__((aligned(64))) int32_t acc[32 * LB_ACC_LD];
-    __attribute__((aligned(64))) int8_t btail[2 * 1024];
+    __attribute__((aligned(64))) int8_t btail[2][1024];
     lb_tilecfg cfg;
     memset(&cfg, 0, sizeof(cfg));
     cfg.palette = 1;
@@ -103,23 +127,24 @@ LB_TARGET_AMX static void lb_amx_rows(const lb_gemm_tile *t, int64_t m0, int64_t
     _tile_loadconfig(&cfg);
     const int64_t K = t->K, kpad = (K + 63) / 64 * 64, k4 = t->B->k4, kdone = K / 64 * 64;
     const int64_t brows = k4 - kdone / 4; /* rows of B in the last step (< 16) */
+    const int64_t brows_all = (t->N + 15) / 16 * k4; /* rows of the packed B */
     for (int64_t mc = m0; mc < m1; mc += chunk) {
         const int64_t mc1 = LB_MIN(m1, mc + chunk);
-        for (int64_t m = mc; m < mc1; m++) {
-            memcpy(abuf + (m - mc) * kpad, t->A + m * t->lda, (size_t)K);
-            memset(abuf + (m - mc) * kpad + K, 0, (size_t)(kpad - K));
-        }
+        for (int64_t m = mc; m < mc1; m++)
+            lb_amx_copy_row(abuf + (m - mc) * kpad, t->A + m * t->lda, K, kpad);
         for (int64_t nb = nb0; nb < nb1; nb += 2) {
             const int nt = (int)LB_MIN(2, nb1 - nb);
+            const int8_t *last[2] = {btail[0], btail[1]};
             if (brows) {
-                memset(btail, 0, sizeof(btail));
-                for (int j = 0; j < nt; j++)
-                    memcpy(btail + j * 1024, t->B->data + ((nb + j) * k4 + kdone / 4) * 64,
-                           (size_t)(brows * 64));
+                last[0] = lb_amx_last_rows(t, (nb * k4 + kdone / 4) * 64, brows, brows_all,
+                                           btail[0]);
+                if (nt > 1)
+                    last[1] = lb_amx_last_rows(t, ((nb + 1) * k4 + kdone / 4) * 64, brows,
+                                               brows_all, btail[1]);
             }
             for (int64_t m = mc; m < mc1; m += 32) {
                 const int mt = (int)LB_MIN(2, (mc1 - m) / 16), rows = mt * 16;
-                lb_amx_fns[mt - 1][nt - 1](t, abuf + (m - mc) * kpad, kpad, nb, btail, acc);
+                lb_amx_fns[mt - 1][nt - 1](t, abuf + (m - mc) * kpad, kpad, nb, last, acc);
                 for (int r = 0; r < rows; r += 6)
                     lb_gemm_epilogue_avx512(t, m + r, nb, LB_MIN(6, rows - r), nt,
                                             acc + r * LB_ACC_LD);
