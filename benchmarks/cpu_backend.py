@@ -175,8 +175,8 @@ def model_row(name: str, threads: int, repeats: int, tmp: Path) -> str:
 
 def aligned64(a: np.ndarray) -> np.ndarray:
     """A copy of `a` at a 64-byte aligned address, where compiled programs place their packed
-    weights (program.py lays constants out at multiples of 64; AMX tile loads of rows that
-    straddle cache lines ran about 1.7x slower)."""
+    weights (program.py lays constants out at multiples of 64; AMX tile loads of B rows that
+    straddle cache lines made the 128x768x768 product about 1.2x slower)."""
     buf = np.empty(a.nbytes + 64, np.uint8)
     start = -buf.ctypes.data % 64
     out = buf[start:start + a.nbytes].view(a.dtype).reshape(a.shape)

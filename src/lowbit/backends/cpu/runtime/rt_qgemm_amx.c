@@ -4,18 +4,21 @@
  *
  * The packed B (lb_pack_b) is already AMX's B tile layout: per block of 16 columns, rows of 64
  * bytes holding 16 columns x 4 consecutive K bytes; 16 such rows are one K step. A (row-major
- * uint8, stride lda) is copied, up to 96 rows at a time, into an aligned buffer of rows of
- * K rounded up to 64 bytes, zero-padded (tile loads of rows straddling cache lines ran about
- * 1.7x slower). The last K step of a column block reads its 16 B rows straight from the
- * packed B (rows past its k4 are the next blocks': they meet the zeros of A's padding and add
- * 0), except in the last blocks, where 16 rows would reach past the packed B: those come from
- * zero-padded copies, so that no tile load reads past a buffer.
+ * uint8, stride lda) is copied, up to 96 rows at a time, into an aligned buffer of rows of K
+ * rounded up to 64 bytes, zero-padded (with A's rows and the packed B both off 64-byte
+ * alignment, tile loads straddle cache lines: a 128x768x768 product ran 1.9x slower). The last
+ * K step of a column block reads its 16 B rows straight from the packed B (rows past its k4 are
+ * the next blocks': they meet the zeros of A's padding and add 0), except in the last blocks,
+ * where 16 rows would reach past the packed B: those come from zero-padded copies, so that no
+ * tile load reads past a buffer.
+ *
  * The tiles are stored into the accumulator layout of the AVX-512 kernel and the AVX-512
  * epilogue (lb_gemm_epilogue_avx512) runs on them, 6 rows at a time: every fused epilogue is the
  * same code as the vnni path's, so the results are bit-identical to it. Rows past the last
  * multiple of 16 of a task go to the AVX-512 kernel; columns past N are computed from the zero
  * columns of the packed B and never stored. Each call configures the tiles (ldtilecfg) and
- * releases them at its end, so the tile state is per thread and per task. */
+ * releases them at its end, so the tile state is per thread and per task. lb_qgemm takes this
+ * kernel for K >= 64 only (see there). */
 #include <stdlib.h>
 
 #include "rt_internal.h"
