@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from cpu_graphs import conv_case, graph_of_cases
-from cpu_kernels import ISAS
+from cpu_kernels import PRODUCT_ISAS
 
 import lowbit
 from lowbit.backends import cpu
@@ -18,7 +18,7 @@ from lowbit.backends import cpu
 def test_random_convolutions_on_every_isa(seed):
     g, feeds = graph_of_cases(seed, 30, conv_case)
     ref = lowbit.run(g, feeds)
-    for isa in ISAS:
+    for isa in PRODUCT_ISAS:
         got = cpu.compile(g, isa=isa, threads=2)(feeds)
         for name, want in ref.items():
             np.testing.assert_array_equal(got[name], want, err_msg=f"{name} on {isa}")

@@ -1,12 +1,12 @@
 """The int8 product of the cpu backend's C library against numpy, on every ISA path this CPU
-has (scalar, AVX2, AVX-512 VNNI): random shapes (tile edges in M, N and K), zero points,
+has (scalar, AVX2, AVX-512 VNNI, AMX-INT8): random shapes (tile edges in M, N and K), zero points,
 multipliers and both requantization encodings must give the reference's integers exactly."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
-from cpu_kernels import ISAS, qgemm, reference_product, reference_requant
+from cpu_kernels import PRODUCT_ISAS, qgemm, reference_product, reference_requant
 
 from lowbit.backends.cpu import library as L
 from lowbit.backends.cpu import packing
@@ -31,7 +31,7 @@ def _case(rng, m, n, k, *, unsigned_w=False, per_channel=True, method="q31", out
     return a, za, w, zw, bias, params
 
 
-@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("isa", PRODUCT_ISAS)
 @pytest.mark.parametrize("method", ["q31", "prescale"])
 def test_qgemm_matches_numpy_on_random_shapes(isa, method):
     ctx = L.Context(1, isa)
@@ -50,7 +50,7 @@ def test_qgemm_matches_numpy_on_random_shapes(isa, method):
         np.testing.assert_array_equal(got, want, err_msg=f"{isa} trial {trial} {m}x{n}x{k}")
 
 
-@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("isa", PRODUCT_ISAS)
 def test_qgemm_int16_output_raw_and_float(isa):
     ctx = L.Context(1, isa)
     for _ in range(20):
@@ -71,7 +71,7 @@ def test_qgemm_int16_output_raw_and_float(isa):
         np.testing.assert_array_equal(fl, want_f)
 
 
-@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("isa", PRODUCT_ISAS)
 def test_qgemm_saturated_inputs_do_not_saturate_the_products(isa):
     """255 x -128 and 255 x 127 over a long reduction: `vpmaddubsw` would saturate here."""
     ctx = L.Context(1, isa)
@@ -83,7 +83,7 @@ def test_qgemm_saturated_inputs_do_not_saturate_the_products(isa):
     np.testing.assert_array_equal(raw, reference_product(a, 0, w, 0, None))
 
 
-@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("isa", PRODUCT_ISAS)
 def test_qgemm_threads_split_work_without_changing_results(isa):
     ctx1, ctx2 = L.Context(1, isa), L.Context(2, isa)
     for _ in range(5):
@@ -94,7 +94,7 @@ def test_qgemm_threads_split_work_without_changing_results(isa):
                                       qgemm(ctx2, a, za, w, zw, bias, rq, L.U8))
 
 
-@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("isa", PRODUCT_ISAS)
 def test_qgemm_requantization_edges(isa):
     """Tiny and huge multipliers, accumulators at the int32 limits, both encodings."""
     ctx = L.Context(1, isa)
@@ -177,7 +177,7 @@ def test_bounded_requantization_equals_prescale_around_every_edge():
     assert used["plain"] > 100 and used["shifted"] > 100, used
 
 
-@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("isa", PRODUCT_ISAS)
 def test_qgemm_bounded_epilogue_matches_numpy(isa):
     """The epilogue's bounded form (read by the VNNI kernel; the others ignore it) gives the
     reference's codes: random shapes, pre-shifts, narrowed output ranges."""
@@ -197,7 +197,7 @@ def test_qgemm_bounded_epilogue_matches_numpy(isa):
         np.testing.assert_array_equal(got, want, err_msg=f"{isa} trial {trial} {m}x{n}x{k}")
 
 
-@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("isa", PRODUCT_ISAS)
 @pytest.mark.parametrize("bounded", [False, True])
 def test_qgemm_last_column_block_of_at_most_8_columns(isa, bounded):
     """A last block of 1-8 columns (the VNNI kernel computes it 256 bits wide) and of 9-16
@@ -217,3 +217,56 @@ def test_qgemm_last_column_block_of_at_most_8_columns(isa, bounded):
             want = reference_requant(reference_product(a, za, w, zw, bias), params, zp, 0, 255,
                                      (0, 255))
             np.testing.assert_array_equal(got, want, err_msg=f"{isa} {m}x{n}x{k}")
+
+
+@pytest.mark.parametrize("isa", PRODUCT_ISAS)
+def test_qgemm_tile_edges_of_16_rows_and_64_bytes(isa):
+    """Shapes around the AMX kernel's tiles (16 rows, 16 columns, K steps of 64 bytes; 2 x 2
+    tiles; copies of A of up to 96 rows, on the stack or, for long rows, the heap; the rows
+    past a multiple of 16 on the VNNI kernel), every output kind and zero points on both
+    sides, against numpy on every path."""
+    ctx = L.Context(1, isa)
+    rng = np.random.default_rng(64)
+    shapes = [(m, n, k) for m in (16, 17, 31, 32, 33, 48, 97) for n, k in
+              ((1, 1), (15, 3), (16, 64), (17, 65), (33, 60), (40, 127), (70, 200))]
+    shapes += [(96, 33, 1000), (100, 20, 1600), (64, 17, 3100), (130, 48, 768)]
+    for trial, (m, n, k) in enumerate(shapes):
+        a, za, w, zw, bias, params = _case(rng, m, n, k, unsigned_w=trial % 2 == 1,
+                                            method=("q31", "prescale")[trial % 2])
+        acc = reference_product(a, za, w, zw, bias)
+        kind = trial % 4
+        if kind == 0:
+            got, want = qgemm(ctx, a, za, w, zw, bias, packing.requant_arrays(
+                params, 0, 0, 255, n), L.I32), acc
+        elif kind == 1:
+            rq = packing.requant_arrays(params, 9, 0, 255, n)
+            got = qgemm(ctx, a, za, w, zw, bias, rq, L.U8)
+            want = reference_requant(acc, params, 9, 0, 255, (0, 255))
+        elif kind == 2:
+            scale = rng.uniform(1e-5, 1e-2, n)
+            got = qgemm(ctx, a, za, w, zw, bias, packing.dequant_arrays(scale, n, -np.inf,
+                                                                         np.inf), L.F32)
+            want = (acc.astype(np.float64) * scale).astype(np.float32)
+        else:
+            params = fixed_point.encode(2.0 ** rng.uniform(-24, -4, n), "prescale",
+                                        output_bits=8)
+            w = rng.integers(-128, 128, (n, k)).astype(np.int8)
+            zw = np.zeros(n, np.int64)
+            acc = reference_product(a, za, w, zw, bias)
+            rq = packing.requant_arrays(params, 40, 3, 250, n)
+            got = qgemm(ctx, a, za, w, zw, bias, rq, L.U8, bounded=True)
+            want = reference_requant(acc, params, 40, 0, 255, (3, 250))
+        np.testing.assert_array_equal(got, want, err_msg=f"{isa} {m}x{n}x{k} kind {kind}")
+
+
+@pytest.mark.parametrize("isa", PRODUCT_ISAS)
+def test_qgemm_extreme_codes_over_long_rows_wrap_like_int32(isa):
+    """255 x -128 over K = 3000 in every lane of full 16 x 16 tiles (-97.9 million, exact in
+    int32) and 255 x 127, with a K step of 64 cut short: no lane saturates."""
+    ctx = L.Context(1, isa)
+    k = 3000
+    a = np.full((40, k), 255, np.uint8)
+    w = np.stack([np.full(k, -128, np.int8), np.full(k, 127, np.int8)] * 17)
+    rq = packing.requant_arrays(fixed_point.encode(1.0, "q31"), 0, -(2**31), 2**31 - 1, 34)
+    raw = qgemm(ctx, a, 0, w, 0, None, rq, L.I32)
+    np.testing.assert_array_equal(raw, reference_product(a, 0, w, 0, None))

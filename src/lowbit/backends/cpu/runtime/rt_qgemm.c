@@ -107,7 +107,7 @@ void lb_gemm_block_scalar(const lb_gemm_tile *t, int64_t m0, int64_t m1, int64_t
 
 typedef struct lb_gemm_job {
     lb_gemm_tile tile;
-    int isa;
+    int isa, amx;
     int64_t rows_per_task, blocks_per_task, mtasks;
 } lb_gemm_job;
 
@@ -119,6 +119,12 @@ static void lb_gemm_task(void *arg, int64_t task, int worker) {
     int64_t nblocks = (j->tile.N + 15) / 16;
     int64_t nb0 = ni * j->blocks_per_task, nb1 = LB_MIN(nblocks, nb0 + j->blocks_per_task);
     if (m0 >= m1 || nb0 >= nb1) return;
+#if LB_HAVE_AMX
+    if (j->amx && j->isa == LB_ISA_AVX512VNNI) {
+        lb_gemm_block_amx(&j->tile, m0, m1, nb0, nb1);
+        return;
+    }
+#endif
     switch (j->isa) {
 #if LB_HAVE_AVX512
     case LB_ISA_AVX512VNNI:
@@ -161,14 +167,16 @@ static void lb_rowsum_task(void *arg, int64_t m, int worker) {
     j->out[m] = s;
 }
 
-/* Rows per task: at most 96 (16 tiles of 6), split evenly, so that one task's rows of A stay
- * in L2 while it walks its column panels; then columns (blocks of 16) and, when there are
- * still fewer than 4 tasks per thread, rows split further, halving each until the tasks
- * would fall below about 64k multiply-adds. Tasks are claimed in turn by whichever thread is
+/* Rows per task: at most 96 (16 tiles of 6 rows, or 6 of the AMX kernel's 16), split evenly,
+ * so that one task's rows of A stay in L2 while it walks its column panels; then columns
+ * (blocks of 16) and, when there are still fewer than 4 tasks per thread, rows split further,
+ * halving each until the tasks would fall below about 64k multiply-adds. Tasks are claimed in turn by whichever thread is
  * free, so many equal tasks balance the threads. */
 #define LB_MIN_TASK_MACS 65536
+#define LB_AMX_MIN_K 64
 
-static int64_t lb_round6(int64_t v) { return (v + 5) / 6 * 6; }
+/* v rounded up to a multiple of the kernel's rows per tile. */
+static int64_t lb_round_rows(int64_t v, int64_t unit) { return (v + unit - 1) / unit * unit; }
 
 void lb_qgemm(const lb_ctx *ctx, int64_t M, int64_t N, int64_t K, const uint8_t *A,
               int64_t lda, const lb_packed_b *B, const lb_epilogue *ep, void *C, int64_t ldc,
@@ -190,9 +198,14 @@ void lb_qgemm(const lb_ctx *ctx, int64_t M, int64_t N, int64_t K, const uint8_t 
     j.tile.ldc = ldc;
     j.tile.row_sums = row_sums;
     j.isa = ctx->isa;
+    /* AMX when K has at least one whole step of 64: below that the tiles' stores and the
+     * epilogue from memory cost more than the products save (EfficientNet-Lite0's convs of
+     * K 16-32 ran 1.2-1.5x slower on AMX, those of K 112-1152 1.3-2x faster) */
+    j.amx = ctx->amx && K >= LB_AMX_MIN_K;
+    const int64_t unit = j.amx ? 16 : 6; /* rows of the kernel's tiles */
     int64_t nblocks = (N + 15) / 16, kk = LB_MAX(K, 1);
     int64_t mtasks = (M + 95) / 96;
-    int64_t rows = LB_MIN(M, lb_round6((M + mtasks - 1) / mtasks));
+    int64_t rows = LB_MIN(M, lb_round_rows((M + mtasks - 1) / mtasks, unit));
     int64_t want = ctx->threads > 1 ? 4 * (int64_t)ctx->threads : 1, cs = 1;
     for (;;) {
         int64_t bpt = (nblocks + cs - 1) / cs, ctasks = (nblocks + bpt - 1) / bpt;
@@ -202,10 +215,10 @@ void lb_qgemm(const lb_ctx *ctx, int64_t M, int64_t N, int64_t K, const uint8_t 
             cs *= 2;
             continue;
         }
-        int64_t r2 = lb_round6((rows + 1) / 2);
+        int64_t r2 = lb_round_rows((rows + 1) / 2, unit);
         if (r2 < rows && r2 * kk * 16 * bpt >= LB_MIN_TASK_MACS) {
             mtasks = (M + r2 - 1) / r2;
-            rows = LB_MIN(M, lb_round6((M + mtasks - 1) / mtasks));
+            rows = LB_MIN(M, lb_round_rows((M + mtasks - 1) / mtasks, unit));
             continue;
         }
         break;

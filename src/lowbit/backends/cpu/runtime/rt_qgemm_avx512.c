@@ -548,6 +548,13 @@ LB_TARGET_AVX512 __attribute__((noinline)) static void lb_tile_epilogue(
     }
 }
 
+/* The epilogue of mr <= 6 rows x nv blocks of stored accumulators for other kernels (the AMX
+ * one): acc is 64-byte aligned, row r's block v at acc + (r * LB_NV + v) * 16. */
+LB_TARGET_AVX512 void lb_gemm_epilogue_avx512(const lb_gemm_tile *t, int64_t m, int64_t nb,
+                                              int mr, int nv, const int32_t *acc) {
+    lb_tile_epilogue(t, m, nb, mr, nv, (const __m512i *)acc);
+}
+
 /* The K loop of one tile of MR rows x NV blocks of 16 columns (constants after inlining);
  * stores the accumulators to out[r * LB_NV + v]. The accumulators are named variables, not an
  * array: gcc keeps named vectors in registers but copied an array of them around. */

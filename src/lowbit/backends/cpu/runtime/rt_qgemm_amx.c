@@ -1,0 +1,186 @@
+/* AMX-INT8 micro-kernel of the int8 product: up to 2 x 2 tiles of 16 rows x 16 columns of
+ * int32, each K step of 64 bytes one `tdpbusd` per tile (uint8 A x int8 B, four products summed
+ * straight into each int32 lane, wrapping like vpdpbusd: no saturation).
+ *
+ * The packed B (lb_pack_b) is already AMX's B tile layout: per block of 16 columns, rows of 64
+ * bytes holding 16 columns x 4 consecutive K bytes; 16 such rows are one K step. A (row-major
+ * uint8, stride lda) is copied, up to 96 rows at a time, into an aligned buffer of rows of K
+ * rounded up to 64 bytes, zero-padded (with A's rows and the packed B both off 64-byte
+ * alignment, tile loads straddle cache lines: a 128x768x768 product ran 1.9x slower). The last
+ * K step of a column block reads its 16 B rows straight from the packed B (rows past its k4 are
+ * the next blocks': they meet the zeros of A's padding and add 0), except in the last blocks,
+ * where 16 rows would reach past the packed B: those come from zero-padded copies, so that no
+ * tile load reads past a buffer.
+ *
+ * The tiles are stored into the accumulator layout of the AVX-512 kernel and the AVX-512
+ * epilogue (lb_gemm_epilogue_avx512) runs on them, 6 rows at a time: every fused epilogue is the
+ * same code as the vnni path's, so the results are bit-identical to it. Rows past the last
+ * multiple of 16 of a task go to the AVX-512 kernel; columns past N are computed from the zero
+ * columns of the packed B and never stored. Each call configures the tiles (ldtilecfg) and
+ * releases them at its end, so the tile state is per thread and per task. lb_qgemm takes this
+ * kernel for K >= 64 only (see there). */
+#include <stdlib.h>
+
+#include "rt_internal.h"
+
+#if LB_HAVE_AMX
+#include <immintrin.h>
+
+/* The 64-byte tile configuration of palette 1. */
+typedef struct lb_tilecfg {
+    uint8_t palette, start;
+    uint8_t reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} lb_tilecfg;
+
+#define LB_AMX_ROWS 96       /* rows of A per copy (a task has at most 96) */
+#define LB_AMX_STACK 49152   /* bytes of the stack buffer for them; larger copies on the heap */
+#define LB_ACC_LD 64         /* int32 per accumulator row: LB_NV (4) blocks of 16 columns */
+
+/* Tiles 0..3 accumulate C (tile 2 * i + j: rows 16 i.., column block j), 4 and 5 hold A, 6 and
+ * 7 hold B. MT row tiles x NT column blocks (1 or 2 each, constants after inlining). `a`: the
+ * tile's first row in the copy of A (rows of `lda` bytes, K rounded up to 64, zero-padded);
+ * `last`: the 16 B rows of each column block's last K step when K % 64 != 0. Stores C to acc
+ * (LB_ACC_LD int32 a row). */
+LB_TARGET_AMX static inline __attribute__((always_inline)) void lb_amx_tile(
+    const lb_gemm_tile *t, const uint8_t *a, int64_t lda, int64_t nb, const int MT,
+    const int NT, const int8_t *const last[2], int32_t *acc) {
+    const int64_t k4 = t->B->k4, steps = t->K / 64;
+    const uint8_t *a0 = a, *a1 = a + 16 * lda;
+    const int8_t *b0 = t->B->data + nb * k4 * 64, *b1 = b0 + k4 * 64;
+    _tile_zero(0);
+    if (NT > 1) _tile_zero(1);
+    if (MT > 1) _tile_zero(2);
+    if (MT > 1 && NT > 1) _tile_zero(3);
+    for (int64_t s = 0; s <= steps; s++) {
+        const int8_t *p0 = b0 + s * 1024, *p1 = b1 + s * 1024;
+        if (s == steps) { /* the last K % 64 bytes */
+            if (t->K % 64 == 0) break;
+            p0 = last[0];
+            p1 = last[1];
+        }
+        _tile_loadd(6, p0, 64);
+        _tile_loadd(4, a0 + s * 64, lda);
+        _tile_dpbusd(0, 4, 6);
+        if (MT > 1) {
+            _tile_loadd(5, a1 + s * 64, lda);
+            _tile_dpbusd(2, 5, 6);
+        }
+        if (NT > 1) {
+            _tile_loadd(7, p1, 64);
+            _tile_dpbusd(1, 4, 7);
+            if (MT > 1) _tile_dpbusd(3, 5, 7);
+        }
+    }
+    _tile_stored(0, acc, LB_ACC_LD * 4);
+    if (NT > 1) _tile_stored(1, acc + 16, LB_ACC_LD * 4);
+    if (MT > 1) _tile_stored(2, acc + 16 * LB_ACC_LD, LB_ACC_LD * 4);
+    if (MT > 1 && NT > 1) _tile_stored(3, acc + 16 * LB_ACC_LD + 16, LB_ACC_LD * 4);
+}
+
+typedef void (*lb_amx_fn)(const lb_gemm_tile *, const uint8_t *, int64_t, int64_t,
+                          const int8_t *const *, int32_t *);
+#define LB_AMX_FN(MT, NT)                                                                    \
+    LB_TARGET_AMX __attribute__((noinline)) static void lb_amx_##MT##_##NT(                 \
+        const lb_gemm_tile *t, const uint8_t *a, int64_t lda, int64_t nb,                    \
+        const int8_t *const *last, int32_t *acc) {                                           \
+        lb_amx_tile(t, a, lda, nb, MT, NT, last, acc);                                       \
+    }
+LB_AMX_FN(1, 1)
+LB_AMX_FN(1, 2)
+LB_AMX_FN(2, 1)
+LB_AMX_FN(2, 2)
+static const lb_amx_fn lb_amx_fns[2][2] = {{lb_amx_1_1, lb_amx_1_2}, {lb_amx_2_1, lb_amx_2_2}};
+
+/* Row m of A into `dst`, zero-padded to kpad bytes (a multiple of 64; dst aligned). */
+LB_TARGET_AMX static inline void lb_amx_copy_row(uint8_t *dst, const uint8_t *src, int64_t K,
+                                                 int64_t kpad) {
+    int64_t k = 0;
+    for (; k + 64 <= K; k += 64) _mm512_store_si512(dst + k, _mm512_loadu_si512(src + k));
+    if (k < kpad) { /* the masked load reads only the bytes inside the row */
+        const __mmask64 inside = ~0ULL >> (64 - (K - k));
+        _mm512_store_si512(dst + k, _mm512_maskz_loadu_epi8(inside, src + k));
+    }
+}
+
+/* The 16 B rows of a column block's last K step, from byte `at` of the packed B: there, or
+ * when 16 rows would reach past the packed B (brows_all rows), its `brows` rows copied into
+ * the zero-padded `buf`. */
+static const int8_t *lb_amx_last_rows(const lb_gemm_tile *t, int64_t at, int64_t brows,
+                                      int64_t brows_all, int8_t *buf) {
+    if (at / 64 + 16 <= brows_all) return t->B->data + at;
+    memset(buf, 0, 1024);
+    memcpy(buf, t->B->data + at, (size_t)(brows * 64));
+    return buf;
+}
+
+/* Rows [m0, m1) x column blocks [nb0, nb1) with `abuf` holding up to `chunk` rows of A. */
+LB_TARGET_AMX static void lb_amx_rows(const lb_gemm_tile *t, int64_t m0, int64_t m1,
+                                      int64_t nb0, int64_t nb1, uint8_t *abuf, int64_t chunk) {
+    __attribute__((aligned(64))) int32_t acc[32 * LB_ACC_LD];
+    __attribute__((aligned(64))) int8_t btail[2][1024];
+    lb_tilecfg cfg;
+    memset(&cfg, 0, sizeof(cfg));
+    cfg.palette = 1;
+    for (int i = 0; i < 8; i++) {
+        cfg.colsb[i] = 64;
+        cfg.rows[i] = 16;
+    }
+    _tile_loadconfig(&cfg);
+    const int64_t K = t->K, kpad = (K + 63) / 64 * 64, k4 = t->B->k4, kdone = K / 64 * 64;
+    const int64_t brows = k4 - kdone / 4; /* rows of B in the last step (< 16) */
+    const int64_t brows_all = (t->N + 15) / 16 * k4; /* rows of the packed B */
+    for (int64_t mc = m0; mc < m1; mc += chunk) {
+        const int64_t mc1 = LB_MIN(m1, mc + chunk);
+        for (int64_t m = mc; m < mc1; m++)
+            lb_amx_copy_row(abuf + (m - mc) * kpad, t->A + m * t->lda, K, kpad);
+        for (int64_t nb = nb0; nb < nb1; nb += 2) {
+            const int nt = (int)LB_MIN(2, nb1 - nb);
+            const int8_t *last[2] = {btail[0], btail[1]};
+            if (brows) {
+                last[0] = lb_amx_last_rows(t, (nb * k4 + kdone / 4) * 64, brows, brows_all,
+                                           btail[0]);
+                if (nt > 1)
+                    last[1] = lb_amx_last_rows(t, ((nb + 1) * k4 + kdone / 4) * 64, brows,
+                                               brows_all, btail[1]);
+            }
+            for (int64_t m = mc; m < mc1; m += 32) {
+                const int mt = (int)LB_MIN(2, (mc1 - m) / 16), rows = mt * 16;
+                lb_amx_fns[mt - 1][nt - 1](t, abuf + (m - mc) * kpad, kpad, nb, last, acc);
+                for (int r = 0; r < rows; r += 6)
+                    lb_gemm_epilogue_avx512(t, m + r, nb, LB_MIN(6, rows - r), nt,
+                                            acc + r * LB_ACC_LD);
+            }
+        }
+    }
+    _tile_release();
+}
+
+LB_TARGET_AMX void lb_gemm_block_amx(const lb_gemm_tile *t, int64_t m0, int64_t m1, int64_t nb0,
+                                     int64_t nb1) {
+    const int64_t mamx = m0 + (m1 - m0) / 16 * 16; /* rows [mamx, m1) go to the AVX-512 kernel */
+    if (mamx > m0) {
+        const int64_t kpad = (t->K + 63) / 64 * 64;
+        int64_t chunk = LB_MIN(LB_AMX_ROWS, mamx - m0);
+        __attribute__((aligned(64))) uint8_t stack[LB_AMX_STACK];
+        uint8_t *abuf = stack, *heap = NULL;
+        if (chunk * kpad > LB_AMX_STACK) {
+            int64_t fit = LB_AMX_STACK / kpad / 16 * 16;
+            if (fit >= 32) { /* at least 2 x 2 tiles at a time */
+                chunk = fit;
+            } else {
+                heap = (uint8_t *)aligned_alloc(64, (size_t)(chunk * kpad));
+                if (!heap) { /* no memory for the copy: the AVX-512 kernel, same results */
+                    lb_gemm_block_avx512(t, m0, m1, nb0, nb1);
+                    return;
+                }
+                abuf = heap;
+            }
+        }
+        lb_amx_rows(t, m0, mamx, nb0, nb1, abuf, chunk);
+        free(heap);
+    }
+    if (mamx < m1) lb_gemm_block_avx512(t, mamx, m1, nb0, nb1);
+}
+#endif /* LB_HAVE_AMX */
