@@ -170,8 +170,8 @@ static void lb_rowsum_task(void *arg, int64_t m, int worker) {
 /* Rows per task: at most 96 (16 tiles of 6 rows, or 6 of the AMX kernel's 16), split evenly,
  * so that one task's rows of A stay in L2 while it walks its column panels; then columns
  * (blocks of 16) and, when there are still fewer than 4 tasks per thread, rows split further,
- * halving each until the tasks would fall below about 64k multiply-adds. Tasks are claimed in turn by whichever thread is
- * free, so many equal tasks balance the threads. */
+ * halving each until the tasks would fall below about 64k multiply-adds. Tasks are claimed
+ * in turn by whichever thread is free, so many equal tasks balance the threads. */
 #define LB_MIN_TASK_MACS 65536
 #define LB_AMX_MIN_K 64
 
