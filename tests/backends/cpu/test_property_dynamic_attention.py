@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from cpu_kernels import ISAS
+from cpu_kernels import PRODUCT_ISAS
 from transformer_graphs import (
     F32,
     const,
@@ -71,7 +71,7 @@ def test_random_dynamic_attention_is_bit_exact(seed):
     g, feeds = graph_of_cases(7000 + seed, 10, dynamic_attention_case)
     q = quantize_dynamic(g).graph
     ref = lowbit.run(q, feeds)
-    for isa in ISAS:
+    for isa in PRODUCT_ISAS:
         exe = cpu.compile(q, isa=isa, threads=2)
         got = exe(feeds)
         for name, want in ref.items():

@@ -61,10 +61,11 @@ void lb_dmm_tile_scalar(const lb_dmm_tile *t) {
 
 #define LB_DMM_ASIDE 4096 /* rows per task * groups */
 #define LB_DMM_ROWS 48    /* rows per task */
+#define LB_DMM_AMX_ROWS 8 /* fewest rows per task for the AMX tiles (1 row: 2x slower there) */
 
 typedef struct lb_dmm_job {
     const lb_dmm *p;
-    int isa;
+    int isa, amx; /* amx: whole-K tiles' sums on AMX (rt_dmm_amx.c) */
     int64_t rows, mtasks, blocks, ntasks_n;
     int per_worker; /* row buffers per worker (rows x N floats each), not per row of Y */
 } lb_dmm_job;
@@ -140,8 +141,13 @@ static void lb_dmm_task(void *arg, int64_t task, int worker) {
     t.asa = asa;
     t.aza = aza;
     t.ara = ara;
+#if LB_HAVE_AMX
+    if (j->amx && t.m1 - t.m0 >= LB_DMM_AMX_ROWS)
+        lb_dmm_tile_amx(&t);
+    else
+#endif
 #if LB_HAVE_AVX512
-    if (j->isa == LB_ISA_AVX512VNNI) lb_dmm_tile_avx512(&t);
+        if (j->isa == LB_ISA_AVX512VNNI) lb_dmm_tile_avx512(&t);
 #endif
 #if LB_HAVE_AVX2
     if (j->isa == LB_ISA_AVX2) lb_dmm_tile_avx2(&t);
@@ -190,6 +196,10 @@ void lb_dmm_run(const lb_ctx *ctx, const lb_dmm *p) {
     }
     while (rows * G > LB_DMM_ASIDE && rows > 1) rows /= 2;
     if (rows * G > LB_DMM_ASIDE) j.isa = LB_ISA_SCALAR;
+    /* AMX for whole-K products only: with groups, each group's 16 x 16 sums go through memory
+     * to the float32 steps, and that measured no faster than the VNNI tiles here */
+    j.amx = LB_HAVE_AMX && ctx->amx && j.isa == LB_ISA_AVX512VNNI && p->group == 0 &&
+            p->K >= 64;
     j.rows = rows;
     j.mtasks = (p->M + rows - 1) / rows;
     j.per_worker = ctx->threads * rows <= p->batch * p->M;

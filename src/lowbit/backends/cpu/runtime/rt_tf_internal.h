@@ -50,6 +50,11 @@ void lb_sums32_avx512(const uint8_t *a, int64_t groups, int32_t *out);
 void lb_group_sums_avx512(const uint8_t *a, int64_t groups, int64_t group, int32_t *out);
 void lb_dmm_tile_avx2(const lb_dmm_tile *t);
 #endif
+#if LB_HAVE_AMX
+/* The AVX-512 tile job of a whole-K product (group 0) with its int8 sums on AMX tiles (same
+ * bits); the context must have the tile state (lb_ctx.amx). */
+void lb_dmm_tile_amx(const lb_dmm_tile *t);
+#endif
 
 /* DynamicQuantizeLinear of a whole tensor (one row of lb_dq_rows) on all threads
  * (rt_dqtensor.c): whether p is such a row and worth it, and the run. */
