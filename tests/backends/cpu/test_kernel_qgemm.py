@@ -72,13 +72,15 @@ def test_qgemm_int16_output_raw_and_float(isa):
 
 
 @pytest.mark.parametrize("isa", PRODUCT_ISAS)
-def test_qgemm_saturated_inputs_do_not_saturate_the_products(isa):
-    """255 x -128 and 255 x 127 over a long reduction: `vpmaddubsw` would saturate here."""
+@pytest.mark.parametrize("m, k", [(7, 1000), (40, 3000)])
+def test_qgemm_saturated_inputs_do_not_saturate_the_products(isa, m, k):
+    """255 x -128 and 255 x 127 over a long reduction (`vpmaddubsw` would saturate here); at
+    K = 3000 in every lane of full 16 x 16 AMX tiles (-97.9 million, exact in int32), with a K
+    step of 64 cut short."""
     ctx = L.Context(1, isa)
-    k = 1000
-    a = np.full((7, k), 255, np.uint8)
-    w = np.stack([np.full(k, -128, np.int8), np.full(k, 127, np.int8)] * 9)
-    rq = packing.requant_arrays(fixed_point.encode(1.0, "q31"), 0, -(2**31), 2**31 - 1, 18)
+    a = np.full((m, k), 255, np.uint8)
+    w = np.stack([np.full(k, -128, np.int8), np.full(k, 127, np.int8)] * 17)
+    rq = packing.requant_arrays(fixed_point.encode(1.0, "q31"), 0, -(2**31), 2**31 - 1, 34)
     raw = qgemm(ctx, a, 0, w, 0, None, rq, L.I32)
     np.testing.assert_array_equal(raw, reference_product(a, 0, w, 0, None))
 
@@ -259,14 +261,3 @@ def test_qgemm_tile_edges_of_16_rows_and_64_bytes(isa):
         np.testing.assert_array_equal(got, want, err_msg=f"{isa} {m}x{n}x{k} kind {kind}")
 
 
-@pytest.mark.parametrize("isa", PRODUCT_ISAS)
-def test_qgemm_extreme_codes_over_long_rows_wrap_like_int32(isa):
-    """255 x -128 over K = 3000 in every lane of full 16 x 16 tiles (-97.9 million, exact in
-    int32) and 255 x 127, with a K step of 64 cut short: no lane saturates."""
-    ctx = L.Context(1, isa)
-    k = 3000
-    a = np.full((40, k), 255, np.uint8)
-    w = np.stack([np.full(k, -128, np.int8), np.full(k, 127, np.int8)] * 17)
-    rq = packing.requant_arrays(fixed_point.encode(1.0, "q31"), 0, -(2**31), 2**31 - 1, 34)
-    raw = qgemm(ctx, a, 0, w, 0, None, rq, L.I32)
-    np.testing.assert_array_equal(raw, reference_product(a, 0, w, 0, None))
