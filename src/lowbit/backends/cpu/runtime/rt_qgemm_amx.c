@@ -13,8 +13,8 @@
  * tile load reads past a buffer.
  *
  * The tiles are stored into the accumulator layout of the AVX-512 kernel and the AVX-512
- * epilogue (lb_gemm_epilogue_avx512) runs on them, 6 rows at a time: every fused epilogue is the
- * same code as the vnni path's, so the results are bit-identical to it. Rows past the last
+ * epilogue (lb_gemm_epilogue_avx512) runs on them, 16 or 32 rows a call: every fused epilogue is
+ * the same code as the vnni path's, so the results are bit-identical to it. Rows past the last
  * multiple of 16 of a task go to the AVX-512 kernel; columns past N are computed from the zero
  * columns of the packed B and never stored. Each call configures the tiles (ldtilecfg) and
  * releases them at its end, so the tile state is per thread and per task. lb_qgemm takes this
@@ -148,9 +148,7 @@ LB_TARGET_AMX static void lb_amx_rows(const lb_gemm_tile *t, int64_t m0, int64_t
             for (int64_t m = mc; m < mc1; m += 32) {
                 const int mt = (int)LB_MIN(2, (mc1 - m) / 16), rows = mt * 16;
                 lb_amx_fns[mt - 1][nt - 1](t, abuf + (m - mc) * kpad, kpad, nb, last, acc);
-                for (int r = 0; r < rows; r += 6)
-                    lb_gemm_epilogue_avx512(t, m + r, nb, LB_MIN(6, rows - r), nt,
-                                            acc + r * LB_ACC_LD);
+                lb_gemm_epilogue_avx512(t, m, nb, rows, nt, acc);
             }
         }
     }
