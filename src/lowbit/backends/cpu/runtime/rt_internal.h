@@ -263,6 +263,8 @@ void lb_gemm_block_avx512(const lb_gemm_tile *t, int64_t m0, int64_t m1, int64_t
 void lb_gemm_epilogue_avx512(const lb_gemm_tile *t, int64_t m, int64_t nb, int mr, int nv,
                              const int32_t *acc);
 #endif
+/* Most rows of an AMX task (lb_qgemm), all copied at once (lb_gemm_block_amx). */
+#define LB_AMX_TASK_ROWS 128
 #if LB_HAVE_AMX
 /* The same on AMX tiles (rows past a multiple of 16 on the AVX-512 kernel). */
 void lb_gemm_block_amx(const lb_gemm_tile *t, int64_t m0, int64_t m1, int64_t nb0, int64_t nb1);
