@@ -224,7 +224,7 @@ def test_qgemm_last_column_block_of_at_most_8_columns(isa, bounded):
 @pytest.mark.parametrize("isa", PRODUCT_ISAS)
 def test_qgemm_tile_edges_of_16_rows_and_64_bytes(isa):
     """Shapes around the AMX kernel's tiles (16 rows, 16 columns, K steps of 64 bytes; 2 x 2
-    tiles; copies of A of up to 96 rows, on the stack or, for long rows, the heap; the rows
+    tiles; copies of A of up to 128 rows, on the stack or, for long rows, the heap; the rows
     past a multiple of 16 on the VNNI kernel), every output kind and zero points on both
     sides, against numpy on every path."""
     ctx = L.Context(1, isa)
@@ -232,6 +232,8 @@ def test_qgemm_tile_edges_of_16_rows_and_64_bytes(isa):
     shapes = [(m, n, k) for m in (16, 17, 31, 32, 33, 48, 97) for n, k in
               ((1, 1), (15, 3), (16, 64), (17, 65), (33, 60), (40, 127), (70, 200))]
     shapes += [(96, 33, 1000), (100, 20, 1600), (64, 17, 3100), (130, 48, 768)]
+    # one task of 128 rows: copied at once (heap, stack), each output kind
+    shapes += [(128, 40, 768), (128, 70, 130), (128, 48, 700), (112, 20, 333)]
     for trial, (m, n, k) in enumerate(shapes):
         a, za, w, zw, bias, params = _case(rng, m, n, k, unsigned_w=trial % 2 == 1,
                                             method=("q31", "prescale")[trial % 2])

@@ -258,11 +258,13 @@ void lb_gemm_block_avx512(const lb_gemm_tile *t, int64_t m0, int64_t m1, int64_t
                           int64_t nb1);
 #endif
 #if LB_HAVE_AVX512
-/* The AVX-512 epilogue of mr <= 6 rows x nv <= 4 column blocks of int32 accumulators at acc
+/* The AVX-512 epilogue of mr rows x nv <= 4 column blocks of int32 accumulators at acc
  * (64-byte aligned; row r's block v at acc + (r * 4 + v) * 16), rows m.., blocks nb.. */
 void lb_gemm_epilogue_avx512(const lb_gemm_tile *t, int64_t m, int64_t nb, int mr, int nv,
                              const int32_t *acc);
 #endif
+/* Most rows of an AMX task (lb_qgemm), all copied at once (lb_gemm_block_amx). */
+#define LB_AMX_TASK_ROWS 128
 #if LB_HAVE_AMX
 /* The same on AMX tiles (rows past a multiple of 16 on the AVX-512 kernel). */
 void lb_gemm_block_amx(const lb_gemm_tile *t, int64_t m0, int64_t m1, int64_t nb0, int64_t nb1);

@@ -167,8 +167,9 @@ static void lb_rowsum_task(void *arg, int64_t m, int worker) {
     j->out[m] = s;
 }
 
-/* Rows per task: at most 96 (16 tiles of 6 rows, or 6 of the AMX kernel's 16), split evenly,
- * so that one task's rows of A stay in L2 while it walks its column panels; then columns
+/* Rows per task: at most 96 (16 tiles of 6 rows), split evenly, so that one task's rows of A
+ * stay in L2 while it walks its column panels; on AMX at most LB_AMX_TASK_ROWS (8 of its tiles
+ * of 16: a 128-row product then reads each column panel of B once, not twice); then columns
  * (blocks of 16) and, when there are still fewer than 4 tasks per thread, rows split further,
  * halving each until the tasks would fall below about 64k multiply-adds. Tasks are claimed
  * in turn by whichever thread is free, so many equal tasks balance the threads. */
@@ -203,8 +204,9 @@ void lb_qgemm(const lb_ctx *ctx, int64_t M, int64_t N, int64_t K, const uint8_t 
      * K 16-32 ran 1.2-1.5x slower on AMX, those of K 112-1152 1.3-2x faster) */
     j.amx = ctx->amx && K >= LB_AMX_MIN_K;
     const int64_t unit = j.amx ? 16 : 6; /* rows of the kernel's tiles */
+    const int64_t maxrows = j.amx ? LB_AMX_TASK_ROWS : 96;
     int64_t nblocks = (N + 15) / 16, kk = LB_MAX(K, 1);
-    int64_t mtasks = (M + 95) / 96;
+    int64_t mtasks = (M + maxrows - 1) / maxrows;
     int64_t rows = LB_MIN(M, lb_round_rows((M + mtasks - 1) / mtasks, unit));
     int64_t want = ctx->threads > 1 ? 4 * (int64_t)ctx->threads : 1, cs = 1;
     for (;;) {

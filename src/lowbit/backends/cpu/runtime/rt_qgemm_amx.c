@@ -4,7 +4,7 @@
  *
  * The packed B (lb_pack_b) is already AMX's B tile layout: per block of 16 columns, rows of 64
  * bytes holding 16 columns x 4 consecutive K bytes; 16 such rows are one K step. A (row-major
- * uint8, stride lda) is copied, up to 96 rows at a time, into an aligned buffer of rows of K
+ * uint8, stride lda) is copied, up to 128 rows at a time, into an aligned buffer of rows of K
  * rounded up to 64 bytes, zero-padded (with A's rows and the packed B both off 64-byte
  * alignment, tile loads straddle cache lines: a 128x768x768 product ran 1.9x slower). The last
  * K step of a column block reads its 16 B rows straight from the packed B (rows past its k4 are
@@ -13,8 +13,8 @@
  * tile load reads past a buffer.
  *
  * The tiles are stored into the accumulator layout of the AVX-512 kernel and the AVX-512
- * epilogue (lb_gemm_epilogue_avx512) runs on them, 6 rows at a time: every fused epilogue is the
- * same code as the vnni path's, so the results are bit-identical to it. Rows past the last
+ * epilogue (lb_gemm_epilogue_avx512) runs on them, 16 or 32 rows a call: every fused epilogue is
+ * the same code as the vnni path's, so the results are bit-identical to it. Rows past the last
  * multiple of 16 of a task go to the AVX-512 kernel; columns past N are computed from the zero
  * columns of the packed B and never stored. Each call configures the tiles (ldtilecfg) and
  * releases them at its end, so the tile state is per thread and per task. lb_qgemm takes this
@@ -34,7 +34,6 @@ typedef struct lb_tilecfg {
     uint8_t rows[16];
 } lb_tilecfg;
 
-#define LB_AMX_ROWS 96       /* rows of A per copy (a task has at most 96) */
 #define LB_AMX_STACK 49152   /* bytes of the stack buffer for them; larger copies on the heap */
 #define LB_ACC_LD 64         /* int32 per accumulator row: LB_NV (4) blocks of 16 columns */
 
@@ -148,9 +147,7 @@ LB_TARGET_AMX static void lb_amx_rows(const lb_gemm_tile *t, int64_t m0, int64_t
             for (int64_t m = mc; m < mc1; m += 32) {
                 const int mt = (int)LB_MIN(2, (mc1 - m) / 16), rows = mt * 16;
                 lb_amx_fns[mt - 1][nt - 1](t, abuf + (m - mc) * kpad, kpad, nb, last, acc);
-                for (int r = 0; r < rows; r += 6)
-                    lb_gemm_epilogue_avx512(t, m + r, nb, LB_MIN(6, rows - r), nt,
-                                            acc + r * LB_ACC_LD);
+                lb_gemm_epilogue_avx512(t, m, nb, rows, nt, acc);
             }
         }
     }
@@ -162,20 +159,20 @@ LB_TARGET_AMX void lb_gemm_block_amx(const lb_gemm_tile *t, int64_t m0, int64_t 
     const int64_t mamx = m0 + (m1 - m0) / 16 * 16; /* rows [mamx, m1) go to the AVX-512 kernel */
     if (mamx > m0) {
         const int64_t kpad = (t->K + 63) / 64 * 64;
-        int64_t chunk = LB_MIN(LB_AMX_ROWS, mamx - m0);
+        int64_t chunk = LB_MIN(LB_AMX_TASK_ROWS, mamx - m0);
         __attribute__((aligned(64))) uint8_t stack[LB_AMX_STACK];
         uint8_t *abuf = stack, *heap = NULL;
-        if (chunk * kpad > LB_AMX_STACK) {
-            int64_t fit = LB_AMX_STACK / kpad / 16 * 16;
-            if (fit >= 32) { /* at least 2 x 2 tiles at a time */
-                chunk = fit;
-            } else {
-                heap = (uint8_t *)aligned_alloc(64, (size_t)(chunk * kpad));
-                if (!heap) { /* no memory for the copy: the AVX-512 kernel, same results */
+        if (chunk * kpad > LB_AMX_STACK) { /* all the task's rows at once: B read once */
+            heap = (uint8_t *)aligned_alloc(64, (size_t)(chunk * kpad));
+            if (heap) {
+                abuf = heap;
+            } else { /* no memory for the copy: what fits on the stack, else the AVX-512
+                      * kernel; the same results */
+                chunk = LB_AMX_STACK / kpad / 16 * 16;
+                if (chunk < 16) {
                     lb_gemm_block_avx512(t, m0, m1, nb0, nb1);
                     return;
                 }
-                abuf = heap;
             }
         }
         lb_amx_rows(t, m0, mamx, nb0, nb1, abuf, chunk);

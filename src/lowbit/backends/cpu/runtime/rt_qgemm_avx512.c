@@ -224,18 +224,23 @@ LB_V512 void lb_fused_block(const lb_gemm_tile *t, int64_t m, int64_t nb, int v,
 }
 
 /* The bounded epilogue from stored accumulators (K % 4 != 0: lb_tile_tail added the last
- * steps in memory). Rows past mr repeat the last one: computed, never stored. */
+ * steps in memory; or the AMX kernel's tiles), 6 rows at a time. Rows past the last of a
+ * group of 6 repeat it: computed, never stored. */
 LB_TARGET_AVX512 __attribute__((noinline)) static void lb_epi_bounded(
     const lb_gemm_tile *t, int64_t m, int64_t nb, int mr, int nv, const __m512i *acc) {
-    for (int v = 0; v < nv && (nb + v) * 16 < t->N; v++) {
-#define LB_ACC(r) _mm512_load_si512(acc + ((r) < mr ? (r) : mr - 1) * LB_NV + v)
-        if (t->ep->residual) /* rows past mr: neither read nor stored */
-            lb_fused_block(t, m, nb, v, mr, 1, LB_ACC(0), LB_ACC(1), LB_ACC(2), LB_ACC(3),
-                           LB_ACC(4), LB_ACC(5));
-        else
-            lb_fused_block(t, m, nb, v, mr, 0, LB_ACC(0), LB_ACC(1), LB_ACC(2), LB_ACC(3),
-                           LB_ACC(4), LB_ACC(5));
+    for (int r0 = 0; r0 < mr; r0 += LB_MR) {
+        const int rows = LB_MIN(LB_MR, mr - r0);
+        const __m512i *a = acc + r0 * LB_NV;
+        for (int v = 0; v < nv && (nb + v) * 16 < t->N; v++) {
+#define LB_ACC(r) _mm512_load_si512(a + ((r) < rows ? (r) : rows - 1) * LB_NV + v)
+            if (t->ep->residual) /* rows past `rows`: neither read nor stored */
+                lb_fused_block(t, m + r0, nb, v, rows, 1, LB_ACC(0), LB_ACC(1), LB_ACC(2),
+                               LB_ACC(3), LB_ACC(4), LB_ACC(5));
+            else
+                lb_fused_block(t, m + r0, nb, v, rows, 0, LB_ACC(0), LB_ACC(1), LB_ACC(2),
+                               LB_ACC(3), LB_ACC(4), LB_ACC(5));
 #undef LB_ACC
+        }
     }
 }
 
@@ -548,8 +553,8 @@ LB_TARGET_AVX512 __attribute__((noinline)) static void lb_tile_epilogue(
     }
 }
 
-/* The epilogue of mr <= 6 rows x nv blocks of stored accumulators for other kernels (the AMX
- * one): acc is 64-byte aligned, row r's block v at acc + (r * LB_NV + v) * 16. */
+/* The epilogue of mr rows (any number) x nv blocks of stored accumulators for other kernels
+ * (the AMX one): acc is 64-byte aligned, row r's block v at acc + (r * LB_NV + v) * 16. */
 LB_TARGET_AVX512 void lb_gemm_epilogue_avx512(const lb_gemm_tile *t, int64_t m, int64_t nb,
                                               int mr, int nv, const int32_t *acc) {
     lb_tile_epilogue(t, m, nb, mr, nv, (const __m512i *)acc);
