@@ -16,32 +16,12 @@
  * rows that exist (masked loads), so that no load reads past the caller's buffers. The tile
  * configuration is loaded at the start of each tile job and released at its end (it is per
  * thread). */
+#include "rt_amx.h"
 #include "rt_tf_internal.h"
 
 #if LB_HAVE_AMX
-#include <immintrin.h>
 
 #define LB_AMX_V LB_TARGET_AMX static inline __attribute__((always_inline))
-
-/* The 64-byte operand of ldtilecfg (palette 1). */
-typedef struct lb_dmm_tilecfg {
-    uint8_t palette, start_row, reserved[14];
-    uint16_t colsb[16];
-    uint8_t rows[16];
-} lb_dmm_tilecfg;
-
-/* Tiles: 0 the C sums (16 x 16 int32), 1 and 3 A (16 x 64 bytes), 2 and 4 B (16 x 64 bytes):
- * steps of K take the A and B tiles by turns. */
-LB_AMX_V void lb_dmm_amx_config(void) {
-    lb_dmm_tilecfg c;
-    memset(&c, 0, sizeof c);
-    c.palette = 1;
-    for (int i = 0; i < 5; i++) {
-        c.rows[i] = 16;
-        c.colsb[i] = 64;
-    }
-    _tile_loadconfig(&c);
-}
 
 /* The sources of one block's steps. */
 typedef struct lb_dmm_amx_src {
@@ -167,7 +147,9 @@ LB_TARGET_AMX void lb_dmm_tile_amx(const lb_dmm_tile *t) {
     _Alignas(64) int8_t bbuf[16 * 64];
     _Alignas(64) int32_t cbuf[256];
     memset(abuf, 0, sizeof abuf); /* rows of a short block beyond its own stay zero */
-    lb_dmm_amx_config();
+    /* tiles: 0 the C sums (16 x 16 int32), 1 and 3 A, 2 and 4 B (16 x 64 bytes each): steps
+     * of K take the A and B tiles by turns */
+    lb_amx_configure(5);
     for (int64_t m = t->m0; m < t->m1; m += 16) {
         const int64_t mr = LB_MIN(16, t->m1 - m);
         for (int64_t nb = t->nb0; nb < t->nb1; nb++) {

@@ -21,18 +21,9 @@
  * kernel for K >= 64 only (see there). */
 #include <stdlib.h>
 
-#include "rt_internal.h"
+#include "rt_amx.h"
 
 #if LB_HAVE_AMX
-#include <immintrin.h>
-
-/* The 64-byte tile configuration of palette 1. */
-typedef struct lb_tilecfg {
-    uint8_t palette, start;
-    uint8_t reserved[14];
-    uint16_t colsb[16];
-    uint8_t rows[16];
-} lb_tilecfg;
 
 #define LB_AMX_STACK 49152   /* bytes of the stack buffer for them; larger copies on the heap */
 #define LB_ACC_LD 64         /* int32 per accumulator row: LB_NV (4) blocks of 16 columns */
@@ -119,14 +110,7 @@ LB_TARGET_AMX static void lb_amx_rows(const lb_gemm_tile *t, int64_t m0, int64_t
                                       int64_t nb0, int64_t nb1, uint8_t *abuf, int64_t chunk) {
     __attribute__((aligned(64))) int32_t acc[32 * LB_ACC_LD];
     __attribute__((aligned(64))) int8_t btail[2][1024];
-    lb_tilecfg cfg;
-    memset(&cfg, 0, sizeof(cfg));
-    cfg.palette = 1;
-    for (int i = 0; i < 8; i++) {
-        cfg.colsb[i] = 64;
-        cfg.rows[i] = 16;
-    }
-    _tile_loadconfig(&cfg);
+    lb_amx_configure(8);
     const int64_t K = t->K, kpad = (K + 63) / 64 * 64, k4 = t->B->k4, kdone = K / 64 * 64;
     const int64_t brows = k4 - kdone / 4; /* rows of B in the last step (< 16) */
     const int64_t brows_all = (t->N + 15) / 16 * k4; /* rows of the packed B */
