@@ -39,7 +39,8 @@ TARGETS: dict[str, Target] = {t.name: t for t in (
     Target("x86-64", "x86_64", "scalar", ("LB_NO_X86_KERNELS",), (), "any x86-64 CPU"),
     Target("x86-64-avx2", "x86_64", "avx2", ("LB_NO_AVX512",), ("avx2",),
            "an x86-64 CPU with AVX2, FMA and BMI2 (Intel Haswell, AMD Zen and later)"),
-    Target("x86-64-avx512vnni", "x86_64", "vnni", (), ("avx2", "avx512", "vec512"),
+    # no AMX: its kernels copy A to heap buffers, and a bundle allocates nothing while running
+    Target("x86-64-avx512vnni", "x86_64", "vnni", ("LB_NO_AMX",), ("avx2", "avx512", "vec512"),
            "an x86-64 CPU with AVX-512 F/BW/VL/DQ and VNNI (Intel Cascade Lake, AMD Zen 4 "
            "and later)"),
     Target("aarch64", "aarch64", "neon", ("LB_NO_DOTPROD",), ("neon",),
@@ -49,7 +50,7 @@ TARGETS: dict[str, Target] = {t.name: t for t in (
            "A76, Neoverse N1, Apple M1 and later)"),
 )}
 
-ISA_SUFFIXES = ("avx2", "avx512", "vec512", "neon", "dotprod")
+ISA_SUFFIXES = ("avx2", "avx512", "vec512", "amx", "neon", "dotprod")
 
 
 def target(name: str) -> Target:
