@@ -108,6 +108,7 @@ void lb_gemm_block_scalar(const lb_gemm_tile *t, int64_t m0, int64_t m1, int64_t
 typedef struct lb_gemm_job {
     lb_gemm_tile tile;
     int isa, amx;
+    uint64_t product; /* lb_amx_product_id, with amx */
     int64_t rows_per_task, blocks_per_task, mtasks;
 } lb_gemm_job;
 
@@ -121,7 +122,7 @@ static void lb_gemm_task(void *arg, int64_t task, int worker) {
     if (m0 >= m1 || nb0 >= nb1) return;
 #if LB_HAVE_AMX
     if (j->amx && j->isa == LB_ISA_AVX512VNNI) {
-        lb_gemm_block_amx(&j->tile, m0, m1, nb0, nb1);
+        lb_gemm_block_amx(&j->tile, j->product, m0, m1, nb0, nb1);
         return;
     }
 #endif
@@ -203,6 +204,10 @@ void lb_qgemm(const lb_ctx *ctx, int64_t M, int64_t N, int64_t K, const uint8_t 
      * epilogue from memory cost more than the products save (EfficientNet-Lite0's convs of
      * K 16-32 ran 1.2-1.5x slower on AMX, those of K 112-1152 1.3-2x faster) */
     j.amx = ctx->amx && K >= LB_AMX_MIN_K;
+    j.product = 0;
+#if LB_HAVE_AMX
+    if (j.amx) j.product = lb_amx_product_id();
+#endif
     const int64_t unit = j.amx ? 16 : 6; /* rows of the kernel's tiles */
     const int64_t maxrows = j.amx ? LB_AMX_TASK_ROWS : 96;
     int64_t nblocks = (N + 15) / 16, kk = LB_MAX(K, 1);
