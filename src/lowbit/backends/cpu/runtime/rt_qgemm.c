@@ -6,6 +6,7 @@
  * in wrapping int32 arithmetic. The code generator folds the bias and the zero points into
  * col_offset (bias - za * colsum(B) + K * za * zb) and proves |acc| < 2**31, so the wrapped
  * value is the exact one the reference computes. */
+#include <stdatomic.h>
 #include <stdlib.h>
 
 #include "rt_internal.h"
@@ -109,12 +110,20 @@ typedef struct lb_gemm_job {
     lb_gemm_tile tile;
     int isa, amx;
     uint64_t product; /* lb_amx_product_id, with amx */
-    int64_t rows_per_task, blocks_per_task, mtasks;
+    int64_t rows_per_task, blocks_per_task, mtasks, ntasks;
+    atomic_int_fast64_t front, back; /* tasks handed out from each end (lb_gemm_task) */
 } lb_gemm_job;
 
-static void lb_gemm_task(void *arg, int64_t task, int worker) {
-    (void)worker;
-    const lb_gemm_job *j = (const lb_gemm_job *)arg;
+/* One task of the product. The pool's task number only counts the calls: the calling thread
+ * (worker 0) takes the tasks in order from the front, the workers from the back, so that with
+ * two threads each one computes about the same half of the columns (with their part of B and
+ * of C in its own cache) from one call to the next. There are exactly ntasks calls, so the
+ * ends meet without overlapping. */
+static void lb_gemm_task(void *arg, int64_t call, int worker) {
+    (void)call;
+    lb_gemm_job *j = (lb_gemm_job *)arg;
+    const int64_t task = worker == 0 ? atomic_fetch_add(&j->front, 1)
+                                     : j->ntasks - 1 - atomic_fetch_add(&j->back, 1);
     int64_t mi = task % j->mtasks, ni = task / j->mtasks;
     int64_t m0 = mi * j->rows_per_task, m1 = LB_MIN(j->tile.M, m0 + j->rows_per_task);
     int64_t nblocks = (j->tile.N + 15) / 16;
@@ -233,8 +242,10 @@ void lb_qgemm(const lb_ctx *ctx, int64_t M, int64_t N, int64_t K, const uint8_t 
     j.rows_per_task = rows;
     j.mtasks = (M + rows - 1) / rows;
     j.blocks_per_task = (nblocks + cs - 1) / cs;
-    int64_t ntasks = j.mtasks * ((nblocks + j.blocks_per_task - 1) / j.blocks_per_task);
-    lb_parallel_for(ctx, ntasks, lb_gemm_task, &j);
+    j.ntasks = j.mtasks * ((nblocks + j.blocks_per_task - 1) / j.blocks_per_task);
+    atomic_init(&j.front, 0);
+    atomic_init(&j.back, 0);
+    lb_parallel_for(ctx, j.ntasks, lb_gemm_task, &j);
 }
 
 /* ---- packing at run time ----------------------------------------------------------------- */
