@@ -96,6 +96,43 @@ def test_qgemm_threads_split_work_without_changing_results(isa):
                                       qgemm(ctx2, a, za, w, zw, bias, rq, L.U8))
 
 
+def _at_offset(a: np.ndarray, offset: int) -> np.ndarray:
+    """A copy of `a` whose data starts `offset` bytes past a 64-byte boundary."""
+    raw = np.empty(a.nbytes + 128, np.uint8)
+    start = (-raw.ctypes.data) % 64 + offset
+    out = raw[start:start + a.nbytes].reshape(a.shape)
+    out[...] = a
+    return out
+
+
+@pytest.mark.parametrize("isa", PRODUCT_ISAS)
+def test_qgemm_copies_of_a_belong_to_one_call(isa):
+    """On AMX each thread copies its task's rows of A (zero-padded, aligned) once and keeps the
+    copy for its next tasks of the same call (two threads split a 128-row product's columns
+    into several tasks each), or loads A itself when it is 64-byte aligned with whole K steps.
+    A second call on the same buffer with new contents, or with other rows, must not reuse the
+    copy. int32 results (the AMX tiles then start from the column constants and are stored
+    straight into C) with and without the row-sum term, and uint8, against numpy."""
+    ctx1, ctx2 = L.Context(1, isa), L.Context(2, isa)
+    rng = np.random.default_rng(128)
+    cases = [(128, 200, 768, 0), (128, 200, 768, 3), (128, 330, 100, 0), (112, 96, 640, 17),
+             (250, 64, 192, 5), (256, 48, 128, 0), (128, 40, 64, 1)]
+    for trial, (m, n, k, offset) in enumerate(cases):
+        a0, za, w, zw, bias, params = _case(rng, m, n, k, unsigned_w=trial % 3 == 2,
+                                             method="prescale")
+        a = _at_offset(a0, offset)
+        rq = packing.requant_arrays(params, 5, 0, 255, n)
+        for ctx in (ctx2, ctx1, ctx2):
+            for _ in range(2):  # the same buffer, new contents
+                a[...] = rng.integers(0, 256, a.shape)
+                acc = reference_product(a, za, w, zw, bias)
+                got = qgemm(ctx, a, za, w, zw, bias, rq, L.I32)
+                np.testing.assert_array_equal(got, acc, err_msg=f"{isa} {m}x{n}x{k} int32")
+                got = qgemm(ctx, a, za, w, zw, bias, rq, L.U8)
+                want = reference_requant(acc, params, 5, 0, 255, (0, 255))
+                np.testing.assert_array_equal(got, want, err_msg=f"{isa} {m}x{n}x{k} uint8")
+
+
 @pytest.mark.parametrize("isa", PRODUCT_ISAS)
 def test_qgemm_requantization_edges(isa):
     """Tiny and huge multipliers, accumulators at the int32 limits, both encodings."""

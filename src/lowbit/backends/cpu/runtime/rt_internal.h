@@ -266,8 +266,13 @@ void lb_gemm_epilogue_avx512(const lb_gemm_tile *t, int64_t m, int64_t nb, int m
 /* Most rows of an AMX task (lb_qgemm), all copied at once (lb_gemm_block_amx). */
 #define LB_AMX_TASK_ROWS 128
 #if LB_HAVE_AMX
-/* The same on AMX tiles (rows past a multiple of 16 on the AVX-512 kernel). */
-void lb_gemm_block_amx(const lb_gemm_tile *t, int64_t m0, int64_t m1, int64_t nb0, int64_t nb1);
+/* A number for one call of lb_qgemm, never given out before in this process (nonzero). */
+uint64_t lb_amx_product_id(void);
+/* The same on AMX tiles (rows past a multiple of 16 on the AVX-512 kernel). `product`: the
+ * lb_amx_product_id of the call the task belongs to (a thread that copied these rows of A for
+ * an earlier task of it uses its copy again). */
+void lb_gemm_block_amx(const lb_gemm_tile *t, uint64_t product, int64_t m0, int64_t m1,
+                       int64_t nb0, int64_t nb1);
 #endif
 #if LB_HAVE_NEON
 void lb_gemm_block_neon(const lb_gemm_tile *t, int64_t m0, int64_t m1, int64_t nb0,

@@ -6,6 +6,7 @@
  * in wrapping int32 arithmetic. The code generator folds the bias and the zero points into
  * col_offset (bias - za * colsum(B) + K * za * zb) and proves |acc| < 2**31, so the wrapped
  * value is the exact one the reference computes. */
+#include <stdatomic.h>
 #include <stdlib.h>
 
 #include "rt_internal.h"
@@ -108,12 +109,21 @@ void lb_gemm_block_scalar(const lb_gemm_tile *t, int64_t m0, int64_t m1, int64_t
 typedef struct lb_gemm_job {
     lb_gemm_tile tile;
     int isa, amx;
-    int64_t rows_per_task, blocks_per_task, mtasks;
+    uint64_t product; /* lb_amx_product_id, with amx */
+    int64_t rows_per_task, blocks_per_task, mtasks, ntasks;
+    atomic_int_fast64_t front, back; /* tasks handed out from each end (lb_gemm_task) */
 } lb_gemm_job;
 
-static void lb_gemm_task(void *arg, int64_t task, int worker) {
-    (void)worker;
-    const lb_gemm_job *j = (const lb_gemm_job *)arg;
+/* One task of the product. The pool's task number only counts the calls: the calling thread
+ * (worker 0) takes the tasks in order from the front, the workers from the back, so that with
+ * two threads each one computes about the same half of the columns (with their part of B and
+ * of C in its own cache) from one call to the next. There are exactly ntasks calls, so the
+ * ends meet without overlapping. */
+static void lb_gemm_task(void *arg, int64_t call, int worker) {
+    (void)call;
+    lb_gemm_job *j = (lb_gemm_job *)arg;
+    const int64_t task = worker == 0 ? atomic_fetch_add(&j->front, 1)
+                                     : j->ntasks - 1 - atomic_fetch_add(&j->back, 1);
     int64_t mi = task % j->mtasks, ni = task / j->mtasks;
     int64_t m0 = mi * j->rows_per_task, m1 = LB_MIN(j->tile.M, m0 + j->rows_per_task);
     int64_t nblocks = (j->tile.N + 15) / 16;
@@ -121,7 +131,7 @@ static void lb_gemm_task(void *arg, int64_t task, int worker) {
     if (m0 >= m1 || nb0 >= nb1) return;
 #if LB_HAVE_AMX
     if (j->amx && j->isa == LB_ISA_AVX512VNNI) {
-        lb_gemm_block_amx(&j->tile, m0, m1, nb0, nb1);
+        lb_gemm_block_amx(&j->tile, j->product, m0, m1, nb0, nb1);
         return;
     }
 #endif
@@ -203,6 +213,10 @@ void lb_qgemm(const lb_ctx *ctx, int64_t M, int64_t N, int64_t K, const uint8_t 
      * epilogue from memory cost more than the products save (EfficientNet-Lite0's convs of
      * K 16-32 ran 1.2-1.5x slower on AMX, those of K 112-1152 1.3-2x faster) */
     j.amx = ctx->amx && K >= LB_AMX_MIN_K;
+    j.product = 0;
+#if LB_HAVE_AMX
+    if (j.amx) j.product = lb_amx_product_id();
+#endif
     const int64_t unit = j.amx ? 16 : 6; /* rows of the kernel's tiles */
     const int64_t maxrows = j.amx ? LB_AMX_TASK_ROWS : 96;
     int64_t nblocks = (N + 15) / 16, kk = LB_MAX(K, 1);
@@ -228,8 +242,10 @@ void lb_qgemm(const lb_ctx *ctx, int64_t M, int64_t N, int64_t K, const uint8_t 
     j.rows_per_task = rows;
     j.mtasks = (M + rows - 1) / rows;
     j.blocks_per_task = (nblocks + cs - 1) / cs;
-    int64_t ntasks = j.mtasks * ((nblocks + j.blocks_per_task - 1) / j.blocks_per_task);
-    lb_parallel_for(ctx, ntasks, lb_gemm_task, &j);
+    j.ntasks = j.mtasks * ((nblocks + j.blocks_per_task - 1) / j.blocks_per_task);
+    atomic_init(&j.front, 0);
+    atomic_init(&j.back, 0);
+    lb_parallel_for(ctx, j.ntasks, lb_gemm_task, &j);
 }
 
 /* ---- packing at run time ----------------------------------------------------------------- */
