@@ -7,7 +7,8 @@ takes them from lowbit's object cache (`lowbit.backends.cpu.bundle.object_cache`
 `lowbit compile --build` uses too), so `make` compiles the model, the weights and
 example_main.c only. The cache lives in lowbit's cache directory beside the cpu backend's built
 libraries, so a fresh clone of unchanged kernels (CI) reuses the objects as it reuses those
-libraries. Tests of the Makefile itself pass `cache=False`.
+libraries. The key holds the Makefile's rules and the thread setting, so the Makefile's own
+tests (THREADS=0) use it too; `cache=False` compiles everything.
 """
 
 from __future__ import annotations
