@@ -85,7 +85,14 @@ def test_minilm_sensitivity_names_products_whose_float_keeping_helps():
         q = quantize_dynamic(graph, ranked.config(top))
         assert len(q.summary.float_nodes) == top
         assert {r.name for r in q.summary.float_nodes} == {s.name for s in ranked.layers[:top]}
-        got = _embed_each(lambda e, g=q.graph: lowbit.run(g, e)["last_hidden_state"], TEXTS)
+        # the cpu backend: the reference's bits (checked here on the first text; every text
+        # and size of the defaults: tests/backends/cpu/test_transformer_cpu.py), in far less
+        # time than the reference on the long text
+        run = _cpu_hidden(q.graph)
+        first = minilm_tokens(TEXTS[:1])
+        np.testing.assert_array_equal(run(first), lowbit.run(q.graph, first)[
+            "last_hidden_state"])
+        got = _embed_each(run, TEXTS)
         cos[top] = (ref * got).sum(1)
     # figures over 210 texts: benchmarks/sensitivity_real_models.py
     assert cos[3].mean() > cos[0].mean() and cos[3].min() > cos[0].min(), cos
@@ -97,11 +104,25 @@ def test_minilm_long_repetitive_input_keeps_its_embedding():
     issue's 0.99 minimum); groups of 32 keys keep it (measured 0.99943)."""
     graph = lowbit.load(minilm("eager", "dynamo"))
     text = [" ".join(["word"] * 300)]
-    ref = _embed_each(lambda e: lowbit.run(graph, e)["last_hidden_state"], text)
+    short = minilm_tokens([" ".join(["word"] * 40)])
+    # on the cpu backend: the reference's bits for the float model and both quantizations
+    # (checked here on 42 tokens of the same word; the defaults at every size:
+    # tests/backends/cpu/test_transformer_cpu.py), the reference taking ~6 s a run on 256
+    run = _cpu_hidden(graph)
+    np.testing.assert_array_equal(run(short), lowbit.run(graph, short)["last_hidden_state"])
+    ref = _embed_each(run, text)
     cos = {}
     for label, cfg in (("group", QuantConfig()),
                        ("row", QuantConfig().with_default(granularity="row"))):
         q = quantize_dynamic(graph, cfg).graph
-        got = _embed_each(lambda e, g=q: lowbit.run(g, e)["last_hidden_state"], text)
+        run = _cpu_hidden(q)
+        np.testing.assert_array_equal(run(short), lowbit.run(q, short)["last_hidden_state"])
+        got = _embed_each(run, text)
         cos[label] = float((ref * got).sum())
     assert cos["group"] >= 0.999 and cos["row"] < 0.99, cos
+
+
+def _cpu_hidden(graph):
+    """A function of the tokens giving `graph`'s last hidden state on the cpu backend."""
+    exe = lowbit.compile(graph, "cpu")
+    return lambda enc: exe(enc)["last_hidden_state"]

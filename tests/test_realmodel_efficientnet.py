@@ -118,14 +118,16 @@ def test_efficientnet_lite0_dump_prints_the_kernels_parameters(efficientnet_int8
 
 def test_efficientnet_lite0_sensitivity_config_keeps_the_first_block_in_int16(
         efficientnet_profile, efficientnet_int8_logits, efficientnet_float_logits):
-    """lowbit.sensitivity ranks EfficientNet-Lite0's 60 integer layers on 8 held-out photos
+    """lowbit.sensitivity ranks EfficientNet-Lite0's 60 integer layers on 4 held-out photos
     (calibrated on every third photo); the config it writes with the 3 most sensitive in int16
     (W16A16) lifts the logits SQNR and the top-1 agreement over all photos. Measured (figures of
     benchmarks/sensitivity_real_models.py): the stem conv, the first depthwise conv and
-    node_Conv_801 rank first; 23.9 -> 27.2 dB, 95.4 % -> 96.6 %."""
+    node_Conv_801 rank first (29.4, 30.4 and 34.9 dB; the same three on 8 photos, at half the
+    cost: each photo runs the model's tail once per layer on the reference interpreter);
+    23.9 -> 27.2 dB, 95.4 % -> 96.6 %."""
     photos, graph, prof = efficientnet_profile
     calib = np.arange(0, len(photos), 3)
-    ranking = np.setdiff1d(np.arange(len(photos)), calib)[::7][:8]
+    ranking = np.setdiff1d(np.arange(len(photos)), calib)[::7][:4]
     ranked = lowbit.sensitivity(graph, [{"input": photos[i:i + 1]} for i in ranking],
                                 profile=prof, progress=False)
     assert len(ranked.layers) == 60

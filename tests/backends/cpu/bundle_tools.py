@@ -2,46 +2,29 @@
 under qemu-user (../shared/EVAL.md). scripts/test installs gcc-aarch64-linux-gnu and
 qemu-user; a missing tool fails the test that needs it, never skips it.
 
-The kernel library's objects are the same for every bundle of one target and compiler, so
-`build` keeps them in a cache and copies them into a new bundle before `make`: `make` then
-compiles the model, the weights and example_main.c only. The cache is keyed by the library's
-sources, the Makefile (its flags), the target, the thread setting and the compiler's command
-and version, and lives in lowbit's cache directory beside the cpu backend's built libraries
-(`toolchain.cache_root()`), so a fresh clone of unchanged kernels (CI) reuses the objects as it
-reuses those libraries. Tests of the Makefile itself pass `cache=False`.
+The kernel library's objects are the same for every bundle of one target and compiler: `build`
+takes them from lowbit's object cache (`lowbit.backends.cpu.bundle.object_cache`, which
+`lowbit compile --build` uses too), so `make` compiles the model, the weights and
+example_main.c only. The cache lives in lowbit's cache directory beside the cpu backend's built
+libraries, so a fresh clone of unchanged kernels (CI) reuses the objects as it reuses those
+libraries. The key holds the Makefile's rules and the thread setting, so the Makefile's own
+tests (THREADS=0) use it too; `cache=False` compiles everything.
 """
 
 from __future__ import annotations
 
-import functools
-import hashlib
 import os
-import shlex
 import shutil
 import subprocess
 from pathlib import Path
 
 import numpy as np
 
-from lowbit.backends.cpu import toolchain
 from lowbit.backends.cpu.bundle import Bundle
-from lowbit.backends.cpu.bundle.sources import makefile
 
 CROSS_CC = "aarch64-linux-gnu-gcc"
 QEMU = "qemu-aarch64"
 SYSROOT = "/usr/aarch64-linux-gnu"
-
-
-def object_cache() -> Path:
-    """Where `build` keeps the kernel library's objects (module docstring)."""
-    return toolchain.cache_root() / "bundle-objects"
-
-
-@functools.cache
-def _compiler_version(cc: str) -> str:
-    done = subprocess.run([*shlex.split(cc), "--version"], capture_output=True, text=True,
-                          check=False)
-    return done.stdout.strip()
 
 
 def compiler(bundle: Bundle) -> str:
@@ -64,40 +47,11 @@ def runner(bundle: Bundle, cpu: str | None = None) -> list[str]:
     return [QEMU, "-L", SYSROOT] + (["-cpu", cpu] if cpu else [])
 
 
-def _cache_key(bundle: Bundle, cc: str, threads: bool) -> str:
-    h = hashlib.sha256()
-    for f in sorted(bundle.files):
-        if f.startswith(("rt_", "lowbit_rt")):
-            h.update(f.encode() + b"\0" + (bundle.directory / f).read_bytes())
-    # the Makefile's rules and flags, whatever the model's name
-    library = sorted(f for f in bundle.files if f.startswith("rt_") and f.endswith(".c"))
-    h.update(makefile("model", bundle.target, library, False).encode())
-    h.update(f"{bundle.target.name}\0{cc}\0{_compiler_version(cc)}\0{threads}".encode())
-    return h.hexdigest()[:24]
-
-
 def build(bundle: Bundle, threads: bool = True, cache: bool = True) -> Path:
     """`make` the bundle with its target's compiler (-Wall -Wextra -Werror, the Makefile's
-    default); returns the program."""
-    cc = compiler(bundle)
-    objects = object_cache() / _cache_key(bundle, cc, threads)
-    library = [Path(f).with_suffix(".o").name for f in bundle.files
-               if f.startswith("rt_") and f.endswith(".c")]
-    if cache and objects.is_dir():
-        for o in library:
-            shutil.copy(objects / o, bundle.directory / o)
-            os.utime(bundle.directory / o)  # newer than the sources: make keeps them
-    program = bundle.build(cc=cc, threads=threads)
-    if cache and not objects.is_dir():
-        tmp = objects.with_name(objects.name + f".{os.getpid()}")
-        tmp.mkdir(parents=True, exist_ok=True)
-        for o in library:
-            shutil.copy(bundle.directory / o, tmp / o)
-        try:
-            os.replace(tmp, objects)
-        except OSError:
-            shutil.rmtree(tmp, ignore_errors=True)
-    return program
+    default); returns the program. The kernel library's objects come from lowbit's object
+    cache (module docstring) unless `cache` is False."""
+    return bundle.build(cc=compiler(bundle), threads=threads, cache=cache)
 
 
 def run(bundle: Bundle, program: Path, inputs: list[np.ndarray], *, args: tuple = (),

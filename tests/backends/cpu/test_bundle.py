@@ -88,10 +88,11 @@ def test_float_model_with_embedded_weights_built_by_cmake(mnist, tmp_path):
 
 def test_one_thread_build_without_pthread(mnist, tmp_path):
     """make THREADS=0: no thread pool compiled (microcontroller-like targets); --threads is
-    then capped at one, with the same results."""
+    then capped at one, with the same results. The library's objects may come from the object
+    cache: they were compiled by this Makefile with THREADS=0 (the key holds both)."""
     _, q, images = mnist
     bundle = export_bundle(q, tmp_path / "b", target="x86-64", name="mnist")
-    program = build(bundle, threads=False, cache=False)
+    program = build(bundle, threads=False)
     symbols = subprocess.run(["nm", str(program)], capture_output=True, text=True).stdout
     assert "pthread_create" not in symbols
     x = images[:3]
@@ -292,7 +293,7 @@ int main(int argc, char **argv) {
 }
 """)
     # one copy of the kernel library: bundle a's objects, as its Makefile compiles them (kept
-    # by bundle_tools.build between runs: compiling the library is most of this test's time)
+    # by lowbit's object cache between runs: compiling the library is most of this time)
     build(a)
     library = [str(a.directory / Path(f).with_suffix(".o").name) for f in a.files
                if f.startswith("rt_") and f.endswith(".c")]

@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from lowbit.backends.cpu import toolchain
-from lowbit.backends.cpu.bundle import sources
+from lowbit.backends.cpu.bundle import object_cache, sources
 from lowbit.backends.cpu.bundle.targets import TARGETS, Target, host_target, library_files, target
 from lowbit.backends.cpu.codegen.lower import Lowering, batch_symbol, find_emitter
 from lowbit.backends.cpu.codegen.program import BATCH, Program
@@ -116,23 +116,37 @@ class Bundle:
         return "\n".join(lines)
 
     def build(self, cc: str | None = None, jobs: int = 2, threads: bool = True,
-              extra: Mapping[str, str] | None = None) -> Path:
+              extra: Mapping[str, str] | None = None, cache: bool = True) -> Path:
         """Run `make` in the bundle (CC: `cc`, else $CC, else cc), fill `code_bytes` from the
         objects, and return the program's path. BundleError with the compiler's output when
-        the build fails."""
+        the build fails. With `cache`, the kernel library's objects come from an earlier
+        build of the same library, sources, compiler and flags when there was one, and are
+        kept for the next otherwise (`object_cache`); `cache=False` compiles everything."""
         env = dict(os.environ)
         if cc:
             env["CC"] = cc
+        extra = dict(extra or {})
         args = ["make", "-s", f"-j{jobs}", f"THREADS={int(threads)}"]
-        args += [f"{k}={v}" for k, v in (extra or {}).items()]
+        args += [f"{k}={v}" for k, v in extra.items()]
+        objects = [Path(f).stem + ".o" for f in self.files
+                   if f.startswith("rt_") and f.endswith(".c")]
+        key = None
+        if cache:
+            try:
+                key = object_cache.library_key(self.directory, list(self.files),
+                                               env.get("CC") or "cc", threads, env, extra)
+            except OSError:  # a bundle file removed since export: make says which
+                key = None
+        restored = key is not None and object_cache.restore(key, objects, self.directory)
         done = subprocess.run(args, cwd=self.directory, env=env, capture_output=True,
                               text=True, check=False)
         if done.returncode != 0:
             raise BundleError(f"building the bundle in {self.directory} failed:\n"
                               f"{done.stdout}{done.stderr}")
+        if key is not None and not restored:
+            object_cache.store(key, objects, self.directory)
         model = [self.directory / f"{self.name}.o"]
-        library = [self.directory / (Path(f).stem + ".o") for f in self.files
-                   if f.startswith("rt_") and f.endswith(".c")]
+        library = [self.directory / o for o in objects]
         self.code_bytes = {"model function": sum(map(code_size, model)),
                            "kernel library": sum(map(code_size, library))}
         return self.directory / self.name
