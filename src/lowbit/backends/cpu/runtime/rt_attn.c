@@ -287,6 +287,7 @@ static void lb_attn_block(void *arg, int64_t task, int worker) {
     float *pscale = (float *)(pcodes + l->pcodes);
     uint8_t *pzero = (uint8_t *)pscale + l->pscale;
     int32_t *azc = (int32_t *)(pzero + l->pzero);
+    float *buf = (float *)((uint8_t *)azc + l->azc); /* the block's rows for the chain */
     for (int64_t h = 0; h < p->heads; h++) {
         lb_attn_head hd = lb_attn_head_at(p, l, j->scratch, lb_attn_slot(j, b, h, worker));
         lb_attn_product(j->isa, R, S, D, p->group, hd.qcodes + r0 * D, D,
@@ -336,14 +337,18 @@ static void lb_attn_block(void *arg, int64_t task, int worker) {
         lb_dq_rows dq = {R, S, p->pgroup, scores, S, NULL, pcodes, S, pscale, pzero, gp,
                          p->p_qmax, 0};
         lb_attn_dq_rows(j->isa, &dq);
-        lb_attn_product(j->isa, R, D, S, p->pgroup, pcodes, S, pscale, pzero, azc, &hd.vb,
-                        p->out + (b * S + r0) * p->ldo + h * D, p->ldo);
+        if (p->out)
+            lb_attn_product(j->isa, R, D, S, p->pgroup, pcodes, S, pscale, pzero, azc, &hd.vb,
+                            p->out + (b * S + r0) * p->ldo + h * D, p->ldo);
+        else /* the rows only feed the chain: straight into its buffer */
+            lb_attn_product(j->isa, R, D, S, p->pgroup, pcodes, S, pscale, pzero, azc, &hd.vb,
+                            buf + h * D, p->heads * D);
     }
     if (p->rows) {
         const int64_t n = p->heads * D;
-        float *buf = (float *)((uint8_t *)azc + l->azc);
-        for (int64_t r = 0; r < R; r++)
-            memcpy(buf + r * n, p->out + (b * S + r0 + r) * p->ldo, (size_t)n * 4);
+        if (p->out)
+            for (int64_t r = 0; r < R; r++)
+                memcpy(buf + r * n, p->out + (b * S + r0 + r) * p->ldo, (size_t)n * 4);
         lb_rowops_apply(j->isa, b * S + r0, b * S + r0 + R, n, buf, n, p->rows);
     }
 }
