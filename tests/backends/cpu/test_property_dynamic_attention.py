@@ -13,6 +13,7 @@ import pytest
 from cpu_kernels import PRODUCT_ISAS
 from transformer_graphs import (
     F32,
+    activations,
     const,
     float_input,
     graph_of_cases,
@@ -78,3 +79,57 @@ def test_random_dynamic_attention_is_bit_exact(seed):
             np.testing.assert_array_equal(got[name], want, err_msg=f"{name} on {isa}")
         steps = exe.compiled()[0].steps
         assert sum("fused attention" in s for s in steps) == len(q.outputs)
+
+
+def _extreme(rng, shape: tuple[int, ...]) -> np.ndarray:
+    """Rows that drive the codes to their ends: all positive (zero point 0, codes up to 255),
+    all negative (zero point 255, codes down to 0), constant, all zero, huge and tiny."""
+    x = activations(rng, shape).reshape(-1, shape[-1])
+    for row in x:
+        kind = int(rng.integers(0, 7))
+        if kind == 1:
+            row[:] = np.abs(row) + np.float32(0.5)
+        elif kind == 2:
+            row[:] = -np.abs(row) - np.float32(0.5)
+        elif kind == 3:
+            row[:] = np.float32(rng.choice([-3.0, 2.0, 7.5]))
+        elif kind == 4:
+            row[:] = 0
+        elif kind == 5:
+            row *= np.float32(1e30)
+        elif kind == 6:
+            row *= np.float32(1e-30)
+    return x.reshape(shape)
+
+
+@pytest.mark.parametrize(
+    "b,s,h,d", [(4, 128, 3, 32), (3, 37, 2, 32), (1, 20, 2, 64), (2, 48, 2, 40)])
+def test_dynamic_attention_extreme_codes_are_bit_exact(b, s, h, d):
+    """Codes at 0 and 255 and zero points at both ends in Q, K, V and P (whole groups of 32
+    and not, lengths that are not multiples of 16 for the packs' column blocks); batches that
+    run per batch element on two threads and one that does not."""
+    rng = np.random.default_rng(100 * b + s)
+    g = Graph("extreme")
+    feeds: dict = {}
+    srcs = []
+    for c in "qkv":
+        x = g.add_input(f"x_{c}", TensorType(F32, (b, s, h * d)))
+        feeds[x.name] = _extreme(rng, (b, s, h * d))
+        srcs.append(x)
+    q, k, v = split_heads(g, srcs, (b, s, h, d))
+    y = node_outputs(g, "MatMul", [q, k])[0]
+    y = node_outputs(g, "Mul", [y, const(g, np.float32(1 / np.sqrt(d)))])[0]
+    mask = g.add_input("m", TensorType(F32, (b, 1, 1, s)))
+    m = np.zeros((b, 1, 1, s), np.float32)
+    m[..., s - s // 4:] = np.finfo(np.float32).min
+    feeds["m"] = m
+    y = node_outputs(g, "Add", [y, mask])[0]
+    g.outputs.append(merge_heads(g, y, v, (b, s, h, d)))
+    qg = quantize_dynamic(g).graph
+    ref = lowbit.run(qg, feeds)
+    for isa in PRODUCT_ISAS:
+        exe = cpu.compile(qg, isa=isa, threads=2)
+        got = exe(feeds)
+        for name, want in ref.items():
+            np.testing.assert_array_equal(got[name], want, err_msg=f"{name} on {isa}")
+        assert any("fused attention" in st for st in exe.compiled()[0].steps)

@@ -204,9 +204,8 @@ def emit(lw: Lowering, a: Attention) -> None:
         out = lw.tensors[a.out]
         rows = "NULL"
         code = []
-    else:
-        out = lw.tensors.get(a.out) or lw.prog.tensor(f"{a.out.name}.attention", np.float32,
-                                                      shape)
+    else:  # rows nothing else reads go from the kernel's buffer to the chain (out NULL)
+        out = lw.tensors.get(a.out)
         rows = "&ro"
         code = [chain.c()]
     lw.fused.update(a.nodes + chain.nodes)
@@ -228,13 +227,15 @@ def emit(lw: Lowering, a: Attention) -> None:
 
     scratch = lw.prog.scratch(size, "attention")
     qm = a.qmax
+    out_c = "NULL" if out is None else f"(float *){out.ptr}"
+    outs = [] if out is None else [out]
     code += [
         f"const lb_attn at = {{{dim_c(batch)}, {heads}, {dim_c(seq)}, {dim}, {group}, "
         f"{pgroup}, {pgroup}, (const float *){q.ptr}, (const float *){k.ptr}, "
         f"(const float *){v.ptr}, {width}, {width}, {width}, {qm[0]}, {qm[1]}, {qm[2]}, "
         f"{qm[3]}, {a.scale_op}, {np.float32(a.scale).item().hex()}f, {mask}, "
-        f"{{{', '.join(strides)}}}, (float *){out.ptr}, {width}, {rows}}};",
+        f"{{{', '.join(strides)}}}, {out_c}, {width}, {rows}}};",
         f"lb_attention_run(ctx, &at, {scratch.ptr});"]
     lw.prog.step(f"{a.nodes[0].name}: fused attention, {heads} heads of {dim}"
                  f"{' + ' + chain.describe() if chain.nodes else ''}", code,
-                 reads + chain.reads, [out, *chain.writes], [scratch])
+                 reads + chain.reads, [*outs, *chain.writes], [scratch])

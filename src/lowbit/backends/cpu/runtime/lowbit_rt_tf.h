@@ -210,8 +210,9 @@ LB_API void lb_dmm_pack_run(const lb_ctx *ctx, const lb_dmm_pack *p, uint8_t *sc
  * (All four quantized asymmetric, uint8.) Each step is the separate kernel's (the same IEEE operations in the same order). q, k, v
  * are rows of tokens (row stride ldq, ldk, ldv; batch stride S rows), head h at h*D. The
  * scores of a block of queries stay in a buffer: the S x S scores are never stored. Then the
- * optional row chain runs on the output rows (all heads). Scratch: lb_attention_scratch
- * bytes. */
+ * optional row chain runs on the output rows (all heads); with a chain, out may be NULL: the
+ * rows then only go through the chain, from a buffer of the block's rows (nothing is written
+ * at out). Scratch: lb_attention_scratch bytes. */
 typedef struct lb_attn {
     int64_t batch, heads, S, D, group, pgroup, vgroup;
     const float *q, *k, *v;

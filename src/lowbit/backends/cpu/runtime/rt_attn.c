@@ -110,6 +110,15 @@ static void lb_attn_dq_cols(int isa, const lb_dq_cols *dq) {
     lb_dq_cols_scalar(dq, 0, 0, dq->c);
 }
 
+/* lb_dmm_pack_run_one (matrix 0), by the AVX-512 packing where it applies */
+static void lb_attn_pack(int isa, const lb_dmm_pack *pk, uint8_t *base, lb_dmm_b *d) {
+    (void)isa;
+#if LB_HAVE_AVX512
+    if (isa == LB_ISA_AVX512VNNI && lb_attn_pack_avx512(pk, base, d)) return;
+#endif
+    lb_dmm_pack_run_one(pk, base, d, 0);
+}
+
 typedef struct lb_attn_job {
     const lb_attn *p;
     lb_attn_layout l;
@@ -150,7 +159,7 @@ static void lb_attn_prepare(void *arg, int64_t bh, int worker) {
                      scale, zero, l->gd, p->k_qmax, 0};
     lb_attn_dq_rows(j->isa, &dq);
     lb_dmm_pack pk = {1, S, D, p->group, codes, 0, 1, D, 0, scale, zero, 0, 1, l->gd};
-    lb_dmm_pack_run_one(&pk, data, &hd.kb, 0);
+    lb_attn_pack(j->isa, &pk, data, &hd.kb);
     /* V per column over groups of tokens */
     uint8_t *vcodes = codes + S * D;
     float *vscale = scale + S * l->gd;
@@ -165,7 +174,7 @@ static void lb_attn_prepare(void *arg, int64_t bh, int worker) {
         lb_attn_dq_cols(j->isa, &dc);
     }
     lb_dmm_pack pv = {1, D, S, p->vgroup, vcodes, 0, D, 1, 0, vscale, vzero, 0, D, 1};
-    lb_dmm_pack_run_one(&pv, data + lb_al64(l->kbytes), &hd.vb, 0);
+    lb_attn_pack(j->isa, &pv, data + lb_al64(l->kbytes), &hd.vb);
     memcpy(base, &hd.kb, sizeof(lb_dmm_b));
     memcpy(base + 64, &hd.vb, sizeof(lb_dmm_b));
     /* Q per token over D */
@@ -181,6 +190,12 @@ static void lb_attn_aside(int isa, int64_t rows, int64_t k, int64_t group,
                           const uint8_t *codes, int64_t ld, const uint8_t *zero, int64_t ldz,
                           int32_t *azc) {
     int64_t G = lb_ceil(k, group);
+#if LB_HAVE_AVX512
+    if (isa == LB_ISA_AVX512VNNI && group == 32 && k % 32 == 0) {
+        lb_attn_aside32_avx512(rows, G, codes, ld, zero, ldz, azc);
+        return;
+    }
+#endif
     const int fast = LB_HAVE_AVX512 && isa == LB_ISA_AVX512VNNI &&
                      (group == 32 || group == 64 || group == 128) && k % group == 0;
     (void)isa;
@@ -272,6 +287,7 @@ static void lb_attn_block(void *arg, int64_t task, int worker) {
     float *pscale = (float *)(pcodes + l->pcodes);
     uint8_t *pzero = (uint8_t *)pscale + l->pscale;
     int32_t *azc = (int32_t *)(pzero + l->pzero);
+    float *buf = (float *)((uint8_t *)azc + l->azc); /* the block's rows for the chain */
     for (int64_t h = 0; h < p->heads; h++) {
         lb_attn_head hd = lb_attn_head_at(p, l, j->scratch, lb_attn_slot(j, b, h, worker));
         lb_attn_product(j->isa, R, S, D, p->group, hd.qcodes + r0 * D, D,
@@ -321,14 +337,18 @@ static void lb_attn_block(void *arg, int64_t task, int worker) {
         lb_dq_rows dq = {R, S, p->pgroup, scores, S, NULL, pcodes, S, pscale, pzero, gp,
                          p->p_qmax, 0};
         lb_attn_dq_rows(j->isa, &dq);
-        lb_attn_product(j->isa, R, D, S, p->pgroup, pcodes, S, pscale, pzero, azc, &hd.vb,
-                        p->out + (b * S + r0) * p->ldo + h * D, p->ldo);
+        if (p->out)
+            lb_attn_product(j->isa, R, D, S, p->pgroup, pcodes, S, pscale, pzero, azc, &hd.vb,
+                            p->out + (b * S + r0) * p->ldo + h * D, p->ldo);
+        else /* the rows only feed the chain: straight into its buffer */
+            lb_attn_product(j->isa, R, D, S, p->pgroup, pcodes, S, pscale, pzero, azc, &hd.vb,
+                            buf + h * D, p->heads * D);
     }
     if (p->rows) {
         const int64_t n = p->heads * D;
-        float *buf = (float *)((uint8_t *)azc + l->azc);
-        for (int64_t r = 0; r < R; r++)
-            memcpy(buf + r * n, p->out + (b * S + r0 + r) * p->ldo, (size_t)n * 4);
+        if (p->out)
+            for (int64_t r = 0; r < R; r++)
+                memcpy(buf + r * n, p->out + (b * S + r0 + r) * p->ldo, (size_t)n * 4);
         lb_rowops_apply(j->isa, b * S + r0, b * S + r0 + R, n, buf, n, p->rows);
     }
 }

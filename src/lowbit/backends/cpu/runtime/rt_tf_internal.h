@@ -50,6 +50,14 @@ void lb_sums32_avx512(const uint8_t *a, int64_t groups, int32_t *out);
 void lb_group_sums_avx512(const uint8_t *a, int64_t groups, int64_t group, int32_t *out);
 void lb_dmm_tile_avx2(const lb_dmm_tile *t);
 #endif
+#if LB_HAVE_AVX512
+/* lb_dmm_pack_run_one of matrix 0 for the fused attention's packs (rt_attn_avx512.c): the
+ * same bytes; 0 when p is not a case it handles (nothing written then). */
+int lb_attn_pack_avx512(const lb_dmm_pack *p, uint8_t *base, lb_dmm_b *d);
+/* lb_attn_aside's dwords for groups of 32 codes (rt_attn_avx512.c) */
+void lb_attn_aside32_avx512(int64_t rows, int64_t G, const uint8_t *codes, int64_t ld,
+                            const uint8_t *zero, int64_t ldz, int32_t *azc);
+#endif
 #if LB_HAVE_AMX
 /* The AVX-512 tile job of a whole-K product (group 0) with its int8 sums on AMX tiles (same
  * bits); the context must have the tile state (lb_ctx.amx). */
