@@ -1,16 +1,30 @@
-"""Checks shared by the real-model quantization tests: entropy calibration's range widths at
-several histogram resolutions, and lowbit's int8 codes of an exported activation."""
+"""Checks shared by the quantization tests: entropy calibration's range widths at several
+histogram resolutions, lowbit's int8 codes of an exported activation, and a float graph's
+outputs computed once per graph and batch."""
 
 from __future__ import annotations
 
 import numpy as np
 
+import lowbit
 from lowbit.ir import dtypes
 from lowbit.quant import calibration, schemes
 from lowbit.quant.config import DEFAULT_SCHEME
 from lowbit.quant.observers import StatsObserver
 
 ENTROPY_BINS = (1024, 2048, 4096, 8192)
+
+_FLOAT: dict[tuple[int, int], tuple] = {}
+
+
+def float_outputs(graph, batch) -> dict:
+    """The float graph's outputs on `batch` (reference interpreter), computed once per graph and
+    batch in this process, for tests that measure many quantized models against them. The entry
+    keeps both alive, so their ids stay theirs."""
+    key = (id(graph), id(batch))
+    if key not in _FLOAT:
+        _FLOAT[key] = (graph, batch, lowbit.run(graph, batch))
+    return _FLOAT[key][2]
 
 
 def entropy_widths(graph, prof) -> dict[str, list[float]]:

@@ -9,27 +9,16 @@ import math
 import numpy as np
 import pytest
 from mnist_budget import COARSE
+from quant_checks import float_outputs
 
 import lowbit
 from lowbit import Budget, BudgetNotMet
 from lowbit.budget.candidates import Quantizer
 from lowbit.quant.config import QuantConfig
 
-_FLOAT: dict[tuple[int, int], tuple] = {}
-
-
-def _float_run(graph, batch) -> dict:
-    """The float graph's outputs on `batch` (reference interpreter), computed once per graph and
-    batch in this process: every figure below is measured against them. The entry keeps both
-    alive, so their ids stay theirs."""
-    key = (id(graph), id(batch))
-    if key not in _FLOAT:
-        _FLOAT[key] = (graph, batch, lowbit.run(graph, batch))
-    return _FLOAT[key][2]
-
 
 def _sqnr(graph, quant, data) -> float:
-    f = np.concatenate([_float_run(graph, b)["logits"] for b in data]).astype(np.float64)
+    f = np.concatenate([float_outputs(graph, b)["logits"] for b in data]).astype(np.float64)
     q = np.concatenate([lowbit.run(quant, b)["logits"] for b in data]).astype(np.float64)
     return 10 * math.log10((f ** 2).sum() / ((q - f) ** 2).sum())
 
@@ -110,7 +99,7 @@ def test_a_user_metric_over_all_the_data(mnist):
         top = np.concatenate([o["logits"].argmax(1) for o in quantized])
         return float((top == labels).mean())
 
-    float_accuracy = accuracy([_float_run(graph, b) for b in data], None)
+    float_accuracy = accuracy([float_outputs(graph, b) for b in data], None)
     above = Budget(accuracy, float_accuracy + 0.01, data)
     result = lowbit.quantize_to_budget(graph, above, profile=prof, config=COARSE,
                                        progress=False)
@@ -124,14 +113,14 @@ def test_dynamic_quantization_keeps_products_in_float(mnist):
     graph, _, data = mnist
     base = lowbit.quantize_dynamic(graph, QuantConfig().with_default(granularity="tensor"))
     cos = Budget.parse("cosine>=0.9", data)
-    records = np.concatenate([cos.records(_float_run(graph, b), lowbit.run(base, b))
+    records = np.concatenate([cos.records(float_outputs(graph, b), lowbit.run(base, b))
                               for b in data])
     worst = cos.value(records)
     budget = Budget("cosine", 1 - (1 - worst) / 4, data)
     result = lowbit.quantize_to_budget(graph, budget, dynamic=True, progress=False,
                                        config=QuantConfig().with_default(granularity="tensor"))
     assert result.met and result.raised and set(result.raised.values()) == {"float"}
-    records = np.concatenate([cos.records(_float_run(graph, b),
+    records = np.concatenate([cos.records(float_outputs(graph, b),
                                           lowbit.run(result.graph, b))
                               for b in data])
     assert cos.value(records) >= budget.threshold

@@ -14,6 +14,7 @@ import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
+from quant_checks import float_outputs
 
 import lowbit
 from lowbit.cli.demo import bundled
@@ -38,23 +39,12 @@ def ranked_defaults(mnist):
     return lowbit.sensitivity(graph, data, profile=prof, progress=False)
 
 
-_FLOAT: dict[tuple[int, int], tuple] = {}
-
-
-def _float_run(graph, batch) -> dict:
-    """The float graph's outputs on `batch` (reference interpreter), computed once per graph and
-    batch in this process: every figure below is measured against them. The entry keeps both
-    alive, so their ids stay theirs."""
-    key = (id(graph), id(batch))
-    if key not in _FLOAT:
-        _FLOAT[key] = (graph, batch, lowbit.run(graph, batch))
-    return _FLOAT[key][2]
 
 
 def _sqnr(graph, quant, data) -> float:
     signal = noise = 0.0
     for batch in data:
-        f = np.concatenate([a.ravel() for a in _float_run(graph, batch).values()])
+        f = np.concatenate([a.ravel() for a in float_outputs(graph, batch).values()])
         q = np.concatenate([a.ravel() for a in lowbit.run(quant, batch).values()])
         signal += float((f.astype(np.float64) ** 2).sum())
         noise += float(((q.astype(np.float64) - f) ** 2).sum())
