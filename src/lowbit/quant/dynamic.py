@@ -126,7 +126,8 @@ def _quantize_scope(g: Graph, scope: str, config: QuantConfig) -> list[NodeRepor
     builder = _Builder(g, config)
     products = [n for n in g.nodes if _dense_product(n)]
     for node in products:  # estimated from the float up-projections, before they change
-        builder.find_outliers(node)
+        if builder.config.settings_for(node).quantized:  # only an integer product splits
+            builder.find_outliers(node)
     for node in products:
         if not builder.config.settings_for(node).quantized:
             builder.product(node)  # reports why it stays float; keeps its fused clamp
