@@ -185,7 +185,8 @@ static void lb_attn_prepare(void *arg, int64_t bh, int worker) {
 
 #if LB_HAVE_X86
 /* A-side dwords of rows [0, rows) of codes (stride ld) with per (row, group) zero points
- * (the group sums by lb_group_sums_avx512 for whole groups of 32, 64 or 128 on AVX-512). */
+ * (on AVX-512: lb_attn_aside32_avx512 for whole groups of 32, the group sums by
+ * lb_group_sums_avx512 for whole groups of 64 or 128). */
 static void lb_attn_aside(int isa, int64_t rows, int64_t k, int64_t group,
                           const uint8_t *codes, int64_t ld, const uint8_t *zero, int64_t ldz,
                           int32_t *azc) {
@@ -197,7 +198,7 @@ static void lb_attn_aside(int isa, int64_t rows, int64_t k, int64_t group,
     }
 #endif
     const int fast = LB_HAVE_AVX512 && isa == LB_ISA_AVX512VNNI &&
-                     (group == 32 || group == 64 || group == 128) && k % group == 0;
+                     (group == 64 || group == 128) && k % group == 0;
     (void)isa;
     for (int64_t r = 0; r < rows; r++) {
 #if LB_HAVE_AVX512
@@ -337,12 +338,10 @@ static void lb_attn_block(void *arg, int64_t task, int worker) {
         lb_dq_rows dq = {R, S, p->pgroup, scores, S, NULL, pcodes, S, pscale, pzero, gp,
                          p->p_qmax, 0};
         lb_attn_dq_rows(j->isa, &dq);
-        if (p->out)
-            lb_attn_product(j->isa, R, D, S, p->pgroup, pcodes, S, pscale, pzero, azc, &hd.vb,
-                            p->out + (b * S + r0) * p->ldo + h * D, p->ldo);
-        else /* the rows only feed the chain: straight into its buffer */
-            lb_attn_product(j->isa, R, D, S, p->pgroup, pcodes, S, pscale, pzero, azc, &hd.vb,
-                            buf + h * D, p->heads * D);
+        /* without `out`, the rows only feed the chain: straight into its buffer */
+        float *y = p->out ? p->out + (b * S + r0) * p->ldo + h * D : buf + h * D;
+        lb_attn_product(j->isa, R, D, S, p->pgroup, pcodes, S, pscale, pzero, azc, &hd.vb, y,
+                        p->out ? p->ldo : p->heads * D);
     }
     if (p->rows) {
         const int64_t n = p->heads * D;

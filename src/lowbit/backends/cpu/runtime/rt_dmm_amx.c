@@ -17,7 +17,7 @@
  * configuration is loaded at the start of each tile job and released at its end (it is per
  * thread). */
 #include "rt_amx.h"
-#include "rt_tf_internal.h"
+#include "rt_dmm_epi512.h"
 
 #if LB_HAVE_AMX
 
@@ -89,42 +89,24 @@ LB_AMX_V void lb_dmm_amx_block(const lb_dmm_tile *t, int64_t m, int64_t nb, cons
     if (k0 < p->K) LB_AMX_STEP(1, 2, &s, k0);
     if (k0 + 64 < p->K) LB_AMX_STEP(3, 4, &s, k0 + 64);
     _tile_stored(0, cbuf, 64);
-    /* acc = sum a b - za sum b - zb ra + K za zb (wrapping int32, exact in the end), then
-     * y = float32(double(acc) * (double(sa) * double(sb))) */
+    /* lb_dmm_whole512's float result of each row, then the fused Adds */
     const int64_t n0 = nb * 16;
     const __m512i kk = _mm512_set1_epi32((int32_t)p->K);
     const __m512i cs = _mm512_loadu_si512(B->corr + n0);
     const __m512i zb = _mm512_loadu_si512(B->zero + n0);
-    const __m512 sb = _mm512_loadu_ps(B->scale + n0);
-    const __m512d sblo = _mm512_cvtps_pd(_mm512_castps512_ps256(sb));
-    const __m512d sbhi =
-        _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(sb), 1)));
+    __m512d sblo, sbhi;
+    lb_dmm_scales_pd(_mm512_loadu_ps(B->scale + n0), &sblo, &sbhi);
     const __mmask16 km = p->N - n0 >= 16 ? (__mmask16)0xFFFF
                                          : (__mmask16)((1u << (p->N - n0)) - 1u);
 #pragma GCC unroll 16
     for (int r = 0; r < 16; r++)
         if (r < mr) {
-            const __m512i za = _mm512_set1_epi32(t->aza[r0 + r]);
-            const __m512i ra = _mm512_set1_epi32(t->ara[r0 + r]);
-            __m512i acc =
-                _mm512_sub_epi32(_mm512_load_si512(cbuf + r * 16), _mm512_mullo_epi32(za, cs));
-            acc = _mm512_sub_epi32(acc, _mm512_mullo_epi32(zb, ra));
-            acc = _mm512_add_epi32(acc, _mm512_mullo_epi32(_mm512_mullo_epi32(kk, za), zb));
-            const __m512d sa = _mm512_set1_pd((double)t->asa[r0 + r]);
-            const __m512d lo = _mm512_mul_pd(_mm512_cvtepi32_pd(_mm512_castsi512_si256(acc)),
-                                             _mm512_mul_pd(sa, sblo));
-            const __m512d hi = _mm512_mul_pd(_mm512_cvtepi32_pd(_mm512_extracti64x4_epi64(acc, 1)),
-                                             _mm512_mul_pd(sa, sbhi));
-            __m512 v = _mm512_insertf32x8(_mm512_castps256_ps512(_mm512_cvtpd_ps(lo)),
-                                          _mm512_cvtpd_ps(hi), 1);
-            const int64_t row = m + r;
-            for (int i = 0; i < 3; i++) {
-                const lb_fadd *ad = &p->add[i];
-                if (ad->v)
-                    v = _mm512_add_ps(
-                        v, _mm512_maskz_loadu_ps(km, ad->v + t->b * ad->batch + row * ad->ld + n0));
-            }
-            _mm512_mask_storeu_ps(t->y + r0 * t->ldy + r * t->ldy + n0, km, v);
+            const __m512 v = lb_dmm_whole512(
+                _mm512_load_si512(cbuf + r * 16), _mm512_set1_epi32(t->aza[r0 + r]),
+                _mm512_set1_epi32(t->ara[r0 + r]), kk, cs, zb,
+                _mm512_set1_pd((double)t->asa[r0 + r]), sblo, sbhi);
+            _mm512_mask_storeu_ps(t->y + (r0 + r) * t->ldy + n0, km,
+                                  lb_dmm_adds(p, t->b, m + r, n0, km, v));
         }
 }
 

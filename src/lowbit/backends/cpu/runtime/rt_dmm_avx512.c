@@ -8,7 +8,7 @@
 #include "rt_tf_internal.h"
 
 #if LB_HAVE_AVX512
-#include "rt_vec512.h"
+#include "rt_dmm_epi512.h"
 
 #define LB_DMM_MR 6
 #define LB_DMM_NV 2
@@ -26,17 +26,6 @@ LB_V512 int32_t lb_dmm_a4(const uint8_t *p) {
 /* The last 1-3 bytes of a row (zero beyond: the packed B is zero there). */
 LB_V512 int32_t lb_dmm_a4_tail(const uint8_t *p, int64_t n) {
     return _mm_cvtsi128_si32(_mm_maskz_loadu_epi8((__mmask16)((1u << n) - 1u), p));
-}
-
-/* y + add[i] for the stored row m, columns n0..n0+15 (lanes in `k`). */
-LB_V512 __m512 lb_dmm_adds(const lb_dmm *p, int64_t b, int64_t m, int64_t n0, __mmask16 k,
-                           __m512 y) {
-    for (int i = 0; i < 3; i++) {
-        const lb_fadd *ad = &p->add[i];
-        if (ad->v) y = _mm512_add_ps(y, _mm512_maskz_loadu_ps(k, ad->v + b * ad->batch +
-                                                                      m * ad->ld + n0));
-    }
-    return y;
 }
 
 /* acc + the 4-byte dot products of a (uint8) and b (int8) per lane: `vpdpbusd` in inline
@@ -129,23 +118,13 @@ LB_V512 void lb_dmm_tile_v512(const lb_dmm_tile *t, int64_t m, int64_t nb, const
 #define LB_WHOLE_EPI_V(r, v)                                                                 \
     {                                                                                        \
         const int64_t n0 = (nb + v) * 16;                                                    \
-        const __m512i cs = _mm512_loadu_si512(B->corr + (nb + v) * 16);                      \
-        const __m512i zb = _mm512_loadu_si512(B->zero + n0);                                 \
-        const __m512 sb = _mm512_loadu_ps(B->scale + (nb + v) * 16);                         \
-        const __m512i za = _mm512_set1_epi32(t->aza[r0 + r]);                                \
-        const __m512i ra = _mm512_set1_epi32(t->ara[r0 + r]);                                \
-        __m512i acc = _mm512_sub_epi32(c##r##v, _mm512_mullo_epi32(za, cs));                 \
-        acc = _mm512_sub_epi32(acc, _mm512_mullo_epi32(zb, ra));                             \
-        acc = _mm512_add_epi32(acc, _mm512_mullo_epi32(_mm512_mullo_epi32(kk, za), zb));     \
-        const __m512d sa = _mm512_set1_pd((double)t->asa[r0 + r]);                           \
-        __m512d lo = _mm512_mul_pd(_mm512_cvtepi32_pd(_mm512_castsi512_si256(acc)),          \
-                                   _mm512_mul_pd(sa, _mm512_cvtps_pd(_mm512_castps512_ps256(sb)))); \
-        __m512d hi = _mm512_mul_pd(                                                          \
-            _mm512_cvtepi32_pd(_mm512_extracti64x4_epi64(acc, 1)),                           \
-            _mm512_mul_pd(sa, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(       \
-                                  _mm512_castps_pd(sb), 1)))));                              \
-        y##r##v = _mm512_insertf32x8(_mm512_castps256_ps512(_mm512_cvtpd_ps(lo)),            \
-                                     _mm512_cvtpd_ps(hi), 1);                                \
+        __m512d sblo, sbhi;                                                                  \
+        lb_dmm_scales_pd(_mm512_loadu_ps(B->scale + n0), &sblo, &sbhi);                      \
+        y##r##v = lb_dmm_whole512(c##r##v, _mm512_set1_epi32(t->aza[r0 + r]),                \
+                                  _mm512_set1_epi32(t->ara[r0 + r]), kk,                     \
+                                  _mm512_loadu_si512(B->corr + n0),                          \
+                                  _mm512_loadu_si512(B->zero + n0),                          \
+                                  _mm512_set1_pd((double)t->asa[r0 + r]), sblo, sbhi);       \
     }
 #define LB_WHOLE_EPI(r)                        \
     if (MR > r) {                              \

@@ -214,11 +214,7 @@ LB_TARGET_AMX void lb_gemm_block_amx(const lb_gemm_tile *t, uint64_t product, in
     const int64_t mamx = m0 + (m1 - m0) / 16 * 16; /* rows [mamx, m1) go to the AVX-512 kernel */
     if (mamx > m0) {
         const int64_t K = t->K, kpad = (K + 63) / 64 * 64;
-#ifdef LB_AMX_DIRECT_ANY
-        if (K % 64 == 0) {
-#else
         if (K % 64 == 0 && t->lda % 64 == 0 && (uintptr_t)t->A % 64 == 0) {
-#endif
             /* rows of whole K steps on cache lines: the tiles load A itself */
             lb_amx_rows(t, m0, mamx, nb0, nb1, t->A + m0 * t->lda, t->lda);
         } else {
